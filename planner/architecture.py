@@ -1,0 +1,224 @@
+"""Exact parameter layout of supported decoder families, and config.json parsing.
+
+Counts follow the module layout of transformers 5.x for each family; tests compare them
+with models instantiated on the meta device.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from planner.errors import InvalidFieldError, UnsupportedError
+from planner.schema import ALL_LINEAR, Architecture, Family, VisionTower
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """A Linear (or GPT-2 Conv1D) module that LoRA can target, repeated `count` times."""
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool
+    count: int
+    part: str  # "decoder", "vision" or "head"
+
+    @property
+    def params(self) -> int:
+        return self.count * (self.in_features * self.out_features + (self.out_features if self.bias else 0))
+
+
+def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool]]:
+    h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
+    if a.family is Family.GPT2:
+        return [("c_attn", h, 3 * h, True), ("c_proj", h, h, True),
+                ("c_fc", h, i, True), ("mlp.c_proj", i, h, True)]
+    if a.family is Family.PHI3:
+        return [("qkv_proj", h, q + 2 * kv, False), ("o_proj", q, h, False),
+                ("gate_up_proj", h, 2 * i, False), ("down_proj", i, h, False)]
+    qkv_bias = a.attention_bias or a.family in (Family.QWEN2, Family.QWEN2_VL)
+    o_bias = a.attention_bias and a.family not in (Family.QWEN2, Family.QWEN2_VL)
+    layers = [("q_proj", h, q, qkv_bias), ("k_proj", h, kv, qkv_bias),
+              ("v_proj", h, kv, qkv_bias), ("o_proj", q, h, o_bias)]
+    if a.num_experts == 0:
+        layers += [("gate_proj", h, i, a.mlp_bias), ("up_proj", h, i, a.mlp_bias),
+                   ("down_proj", i, h, a.mlp_bias)]
+    return layers
+
+
+def _vision_linears(v: VisionTower) -> list[tuple[str, int, int, bool, int]]:
+    e, mlp, merged = v.embed_dim, v.embed_dim * v.mlp_ratio, v.embed_dim * v.spatial_merge_size ** 2
+    return [("qkv", e, 3 * e, True, v.depth), ("proj", e, e, True, v.depth),
+            ("fc1", e, mlp, True, v.depth), ("fc2", mlp, e, True, v.depth),
+            ("merger.mlp.0", merged, merged, True, 1), ("merger.mlp.2", merged, v.out_hidden_size, True, 1)]
+
+
+@lru_cache(maxsize=512)
+def linear_layers(a: Architecture) -> tuple[LinearLayer, ...]:
+    out = [LinearLayer(n, i, o, b, a.num_layers, "decoder") for n, i, o, b in _decoder_linears(a)]
+    if a.vision is not None:
+        out += [LinearLayer(n, i, o, b, c, "vision") for n, i, o, b, c in _vision_linears(a.vision)]
+    if not a.tie_word_embeddings:
+        out.append(LinearLayer("lm_head", a.hidden_size, a.vocab_size, False, 1, "head"))
+    return tuple(out)
+
+
+def _norm_params(a: Architecture) -> int:
+    h = a.hidden_size
+    if a.family is Family.GPT2:  # LayerNorm weight + bias: ln_1, ln_2 per layer, ln_f
+        return 2 * h * (2 * a.num_layers + 1)
+    per_layer = 4 if a.family is Family.GEMMA2 else 2  # Gemma 2 adds pre/post feed-forward norms
+    return h * (per_layer * a.num_layers + 1)
+
+
+def _expert_params(a: Architecture) -> int:
+    if a.num_experts == 0:
+        return 0
+    router = a.num_experts * a.hidden_size
+    experts = a.num_experts * 3 * a.hidden_size * a.intermediate_size  # gate, up, down per expert
+    return a.num_layers * (router + experts)
+
+
+def _vision_params(v: VisionTower) -> int:
+    patch = v.embed_dim * v.in_channels * v.temporal_patch_size * v.patch_size ** 2  # Conv3d, no bias
+    norms = v.depth * 2 * 2 * v.embed_dim + 2 * v.embed_dim  # norm1, norm2 per block; merger ln_q
+    return patch + norms + sum(
+        c * (i * o + (o if b else 0)) for _, i, o, b, c in _vision_linears(v))
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    total: int
+    embedding: int
+    decoder_layer: int
+    vision: int
+    lm_head: int
+    active: int
+
+    @property
+    def language_model(self) -> int:
+        return self.total - self.vision
+
+
+@lru_cache(maxsize=512)
+def parameter_counts(a: Architecture) -> ParameterCounts:
+    embedding = a.vocab_size * a.hidden_size
+    if a.family is Family.GPT2:
+        embedding += a.max_position_embeddings * a.hidden_size
+    decoder_linear = sum(layer.params for layer in linear_layers(a) if layer.part == "decoder")
+    per_layer = (decoder_linear + _expert_params(a)) // a.num_layers + _norm_params(a) // a.num_layers
+    vision = _vision_params(a.vision) if a.vision else 0
+    lm_head = 0 if a.tie_word_embeddings else a.vocab_size * a.hidden_size
+    total = embedding + decoder_linear + _expert_params(a) + _norm_params(a) + vision + lm_head
+    active = total
+    if a.num_experts:
+        idle = a.num_experts - a.experts_per_token
+        active -= a.num_layers * idle * 3 * a.hidden_size * a.intermediate_size
+    return ParameterCounts(total, embedding, per_layer, vision, lm_head, active)
+
+
+def lora_targets(a: Architecture, target_modules: tuple[str, ...], field: str) -> tuple[LinearLayer, ...]:
+    """The linear layers a LoRA config adapts, resolved the way PEFT matches module names."""
+    layers = linear_layers(a)
+    if target_modules == (ALL_LINEAR,):
+        return tuple(layer for layer in layers if layer.part != "head")
+    chosen: list[LinearLayer] = []
+    for target in target_modules:
+        matched = [layer for layer in layers if layer.name == target or layer.name.endswith("." + target)]
+        if not matched:
+            known = sorted({layer.name.split(".")[-1] for layer in layers} | {ALL_LINEAR})
+            raise InvalidFieldError(field, f"{a.family.value} has no module '{target}'; "
+                                           f"choose from {', '.join(known)}")
+        chosen += [layer for layer in matched if layer not in chosen]
+    return tuple(chosen)
+
+
+def lora_parameter_count(targets: tuple[LinearLayer, ...], rank: int) -> int:
+    """LoRA adds A (rank × in) and B (out × rank) to each targeted linear layer (Hu et al. 2021)."""
+    return sum(layer.count * rank * (layer.in_features + layer.out_features) for layer in targets)
+
+
+def largest_layer_params(a: Architecture) -> int:
+    """Parameters ZeRO-3 must gather at once for the biggest module (decoder layer or embedding)."""
+    counts = parameter_counts(a)
+    return max(counts.decoder_layer, counts.embedding, counts.lm_head)
+
+
+_FAMILY_BY_MODEL_TYPE = {
+    "llama": Family.LLAMA, "mistral": Family.MISTRAL, "mixtral": Family.MIXTRAL,
+    "qwen2": Family.QWEN2, "qwen2_vl": Family.QWEN2_VL, "gemma": Family.GEMMA,
+    "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2,
+}
+
+
+def _require(cfg: Mapping[str, Any], *keys: str) -> int:
+    for key in keys:
+        value = cfg.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidFieldError("model.config_json", f"'{key}' must be an integer, got {value!r}")
+            return value
+    raise InvalidFieldError("model.config_json", f"missing '{keys[0]}'")
+
+
+def architecture_from_config(text: str) -> Architecture:
+    """Parse the text of a Hugging Face config.json into an Architecture."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidFieldError("model.config_json",
+                                f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    if not isinstance(cfg, dict):
+        raise InvalidFieldError("model.config_json", "must be a JSON object")
+    model_type = cfg.get("model_type")
+    family = _FAMILY_BY_MODEL_TYPE.get(str(model_type))
+    if family is None:
+        raise UnsupportedError("model.config_json",
+                               f"model_type {model_type!r} is not supported; supported: "
+                               f"{', '.join(sorted(_FAMILY_BY_MODEL_TYPE))}")
+    vision = None
+    text_cfg: Mapping[str, Any] = cfg
+    if family is Family.QWEN2_VL:
+        text_cfg = {**cfg, **cfg.get("text_config", {})}
+        vc = cfg.get("vision_config") or {}
+        vision = VisionTower(
+            depth=_require(vc, "depth"), embed_dim=_require(vc, "embed_dim"),
+            num_heads=_require(vc, "num_heads"), mlp_ratio=int(vc.get("mlp_ratio", 4)),
+            patch_size=_require(vc, "patch_size", "spatial_patch_size"),
+            temporal_patch_size=int(vc.get("temporal_patch_size", 2)),
+            in_channels=int(vc.get("in_chans", vc.get("in_channels", 3))),
+            spatial_merge_size=int(vc.get("spatial_merge_size", 2)),
+            out_hidden_size=int(vc.get("hidden_size", _require(text_cfg, "hidden_size"))),
+        )
+    if family is Family.GPT2:
+        hidden = _require(cfg, "n_embd")
+        return Architecture(
+            family=family, num_layers=_require(cfg, "n_layer"), hidden_size=hidden,
+            intermediate_size=cfg.get("n_inner") or 4 * hidden,
+            num_attention_heads=_require(cfg, "n_head"), num_key_value_heads=_require(cfg, "n_head"),
+            vocab_size=_require(cfg, "vocab_size"), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+            max_position_embeddings=_require(cfg, "n_positions"),
+        )
+    heads = _require(text_cfg, "num_attention_heads")
+    tie_default = family in (Family.GEMMA, Family.GEMMA2)
+    return Architecture(
+        family=family,
+        num_layers=_require(text_cfg, "num_hidden_layers"),
+        hidden_size=_require(text_cfg, "hidden_size"),
+        intermediate_size=_require(text_cfg, "intermediate_size"),
+        num_attention_heads=heads,
+        num_key_value_heads=int(text_cfg.get("num_key_value_heads") or heads),
+        head_dim=int(text_cfg.get("head_dim") or 0),
+        vocab_size=_require(text_cfg, "vocab_size"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", text_cfg.get("tie_word_embeddings", tie_default))),
+        attention_bias=bool(text_cfg.get("attention_bias", False)),
+        mlp_bias=bool(text_cfg.get("mlp_bias", False)),
+        num_experts=int(text_cfg.get("num_local_experts", 0) or 0),
+        experts_per_token=int(text_cfg.get("num_experts_per_tok", 0) or 0),
+        max_position_embeddings=int(text_cfg.get("max_position_embeddings", 0) or 0),
+        vision=vision,
+    )

@@ -1,0 +1,85 @@
+"""The catalog: GPU classes (with prices), provider flavors and models, looked up by name or alias."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from planner.data.flavors import FLAVORS
+from planner.data.gpus import GPUS
+from planner.data.models import ALIASES, MODELS
+from planner.data.prices import PRICES
+from planner.errors import UnknownNameError
+from planner.schema import Flavor, GpuSpec, ModelSpec
+
+
+def normalise_gpu_name(name: str) -> str:
+    """'NVIDIA GeForce RTX 4090' -> 'rtx-4090'; 'A100 80GB' -> 'a100-80gb'."""
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    key = re.sub(r"^(nvidia-|amd-)", "", key)
+    key = re.sub(r"^(geforce-|tesla-|instinct-)", "", key)
+    return re.sub(r"-+", "-", key)
+
+
+def _did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+    return f" Did you mean {', '.join(close)}?" if close else ""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: tuple[GpuSpec, ...]
+    flavors: tuple[Flavor, ...]
+    models: tuple[ModelSpec, ...]
+    model_aliases: dict[str, str]
+
+    def __post_init__(self) -> None:
+        gpu_index: dict[str, GpuSpec] = {}
+        for gpu in self.gpus:
+            for key in (gpu.name, *gpu.aliases):
+                gpu_index[normalise_gpu_name(key)] = gpu
+        object.__setattr__(self, "_gpu_index", gpu_index)
+        object.__setattr__(self, "_flavor_index", {f.name: f for f in self.flavors})
+        object.__setattr__(self, "_model_index", {m.name.lower(): m for m in self.models})
+
+    def gpu(self, name: str, field: str = "hardware.gpu") -> GpuSpec:
+        index: dict[str, GpuSpec] = self._gpu_index  # type: ignore[attr-defined]
+        found = index.get(normalise_gpu_name(name))
+        if found is None:
+            raise UnknownNameError(field, f"unknown GPU '{name}'.{_did_you_mean(normalise_gpu_name(name), list(index))} "
+                                       "Run 'tunefleet hardware' for the catalog.")
+        return found
+
+    def flavor(self, name: str, field: str = "hardware.flavor") -> Flavor:
+        index: dict[str, Flavor] = self._flavor_index  # type: ignore[attr-defined]
+        found = index.get(name.strip().lower())
+        if found is None:
+            raise UnknownNameError(field, f"unknown flavor '{name}'.{_did_you_mean(name, list(index))} "
+                                       "Run 'tunefleet hardware' for the catalog.")
+        return found
+
+    def model(self, name: str, field: str = "model.catalog_name") -> ModelSpec:
+        index: dict[str, ModelSpec] = self._model_index  # type: ignore[attr-defined]
+        canonical = {k.lower(): v for k, v in self.model_aliases.items()}.get(name.strip().lower(), name)
+        found = index.get(canonical.strip().lower())
+        if found is None:
+            names = [m.name for m in self.models] + list(self.model_aliases)
+            raise UnknownNameError(field, f"unknown model '{name}'.{_did_you_mean(name, names)} Pass the model's "
+                                       "config.json instead, or run 'tunefleet models' for the catalog.")
+        return found
+
+
+def _with_price(gpu: GpuSpec) -> GpuSpec:
+    price = PRICES.get(gpu.name)
+    if price is None:
+        return gpu
+    return replace(gpu, on_demand_hourly_usd=price.on_demand_hourly_usd, spot_hourly_usd=price.spot_hourly_usd,
+                   price_source=price.source)
+
+
+@lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    return Catalog(gpus=tuple(_with_price(g) for g in GPUS), flavors=FLAVORS, models=MODELS,
+                   model_aliases=dict(ALIASES))

@@ -1,0 +1,98 @@
+"""Every empirical constant of the memory and time models, defined once with unit and source.
+
+Values marked "initial" are engineering estimates awaiting calibration against GPU
+measurements (see benchmarks/accuracy.py); the others are exact facts of the software.
+"""
+
+from __future__ import annotations
+
+MiB = 1024**2
+GiB = 1024**3
+
+# --- Memory -------------------------------------------------------------------------------
+
+# CUDA context + cuBLAS/cuDNN workspaces a PyTorch process holds outside the caching allocator.
+# Initial: 500-700 MiB is what nvidia-smi shows for an idle torch 2.x process on Ampere/Hopper.
+CUDA_CONTEXT_BYTES = 600 * MiB
+
+# Reserved-but-unallocated memory of PyTorch's caching allocator, as a fraction of the peak
+# allocated bytes. Initial: the third-party rows in shared/calibration show reserved/allocated
+# of 1.12-1.20 (fms-acceleration A100 runs).
+ALLOCATOR_OVERHEAD_FRACTION = 0.12
+
+# bitsandbytes NF4: 4 bits per weight plus one absmax per 64-weight block; fp32 absmax without
+# double quantisation, 8-bit absmax plus an fp32 constant per 256 blocks with it (Dettmers 2023).
+NF4_BLOCK_SIZE = 64
+NF4_DOUBLE_QUANT_BLOCK = 256
+# LLM.int8: one int8 per weight plus an fp32 scale per output row (Dettmers 2022).
+INT8_BYTES_PER_PARAM = 1
+
+# Optimizer state bytes per trainable parameter (torch.optim.AdamW: exp_avg + exp_avg_sq in fp32;
+# bitsandbytes 8-bit Adam: two uint8 states, block-wise quantised; SGD with momentum: one fp32 buffer).
+ADAMW_STATE_BYTES = 8
+ADAMW_8BIT_STATE_BYTES = 2
+SGD_STATE_BYTES = 4
+# fp32 master weights and the fp32 gradient partition DeepSpeed's mixed-precision optimizers
+# keep for the step (deepspeed.runtime.zero.stage_1_and_2, bf16_optimizer).
+FP32_MASTER_BYTES = 4
+FP32_GRAD_COPY_BYTES = 4
+
+# DeepSpeed communication buckets tunefleet writes into every generated config (elements).
+REDUCE_BUCKET_ELEMENTS = 50_000_000
+ALLGATHER_BUCKET_ELEMENTS = 50_000_000
+STAGE3_PREFETCH_BUCKET_ELEMENTS = 50_000_000
+STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
+
+# Logits/loss: bf16 logits (kept in the model output), their fp32 upcast, log_softmax's saved
+# fp32 output and its fp32 gradient alive together at the start of backward (transformers
+# ForCausalLMLoss upcasts logits with .float()). Bytes per token per vocab entry beyond the
+# logits' own dtype.
+LOGITS_FP32_COPIES = 3
+# Chunked / fused cross-entropy processes this many tokens' logits at a time (Liger default order).
+CHUNKED_LOSS_TOKENS = 1024
+
+# Host memory of one training rank: Python, torch, CUDA libraries, tokenizer and data loader.
+# Initial: 2.5-3.5 GiB RSS per rank seen for torch 2.x + transformers training processes.
+HOST_PROCESS_BYTES_PER_RANK = 3 * GiB
+# from_pretrained streams safetensors shards; peak host copy is about one shard per rank.
+# Hugging Face Hub default max_shard_size is 5 GB (transformers save_pretrained).
+HOST_LOADING_SHARD_BYTES = 5 * 10**9
+# DeepSpeed CPU offload keeps fp32 master, both Adam moments and an fp32 gradient in pinned RAM.
+HOST_OFFLOAD_OPTIMIZER_BYTES_PER_PARAM = 16
+
+# --- Time ---------------------------------------------------------------------------------
+
+# Model FLOP/s utilisation for dense bf16/fp16 transformer training on one GPU with a large
+# micro-batch, by architecture. Initial: public MFU reports for HF/DeepSpeed fine-tuning
+# (about 35-50 % on A100/H100); calibrated by benchmarks/accuracy.py.
+BASE_MFU_BY_ARCHITECTURE = {
+    "pascal": 0.30,
+    "volta": 0.35,
+    "turing": 0.30,
+    "ampere": 0.45,
+    "ada": 0.40,
+    "hopper": 0.40,
+    "blackwell": 0.35,
+    "cdna3": 0.30,
+}
+# Tokens per micro-batch at which utilisation reaches half its asymptote (small batches
+# under-fill the GPU). Initial.
+MFU_HALF_SATURATION_TOKENS = 512
+# Throughput penalty of dequantising base weights every matmul (bitsandbytes NF4 / int8).
+# Initial, from the fms-acceleration A100 rows: QLoRA ran at 0.87 of LoRA's tokens/s.
+QUANTISED_MFU_FACTOR = {"qlora": 0.85, "lora-8bit": 0.6}
+# Share of collective communication hidden behind compute (DeepSpeed overlap_comm). Initial.
+COMMUNICATION_OVERLAP_FRACTION = 0.5
+# Effective host<->GPU bandwidth for DeepSpeed offload over PCIe with pinned memory. Initial.
+OFFLOAD_PCIE_BYTES_PER_S = 20e9
+# DeepSpeed CPUAdam parameter updates per second per node. Initial: ~1 s per billion
+# parameters on a 32-core host (DeepSpeed ZeRO-Offload paper, Ren et al. 2021, fig. 7).
+CPU_ADAM_PARAMS_PER_S = 1.0e9
+# Inter-node bandwidth per GPU when the request gives none: 200 Gb/s per node NIC shared by 8.
+DEFAULT_INTER_NODE_BYTES_PER_S = 25e9 / 8
+# Model loading, process start and first-step compilation, once per job. Initial.
+STARTUP_S = 180.0
+# Duration range around the expected value: utilisation is the least certain input.
+DURATION_LOW_FACTOR = 0.8
+DURATION_HIGH_FACTOR = 1.3

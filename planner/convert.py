@@ -1,0 +1,332 @@
+"""Protobuf <-> domain conversion for the planner. Defaults are filled here, once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
+
+from planner.architecture import architecture_from_config, parameter_counts
+from planner.catalog import Catalog
+from planner.errors import InvalidFieldError, UnsupportedError
+from planner.estimate import Estimate
+from planner.fit import FitResult
+from planner.schema import (
+    Architecture,
+    Attention,
+    Family,
+    Flavor,
+    GpuSpec,
+    Hardware,
+    Interconnect,
+    LoraSpec,
+    Loss,
+    Method,
+    ModelSpec,
+    Objective,
+    Offload,
+    Optimizer,
+    Precision,
+    TrainingSpec,
+    VisionTower,
+    Workload,
+)
+from planner.search import Constraints, RankBy, Recommendation, Rejected
+
+DEFAULT_SEQUENCE_LENGTH = 2048
+DEFAULT_LORA = LoraSpec()
+
+FAMILY = {Family.LLAMA: model_pb2.MODEL_FAMILY_LLAMA, Family.MISTRAL: model_pb2.MODEL_FAMILY_MISTRAL,
+          Family.MIXTRAL: model_pb2.MODEL_FAMILY_MIXTRAL, Family.QWEN2: model_pb2.MODEL_FAMILY_QWEN2,
+          Family.QWEN2_VL: model_pb2.MODEL_FAMILY_QWEN2_VL, Family.GEMMA: model_pb2.MODEL_FAMILY_GEMMA,
+          Family.GEMMA2: model_pb2.MODEL_FAMILY_GEMMA2, Family.PHI3: model_pb2.MODEL_FAMILY_PHI3,
+          Family.GPT2: model_pb2.MODEL_FAMILY_GPT2}
+METHOD = {Method.FULL: training_pb2.METHOD_FULL, Method.LORA: training_pb2.METHOD_LORA,
+          Method.QLORA: training_pb2.METHOD_QLORA, Method.LORA_8BIT: training_pb2.METHOD_LORA_8BIT,
+          Method.FREEZE: training_pb2.METHOD_FREEZE}
+PRECISION = {Precision.FP32: training_pb2.PRECISION_FP32, Precision.FP16: training_pb2.PRECISION_FP16,
+             Precision.BF16: training_pb2.PRECISION_BF16, Precision.BF16_PURE: training_pb2.PRECISION_BF16_PURE}
+OPTIMIZER = {Optimizer.ADAMW: training_pb2.OPTIMIZER_ADAMW, Optimizer.ADAMW_8BIT: training_pb2.OPTIMIZER_ADAMW_8BIT,
+             Optimizer.PAGED_ADAMW_8BIT: training_pb2.OPTIMIZER_PAGED_ADAMW_8BIT,
+             Optimizer.SGD: training_pb2.OPTIMIZER_SGD}
+OFFLOAD = {Offload.NONE: training_pb2.OFFLOAD_NONE, Offload.OPTIMIZER: training_pb2.OFFLOAD_OPTIMIZER,
+           Offload.ALL: training_pb2.OFFLOAD_ALL}
+ATTENTION = {Attention.EAGER: training_pb2.ATTENTION_EAGER, Attention.SDPA: training_pb2.ATTENTION_SDPA,
+             Attention.FLASH: training_pb2.ATTENTION_FLASH}
+LOSS = {Loss.STANDARD: training_pb2.LOSS_STANDARD, Loss.CHUNKED: training_pb2.LOSS_CHUNKED}
+OBJECTIVE = {Objective.SFT: training_pb2.OBJECTIVE_SFT, Objective.DPO: training_pb2.OBJECTIVE_DPO}
+INTERCONNECT = {Interconnect.PCIE: hardware_pb2.INTERCONNECT_PCIE, Interconnect.NVLINK: hardware_pb2.INTERCONNECT_NVLINK,
+                Interconnect.INFINITY_FABRIC: hardware_pb2.INTERCONNECT_INFINITY_FABRIC}
+RANK_BY = {RankBy.COST: planner_pb2.RANK_BY_COST, RankBy.TIME: planner_pb2.RANK_BY_TIME,
+           RankBy.PARETO: planner_pb2.RANK_BY_PARETO}
+REJECTED = {Rejected.DOES_NOT_FIT: planner_pb2.REJECTION_REASON_DOES_NOT_FIT,
+            Rejected.HOST_MEMORY: planner_pb2.REJECTION_REASON_HOST_MEMORY,
+            Rejected.OVER_BUDGET: planner_pb2.REJECTION_REASON_OVER_BUDGET,
+            Rejected.OVER_DEADLINE: planner_pb2.REJECTION_REASON_OVER_DEADLINE,
+            Rejected.NO_PRICE: planner_pb2.REJECTION_REASON_NO_PRICE,
+            Rejected.UNSUPPORTED: planner_pb2.REJECTION_REASON_UNSUPPORTED,
+            Rejected.DOMINATED: planner_pb2.REJECTION_REASON_DOMINATED}
+
+
+def _from_proto(table: dict, value: int, default: object, field: str) -> object:  # type: ignore[type-arg]
+    if value == 0:
+        return default
+    for domain, proto in table.items():
+        if proto == value:
+            return domain
+    raise InvalidFieldError(field, f"unknown enum value {value}")
+
+
+# --- Model ------------------------------------------------------------------------------------
+
+def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
+    family = _from_proto(FAMILY, p.family, None, "model.architecture.family")
+    if family is None:
+        raise InvalidFieldError("model.architecture.family", "set the model family (llama, qwen2, ...)")
+    vision = None
+    if p.HasField("vision"):
+        v = p.vision
+        vision = VisionTower(v.depth, v.embed_dim, v.num_heads, v.mlp_ratio, v.patch_size, v.temporal_patch_size,
+                             v.in_channels, v.spatial_merge_size, v.out_hidden_size)
+    return Architecture(
+        family=family, num_layers=p.num_layers, hidden_size=p.hidden_size,  # type: ignore[arg-type]
+        intermediate_size=p.intermediate_size, num_attention_heads=p.num_attention_heads,
+        num_key_value_heads=p.num_key_value_heads or p.num_attention_heads, vocab_size=p.vocab_size,
+        head_dim=p.head_dim, tie_word_embeddings=p.tie_word_embeddings, attention_bias=p.attention_bias,
+        mlp_bias=p.mlp_bias, num_experts=p.num_experts, experts_per_token=p.experts_per_token,
+        max_position_embeddings=p.max_position_embeddings, vision=vision,
+    )
+
+
+def model_from_proto(p: model_pb2.ModelRef, catalog: Catalog) -> ModelSpec:
+    source = p.WhichOneof("source")
+    if source == "catalog_name":
+        spec = catalog.model(p.catalog_name)
+        return ModelSpec(spec.name, spec.architecture, p.weights or spec.weights, spec.source)
+    if source == "architecture":
+        return ModelSpec("custom", _architecture_from_proto(p.architecture), p.weights, "inline architecture")
+    if source == "config_json":
+        return ModelSpec(p.weights or "config.json", architecture_from_config(p.config_json), p.weights, "config.json")
+    raise InvalidFieldError("model", "set one of catalog_name, architecture or config_json")
+
+
+def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
+    p = model_pb2.Architecture(
+        family=FAMILY[a.family], num_layers=a.num_layers, hidden_size=a.hidden_size,
+        intermediate_size=a.intermediate_size, num_attention_heads=a.num_attention_heads,
+        num_key_value_heads=a.num_key_value_heads, head_dim=a.head_dim, vocab_size=a.vocab_size,
+        tie_word_embeddings=a.tie_word_embeddings, attention_bias=a.attention_bias, mlp_bias=a.mlp_bias,
+        num_experts=a.num_experts, experts_per_token=a.experts_per_token,
+        max_position_embeddings=a.max_position_embeddings)
+    if a.vision:
+        v = a.vision
+        p.vision.CopyFrom(model_pb2.VisionTower(
+            depth=v.depth, embed_dim=v.embed_dim, num_heads=v.num_heads, mlp_ratio=v.mlp_ratio,
+            patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size, in_channels=v.in_channels,
+            spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size))
+    return p
+
+
+def model_info_to_proto(m: ModelSpec) -> model_pb2.ModelInfo:
+    counts = parameter_counts(m.architecture)
+    return model_pb2.ModelInfo(name=m.name, architecture=architecture_to_proto(m.architecture),
+                               parameter_count=counts.total, active_parameter_count=counts.active,
+                               vision_parameter_count=counts.vision, source=m.source)
+
+
+# --- Training ---------------------------------------------------------------------------------
+
+def training_from_proto(p: training_pb2.TrainingSpec, world_size: int) -> TrainingSpec:
+    method: Method = _from_proto(METHOD, p.method, Method.LORA, "training.method")  # type: ignore[assignment]
+    lora = DEFAULT_LORA
+    if p.HasField("lora"):
+        lora = LoraSpec(
+            rank=p.lora.rank or DEFAULT_LORA.rank, alpha=p.lora.alpha or DEFAULT_LORA.alpha,
+            dropout=p.lora.dropout, target_modules=tuple(p.lora.target_modules) or DEFAULT_LORA.target_modules)
+    for name in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps"):
+        if getattr(p, name) < 0:
+            raise InvalidFieldError(f"training.{name}", "must not be negative")
+    zero_stage = p.zero_stage if p.HasField("zero_stage") else (0 if world_size == 1 else 2)
+    offload: Offload = _from_proto(OFFLOAD, p.offload, Offload.NONE, "training.offload")  # type: ignore[assignment]
+    return TrainingSpec(
+        method=method,
+        micro_batch_size=p.micro_batch_size or 1,
+        sequence_length=p.sequence_length or DEFAULT_SEQUENCE_LENGTH,
+        gradient_accumulation_steps=p.gradient_accumulation_steps or 1,
+        precision=_from_proto(PRECISION, p.precision, Precision.BF16, "training.precision"),  # type: ignore[arg-type]
+        optimizer=_from_proto(OPTIMIZER, p.optimizer, Optimizer.ADAMW, "training.optimizer"),  # type: ignore[arg-type]
+        zero_stage=zero_stage, offload=offload,
+        gradient_checkpointing=p.gradient_checkpointing if p.HasField("gradient_checkpointing") else True,
+        attention=_from_proto(ATTENTION, p.attention, Attention.SDPA, "training.attention"),  # type: ignore[arg-type]
+        loss=_from_proto(LOSS, p.loss, Loss.STANDARD, "training.loss"),  # type: ignore[arg-type]
+        lora=lora, double_quant=p.double_quant if p.HasField("double_quant") else True,
+        objective=_from_proto(OBJECTIVE, p.objective, Objective.SFT, "training.objective"),  # type: ignore[arg-type]
+        dpo_reference_model=p.dpo_reference_model, train_vision_tower=p.train_vision_tower,
+        image_tokens=p.image_tokens, freeze_trainable_layers=p.freeze_trainable_layers,
+    )
+
+
+def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
+    a = m.architecture
+    if t.method.uses_adapters and t.lora.rank > a.hidden_size:
+        raise InvalidFieldError("training.lora.rank",
+                                f"rank {t.lora.rank} is larger than the hidden size {a.hidden_size}; "
+                                "a LoRA rank above the layer width adds nothing — use 8 to 64")
+    if t.method is Method.FREEZE and t.freeze_trainable_layers > a.num_layers:
+        raise InvalidFieldError("training.freeze_trainable_layers",
+                                f"the model has {a.num_layers} layers, asked to train {t.freeze_trainable_layers}")
+    if (t.image_tokens or t.train_vision_tower) and a.vision is None:
+        raise InvalidFieldError("training.image_tokens", f"{m.name} has no vision tower")
+
+
+def training_to_proto(t: TrainingSpec) -> training_pb2.TrainingSpec:
+    return training_pb2.TrainingSpec(
+        method=METHOD[t.method], precision=PRECISION[t.precision], optimizer=OPTIMIZER[t.optimizer],
+        zero_stage=t.zero_stage, offload=OFFLOAD[t.offload], gradient_checkpointing=t.gradient_checkpointing,
+        attention=ATTENTION[t.attention], loss=LOSS[t.loss], micro_batch_size=t.micro_batch_size,
+        sequence_length=t.sequence_length, gradient_accumulation_steps=t.gradient_accumulation_steps,
+        objective=OBJECTIVE[t.objective], dpo_reference_model=t.dpo_reference_model,
+        train_vision_tower=t.train_vision_tower, image_tokens=t.image_tokens,
+        freeze_trainable_layers=t.freeze_trainable_layers, double_quant=t.double_quant,
+        lora=training_pb2.LoraSpec(rank=t.lora.rank, alpha=t.lora.alpha, dropout=t.lora.dropout,
+                                   target_modules=list(t.lora.target_modules)))
+
+
+def workload_from_proto(p: training_pb2.WorkloadSpec) -> Workload:
+    return Workload(dataset_tokens=p.dataset_tokens, epochs=p.epochs or 1.0, max_steps=p.max_steps)
+
+
+# --- Hardware ---------------------------------------------------------------------------------
+
+def _flavor_hardware(p: hardware_pb2.HardwareSpec, catalog: Catalog) -> tuple[GpuSpec, Flavor]:
+    flavor = catalog.flavor(p.flavor)
+    if flavor.accelerator != "gpu":
+        raise UnsupportedError("hardware.flavor",
+                               f"'{flavor.name}' has no GPU ({flavor.accelerator.upper()}): tunefleet plans "
+                               "DeepSpeed training on CUDA/ROCm GPUs; choose a GPU flavor such as a10g-large")
+    return catalog.gpu(flavor.gpu), flavor
+
+
+def hardware_from_proto(p: hardware_pb2.HardwareSpec, catalog: Catalog) -> Hardware:
+    if not p.gpu and not p.flavor:
+        raise InvalidFieldError("hardware.gpu", "name a GPU class (e.g. a100-80gb) or a flavor (e.g. a10g-large)")
+    flavor = None
+    if p.flavor:
+        gpu, flavor = _flavor_hardware(p, catalog)
+        if p.gpu and catalog.gpu(p.gpu).name != gpu.name:
+            raise InvalidFieldError("hardware.gpu", f"flavor {flavor.name} carries {gpu.name}, not {p.gpu}")
+    else:
+        gpu = catalog.gpu(p.gpu)
+    for name in ("gpu_memory_bytes", "host_memory_bytes", "hourly_usd_per_gpu", "interconnect_bandwidth_bytes_per_s",
+                 "inter_node_bandwidth_bytes_per_s"):
+        if p.HasField(name) and getattr(p, name) <= 0:
+            raise InvalidFieldError(f"hardware.{name}", f"must be greater than 0, got {getattr(p, name)}")
+    if p.HasField("gpu_memory_bytes"):
+        gpu = replace(gpu, memory_bytes=p.gpu_memory_bytes)
+    if p.HasField("interconnect_bandwidth_bytes_per_s") or p.interconnect:
+        gpu = replace(gpu, interconnect=_from_proto(INTERCONNECT, p.interconnect, gpu.interconnect,  # type: ignore
+                                                     "hardware.interconnect"),
+                       interconnect_bandwidth_bytes_per_s=p.interconnect_bandwidth_bytes_per_s
+                       if p.HasField("interconnect_bandwidth_bytes_per_s") else gpu.interconnect_bandwidth_bytes_per_s)
+    gpus_per_node = p.gpus_per_node or (flavor.gpu_count if flavor else 1)
+    if flavor and p.gpus_per_node and p.gpus_per_node != flavor.gpu_count:
+        raise InvalidFieldError("hardware.gpus_per_node", f"flavor {flavor.name} has {flavor.gpu_count} GPUs")
+    if p.HasField("hourly_usd_per_gpu"):
+        price = p.hourly_usd_per_gpu
+    elif flavor:
+        price = flavor.hourly_usd / flavor.gpu_count
+    else:
+        price = gpu.spot_hourly_usd if p.spot and gpu.spot_hourly_usd else gpu.on_demand_hourly_usd
+    host = p.host_memory_bytes if p.HasField("host_memory_bytes") else (
+        flavor.host_memory_bytes if flavor else gpu.host_memory_per_gpu_bytes * gpus_per_node)
+    return Hardware(gpu=gpu, gpus_per_node=gpus_per_node, nodes=p.nodes or 1, host_memory_bytes=host,
+                    hourly_usd_per_gpu=price, spot=p.spot, provider=p.provider or (flavor.provider if flavor else ""),
+                    flavor=flavor.name if flavor else "",
+                    inter_node_bandwidth_bytes_per_s=p.inter_node_bandwidth_bytes_per_s)
+
+
+def gpu_to_proto(g: GpuSpec) -> hardware_pb2.GpuSpec:
+    return hardware_pb2.GpuSpec(
+        name=g.name, display_name=g.display_name, vendor=g.vendor, architecture=g.architecture,
+        memory_bytes=g.memory_bytes, bf16_flops_per_s=g.bf16_flops_per_s, fp16_flops_per_s=g.fp16_flops_per_s,
+        fp32_flops_per_s=g.fp32_flops_per_s, memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s,
+        interconnect=INTERCONNECT[g.interconnect], interconnect_bandwidth_bytes_per_s=g.interconnect_bandwidth_bytes_per_s,
+        supports_bf16=g.supports_bf16, on_demand_hourly_usd=g.on_demand_hourly_usd, spot_hourly_usd=g.spot_hourly_usd,
+        spec_source=g.spec_source, price_source=g.price_source, aliases=list(g.aliases))
+
+
+def flavor_to_proto(f: Flavor) -> hardware_pb2.Flavor:
+    return hardware_pb2.Flavor(name=f.name, provider=f.provider, gpu=f.gpu, gpu_count=f.gpu_count,
+                               host_memory_bytes=f.host_memory_bytes, vcpus=f.vcpus, hourly_usd=f.hourly_usd,
+                               price_source=f.price_source)
+
+
+def hardware_to_proto(hw: Hardware) -> hardware_pb2.HardwareSpec:
+    return hardware_pb2.HardwareSpec(gpu=hw.gpu.name, flavor=hw.flavor, gpus_per_node=hw.gpus_per_node, nodes=hw.nodes,
+                                     host_memory_bytes=hw.host_memory_bytes, hourly_usd_per_gpu=hw.hourly_usd_per_gpu,
+                                     spot=hw.spot, provider=hw.provider)
+
+
+# --- Results ----------------------------------------------------------------------------------
+
+def fit_to_proto(r: FitResult) -> plan_pb2.FitResult:
+    g, h = r.per_gpu, r.host
+    hw = r.hardware
+    return plan_pb2.FitResult(
+        fits=r.fits, capacity_bytes=r.capacity_bytes, headroom_bytes=r.headroom_bytes,
+        max_micro_batch=r.max_micro_batch, trainable_parameter_count=r.trainable_parameters,
+        per_gpu=plan_pb2.MemoryBreakdown(
+            weights_bytes=g.weights_bytes, adapter_bytes=g.adapter_bytes, gradients_bytes=g.gradients_bytes,
+            optimizer_bytes=g.optimizer_bytes, activations_bytes=g.activations_bytes, logits_bytes=g.logits_bytes,
+            deepspeed_buffers_bytes=g.deepspeed_buffers_bytes, cuda_context_bytes=g.cuda_context_bytes,
+            allocator_bytes=g.allocator_bytes, overhead_bytes=g.overhead_bytes, total_bytes=g.total_bytes),
+        host=plan_pb2.HostMemory(
+            offloaded_optimizer_bytes=h.offloaded_optimizer_bytes, offloaded_parameters_bytes=h.offloaded_parameters_bytes,
+            model_loading_bytes=h.model_loading_bytes, process_bytes=h.process_bytes, total_bytes=h.total_bytes,
+            capacity_bytes=h.capacity_bytes, fits=h.fits),
+        suggestions=[plan_pb2.Suggestion(change=s.change, reason=s.reason, per_gpu_total_bytes=s.per_gpu_total_bytes,
+                                         fits=s.fits) for s in r.suggestions],
+        notes=list(r.notes), model=model_info_to_proto(r.model),
+        hardware=plan_pb2.ResolvedHardware(
+            gpu=gpu_to_proto(hw.gpu), gpus_per_node=hw.gpus_per_node, nodes=hw.nodes,
+            host_memory_bytes=hw.host_memory_bytes, hourly_usd_per_gpu=hw.hourly_usd_per_gpu, spot=hw.spot,
+            provider=hw.provider, flavor=hw.flavor, inter_node_bandwidth_bytes_per_s=hw.inter_node_bandwidth_bytes_per_s),
+        training=training_to_proto(r.training))
+
+
+def estimate_to_proto(e: Estimate) -> plan_pb2.TimeEstimate:
+    s = e.step
+    return plan_pb2.TimeEstimate(
+        flops_per_token=s.flops_per_token, model_flops_utilization=s.model_flops_utilization,
+        compute_time_per_step_s=s.compute_s, communication_time_per_step_s=s.communication_s,
+        offload_time_per_step_s=s.offload_s, step_time_s=s.step_s, tokens_per_s=s.tokens_per_s,
+        total_steps=e.total_steps, total_tokens=e.total_tokens, duration_s_low=e.duration_s_low,
+        duration_s=e.duration_s, duration_s_high=e.duration_s_high, gpu_hours=e.gpu_hours,
+        cost_usd_low=e.cost_usd_low, cost_usd=e.cost_usd, cost_usd_high=e.cost_usd_high, hourly_usd=e.hourly_usd)
+
+
+def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Constraints:
+    for i, name in enumerate(p.allowed_gpus):
+        catalog.gpu(name, f"constraints.allowed_gpus[{i}]")
+    if p.HasField("max_cost_usd") and p.max_cost_usd <= 0:
+        raise InvalidFieldError("constraints.max_cost_usd", "must be greater than 0")
+    if p.HasField("max_duration_s") and p.max_duration_s <= 0:
+        raise InvalidFieldError("constraints.max_duration_s", "must be greater than 0")
+    methods = tuple(_from_proto(METHOD, m, None, "constraints.allowed_methods") for m in p.allowed_methods)
+    return Constraints(
+        max_cost_usd=p.max_cost_usd if p.HasField("max_cost_usd") else None,
+        max_duration_s=p.max_duration_s if p.HasField("max_duration_s") else None,
+        allowed_gpus=tuple(p.allowed_gpus), allowed_providers=tuple(p.allowed_providers), max_gpus=p.max_gpus or 8,
+        allow_spot=p.allow_spot, allowed_methods=methods,  # type: ignore[arg-type]
+        rank_by=_from_proto(RANK_BY, p.rank_by, RankBy.COST, "constraints.rank_by"))  # type: ignore[arg-type]
+
+
+def recommendation_to_proto(r: Recommendation) -> planner_pb2.RecommendResponse:
+    return planner_pb2.RecommendResponse(
+        candidates=[planner_pb2.Candidate(hardware=hardware_to_proto(c.fit.hardware),
+                                          training=training_to_proto(c.fit.training), fit=fit_to_proto(c.fit),
+                                          estimate=estimate_to_proto(c.estimate), pareto_optimal=c.pareto_optimal)
+                    for c in r.candidates],
+        rejections=[planner_pb2.Rejection(gpu=x.gpu, gpu_count=x.gpu_count, reason=REJECTED[x.reason], detail=x.detail)
+                    for x in r.rejections],
+        evaluated_count=r.evaluated)

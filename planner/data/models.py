@@ -1,0 +1,98 @@
+"""Popular models by Hugging Face name, with the exact shapes of their config.json files.
+
+Source for every row: the model's config.json on the Hugging Face Hub (read 2026-11). Instruct /
+chat variants share their base model's shape and are listed as aliases.
+"""
+
+from __future__ import annotations
+
+from planner.schema import Architecture, Family, ModelSpec, VisionTower
+
+F = Family
+
+
+def _m(name: str, family: Family, layers: int, hidden: int, inter: int, heads: int, kv: int, vocab: int,
+       tie: bool = False, head_dim: int = 0, experts: int = 0, top_k: int = 0, positions: int = 0,
+       vision: VisionTower | None = None) -> ModelSpec:
+    arch = Architecture(family=family, num_layers=layers, hidden_size=hidden, intermediate_size=inter,
+                        num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
+                        tie_word_embeddings=tie, head_dim=head_dim, num_experts=experts,
+                        experts_per_token=top_k, max_position_embeddings=positions, vision=vision)
+    return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
+
+
+def _qwen2_vl_vision(out_hidden: int) -> VisionTower:
+    return VisionTower(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4, patch_size=14,
+                       temporal_patch_size=2, in_channels=3, spatial_merge_size=2, out_hidden_size=out_hidden)
+
+
+MODELS: tuple[ModelSpec, ...] = (
+    _m("meta-llama/Llama-2-7b-hf", F.LLAMA, 32, 4096, 11008, 32, 32, 32000),
+    _m("meta-llama/Llama-2-13b-hf", F.LLAMA, 40, 5120, 13824, 40, 40, 32000),
+    _m("meta-llama/Llama-2-70b-hf", F.LLAMA, 80, 8192, 28672, 64, 8, 32000),
+    _m("meta-llama/Meta-Llama-3-8B", F.LLAMA, 32, 4096, 14336, 32, 8, 128256),
+    _m("meta-llama/Meta-Llama-3-70B", F.LLAMA, 80, 8192, 28672, 64, 8, 128256),
+    _m("meta-llama/Llama-3.1-8B", F.LLAMA, 32, 4096, 14336, 32, 8, 128256),
+    _m("meta-llama/Llama-3.1-70B", F.LLAMA, 80, 8192, 28672, 64, 8, 128256),
+    _m("meta-llama/Llama-3.1-405B", F.LLAMA, 126, 16384, 53248, 128, 8, 128256),
+    _m("meta-llama/Llama-3.2-1B", F.LLAMA, 16, 2048, 8192, 32, 8, 128256, tie=True, head_dim=64),
+    _m("meta-llama/Llama-3.2-3B", F.LLAMA, 28, 3072, 8192, 24, 8, 128256, tie=True, head_dim=128),
+    _m("meta-llama/Llama-3.3-70B-Instruct", F.LLAMA, 80, 8192, 28672, 64, 8, 128256),
+    _m("TinyLlama/TinyLlama-1.1B-Chat-v1.0", F.LLAMA, 22, 2048, 5632, 32, 4, 32000),
+    _m("mistralai/Mistral-7B-v0.1", F.MISTRAL, 32, 4096, 14336, 32, 8, 32000),
+    _m("mistralai/Mistral-7B-v0.3", F.MISTRAL, 32, 4096, 14336, 32, 8, 32768),
+    _m("mistralai/Mixtral-8x7B-v0.1", F.MIXTRAL, 32, 4096, 14336, 32, 8, 32000, experts=8, top_k=2),
+    _m("Qwen/Qwen2-0.5B", F.QWEN2, 24, 896, 4864, 14, 2, 151936, tie=True),
+    _m("Qwen/Qwen2-1.5B", F.QWEN2, 28, 1536, 8960, 12, 2, 151936, tie=True),
+    _m("Qwen/Qwen2-7B", F.QWEN2, 28, 3584, 18944, 28, 4, 152064),
+    _m("Qwen/Qwen2-72B", F.QWEN2, 80, 8192, 29568, 64, 8, 152064),
+    _m("Qwen/Qwen2.5-0.5B", F.QWEN2, 24, 896, 4864, 14, 2, 151936, tie=True),
+    _m("Qwen/Qwen2.5-1.5B", F.QWEN2, 28, 1536, 8960, 12, 2, 151936, tie=True),
+    _m("Qwen/Qwen2.5-3B", F.QWEN2, 36, 2048, 11008, 16, 2, 151936, tie=True),
+    _m("Qwen/Qwen2.5-7B", F.QWEN2, 28, 3584, 18944, 28, 4, 152064),
+    _m("Qwen/Qwen2.5-14B", F.QWEN2, 48, 5120, 13824, 40, 8, 152064),
+    _m("Qwen/Qwen2.5-32B", F.QWEN2, 64, 5120, 27648, 40, 8, 152064),
+    _m("Qwen/Qwen2.5-72B", F.QWEN2, 80, 8192, 29568, 64, 8, 152064),
+    _m("Qwen/Qwen2-VL-2B-Instruct", F.QWEN2_VL, 28, 1536, 8960, 12, 2, 151936, tie=True,
+       vision=_qwen2_vl_vision(1536)),
+    _m("Qwen/Qwen2-VL-7B-Instruct", F.QWEN2_VL, 28, 3584, 18944, 28, 4, 152064, vision=_qwen2_vl_vision(3584)),
+    _m("google/gemma-2-2b", F.GEMMA2, 26, 2304, 9216, 8, 4, 256000, tie=True, head_dim=256),
+    _m("google/gemma-2-9b", F.GEMMA2, 42, 3584, 14336, 16, 8, 256000, tie=True, head_dim=256),
+    _m("google/gemma-2-27b", F.GEMMA2, 46, 4608, 36864, 32, 16, 256000, tie=True, head_dim=128),
+    _m("microsoft/Phi-3-mini-4k-instruct", F.PHI3, 32, 3072, 8192, 32, 32, 32064),
+    _m("microsoft/Phi-3-medium-4k-instruct", F.PHI3, 40, 5120, 17920, 40, 10, 32064),
+    _m("openai-community/gpt2", F.GPT2, 12, 768, 3072, 12, 12, 50257, tie=True, positions=1024),
+)
+
+# Other names people use for the same weights (instruct variants share the base shape).
+ALIASES: dict[str, str] = {
+    "meta-llama/Llama-2-7b-chat-hf": "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Llama-2-13b-chat-hf": "meta-llama/Llama-2-13b-hf",
+    "meta-llama/Llama-2-70b-chat-hf": "meta-llama/Llama-2-70b-hf",
+    "NousResearch/Llama-2-70b-hf": "meta-llama/Llama-2-70b-hf",
+    "meta-llama/Meta-Llama-3-8B-Instruct": "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Meta-Llama-3-70B-Instruct": "meta-llama/Meta-Llama-3-70B",
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Llama-3.1-70B",
+    "meta-llama/Llama-3.2-1B-Instruct": "meta-llama/Llama-3.2-1B",
+    "meta-llama/Llama-3.2-3B-Instruct": "meta-llama/Llama-3.2-3B",
+    "unsloth/Llama-3.2-3B-Instruct": "meta-llama/Llama-3.2-3B",
+    "mistralai/Mistral-7B-Instruct-v0.3": "mistralai/Mistral-7B-v0.3",
+    "mistralai/Mistral-7B-Instruct-v0.2": "mistralai/Mistral-7B-v0.1",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mistralai/Mixtral-8x7B-v0.1",
+    "Qwen/Qwen2.5-0.5B-Instruct": "Qwen/Qwen2.5-0.5B",
+    "Qwen/Qwen2.5-1.5B-Instruct": "Qwen/Qwen2.5-1.5B",
+    "Qwen/Qwen2.5-3B-Instruct": "Qwen/Qwen2.5-3B",
+    "Qwen/Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B",
+    "Qwen/Qwen2.5-14B-Instruct": "Qwen/Qwen2.5-14B",
+    "Qwen/Qwen2.5-32B-Instruct": "Qwen/Qwen2.5-32B",
+    "Qwen/Qwen2.5-72B-Instruct": "Qwen/Qwen2.5-72B",
+    "Qwen/Qwen2-7B-Instruct": "Qwen/Qwen2-7B",
+    "Qwen/Qwen2-VL-2B": "Qwen/Qwen2-VL-2B-Instruct",
+    "Qwen/Qwen2-VL-7B": "Qwen/Qwen2-VL-7B-Instruct",
+    "google/gemma-2-2b-it": "google/gemma-2-2b",
+    "google/gemma-2-9b-it": "google/gemma-2-9b",
+    "google/gemma-2-27b-it": "google/gemma-2-27b",
+    "gpt2": "openai-community/gpt2",
+}

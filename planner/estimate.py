@@ -1,0 +1,51 @@
+"""Estimate: wall time, GPU-hours and money for a whole job, as a range."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner import constants as k
+from planner.schema import Hardware, ModelSpec, TrainingSpec, Workload
+from planner.throughput import StepTime, step_time, total_steps
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step: StepTime
+    total_steps: int
+    total_tokens: int
+    duration_s: float
+    duration_s_low: float
+    duration_s_high: float
+    hourly_usd: float
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.duration_s / 3600 * self.gpus
+
+    gpus: int = 1
+
+    @property
+    def cost_usd(self) -> float:
+        return self.duration_s / 3600 * self.hourly_usd
+
+    @property
+    def cost_usd_low(self) -> float:
+        return self.duration_s_low / 3600 * self.hourly_usd
+
+    @property
+    def cost_usd_high(self) -> float:
+        return self.duration_s_high / 3600 * self.hourly_usd
+
+
+def estimate(model: ModelSpec, t: TrainingSpec, hw: Hardware, workload: Workload) -> Estimate:
+    step = step_time(model, t, hw)
+    steps = total_steps(step.tokens_per_step, workload.dataset_tokens, workload.epochs, workload.max_steps)
+    train_s = steps * step.step_s
+    expected = k.STARTUP_S + train_s
+    hourly = hw.hourly_usd_per_gpu * hw.world_size
+    return Estimate(
+        step=step, total_steps=steps, total_tokens=steps * step.tokens_per_step, duration_s=expected,
+        duration_s_low=k.STARTUP_S + train_s * k.DURATION_LOW_FACTOR,
+        duration_s_high=k.STARTUP_S + train_s * k.DURATION_HIGH_FACTOR, hourly_usd=hourly, gpus=hw.world_size,
+    )

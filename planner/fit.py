@@ -1,0 +1,139 @@
+"""Fit: does a configuration fit, the largest micro-batch that does, and what to change if not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.catalog import Catalog
+from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, parameter_split, per_gpu_memory
+from planner.schema import Hardware, Loss, Method, ModelSpec, Offload, TrainingSpec
+
+GiB = 1024**3
+MAX_MICRO_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    change: str
+    reason: str
+    per_gpu_total_bytes: int
+    fits: bool
+    training: TrainingSpec
+    hardware: Hardware
+
+
+@dataclass(frozen=True)
+class FitResult:
+    fits: bool
+    per_gpu: MemoryBreakdown
+    host: HostBreakdown
+    capacity_bytes: int
+    max_micro_batch: int
+    trainable_parameters: int
+    suggestions: tuple[Suggestion, ...]
+    notes: tuple[str, ...]
+    model: ModelSpec
+    training: TrainingSpec
+    hardware: Hardware
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.per_gpu.total_bytes
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def _fits(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> tuple[bool, MemoryBreakdown, HostBreakdown]:
+    gpu = per_gpu_memory(model, t, hw)
+    host = host_memory(model, t, hw)
+    return gpu.total_bytes <= hw.gpu.memory_bytes and host.fits, gpu, host
+
+
+def max_micro_batch(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> int:
+    """Largest micro-batch whose per-GPU peak fits. Peak memory is affine in the micro-batch."""
+    one = per_gpu_memory(model, replace(t, micro_batch_size=1), hw).total_bytes
+    if one > hw.gpu.memory_bytes:
+        return 0
+    two = per_gpu_memory(model, replace(t, micro_batch_size=2), hw).total_bytes
+    slope = max(two - one, 1)
+    best = min(MAX_MICRO_BATCH, 1 + (hw.gpu.memory_bytes - one) // slope)
+    while best > 1 and per_gpu_memory(model, replace(t, micro_batch_size=best), hw).total_bytes > hw.gpu.memory_bytes:
+        best -= 1
+    return int(best)
+
+
+def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
+              best_mb: int) -> list[tuple[str, str, TrainingSpec, Hardware]]:
+    out: list[tuple[str, str, TrainingSpec, Hardware]] = []
+    if 0 < best_mb < t.micro_batch_size:
+        accum = t.gradient_accumulation_steps * -(-t.micro_batch_size // best_mb)
+        out.append((f"micro-batch {best_mb} with gradient accumulation {accum}",
+                    "keeps the effective batch while fewer activations are alive at once",
+                    replace(t, micro_batch_size=best_mb, gradient_accumulation_steps=accum), hw))
+    if not t.gradient_checkpointing:
+        out.append(("enable gradient checkpointing", "keeps one activation per layer and recomputes the rest "
+                    "(about 30 % more compute)", replace(t, gradient_checkpointing=True), hw))
+    if t.loss is Loss.STANDARD:
+        out.append(("use a chunked cross-entropy loss", "never materialises the full fp32 logits",
+                    replace(t, loss=Loss.CHUNKED), hw))
+    if hw.world_size > 1:
+        for stage in range(t.zero_stage + 1, 4):
+            out.append((f"ZeRO stage {stage}", "partitions more model state across the GPUs",
+                        replace(t, zero_stage=stage), hw))
+    if t.offload is Offload.NONE:
+        stage = max(t.zero_stage, 2) if t.zero_stage < 3 else 3
+        out.append((f"ZeRO stage {stage} with optimizer offload to CPU", "moves optimizer states to host RAM "
+                    "(slower steps)", replace(t, zero_stage=stage, offload=Offload.OPTIMIZER), hw))
+    if t.offload is not Offload.ALL and t.method not in (Method.QLORA, Method.LORA_8BIT):
+        out.append(("ZeRO stage 3 with parameter and optimizer offload", "keeps only the working layers on the "
+                    "GPU (much slower steps)", replace(t, zero_stage=3, offload=Offload.ALL), hw))
+    if t.method in (Method.FULL, Method.FREEZE):
+        out.append(("LoRA instead of full fine-tuning", "trains adapters only: no full gradients or "
+                    "optimizer states", replace(t, method=Method.LORA), hw))
+    if t.method in (Method.LORA, Method.LORA_8BIT, Method.FULL):
+        out.append(("QLoRA (4-bit NF4 base weights)", "stores base weights in about 0.52 bytes each",
+                    replace(t, method=Method.QLORA, offload=Offload.NONE if t.offload is Offload.ALL else t.offload),
+                    hw))
+    for gpus in (2, 4, 8):
+        if gpus > hw.gpus_per_node:
+            out.append((f"{gpus} GPUs with ZeRO stage 3", "shards weights, gradients and optimizer states",
+                        replace(t, zero_stage=3), replace(hw, gpus_per_node=gpus)))
+    bigger = sorted((g for g in catalog.gpus if g.memory_bytes > hw.gpu.memory_bytes), key=lambda g: g.memory_bytes)
+    for gpu in bigger:
+        candidate = replace(hw, gpu=gpu, hourly_usd_per_gpu=gpu.on_demand_hourly_usd)
+        if per_gpu_memory(model, t, candidate).total_bytes <= gpu.memory_bytes:
+            out.append((f"a {gpu.display_name} ({gib(gpu.memory_bytes)})", "the smallest catalog GPU that holds "
+                        "this configuration as is", t, candidate))
+            break
+    return out
+
+
+def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
+                best_mb: int) -> tuple[Suggestion, ...]:
+    found: list[Suggestion] = []
+    for change, reason, t2, hw2 in _variants(model, t, hw, catalog, best_mb):
+        ok, gpu, _ = _fits(model, t2, hw2)
+        found.append(Suggestion(change, reason, gpu.total_bytes, ok, t2, hw2))
+    fitting = [s for s in found if s.fits]
+    return tuple(fitting) if fitting else tuple(sorted(found, key=lambda s: s.per_gpu_total_bytes)[:3])
+
+
+def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> FitResult:
+    ok, gpu, host = _fits(model, t, hw)
+    best = max_micro_batch(model, t, hw)
+    split = parameter_split(model.architecture, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
+    notes: list[str] = []
+    if gpu.total_bytes > hw.gpu.memory_bytes:
+        notes.append(f"micro-batch {t.micro_batch_size} needs {gib(gpu.total_bytes)} per GPU on a "
+                     f"{gib(hw.gpu.memory_bytes)} {hw.gpu.display_name}")
+    if not host.fits:
+        notes.append(f"host RAM: needs {gib(host.total_bytes)} per node, the node has {gib(host.capacity_bytes)}")
+    if not hw.gpu.supports_bf16 and t.precision.value.startswith("bf16"):
+        ok = False
+        notes.append(f"{hw.gpu.display_name} has no bf16 support: use --precision fp16")
+    if t.method is Method.QLORA and hw.gpu.vendor != "nvidia":
+        notes.append("bitsandbytes 4-bit kernels target NVIDIA GPUs; QLoRA support elsewhere is experimental")
+    found = suggestions(model, t, hw, catalog, best) if not ok else ()
+    return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw)

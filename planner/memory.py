@@ -1,0 +1,307 @@
+"""Per-GPU and host memory of a training step, term by term.
+
+The model follows what PyTorch, DeepSpeed and PEFT allocate: weights by storage dtype,
+adapters, gradients and optimizer states (partitioned by ZeRO stage), activations saved for
+backward (per decoder layer, plus the logits/loss term), DeepSpeed buckets, the CUDA context
+and the caching allocator's slack. Pure functions; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner import constants as k
+from planner.architecture import (
+    LinearLayer,
+    largest_layer_params,
+    lora_parameter_count,
+    lora_targets,
+    parameter_counts,
+)
+from planner.schema import (
+    Architecture,
+    Attention,
+    Family,
+    Hardware,
+    LoraSpec,
+    Loss,
+    Method,
+    ModelSpec,
+    Offload,
+    Optimizer,
+    Precision,
+    TrainingSpec,
+)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    weights_bytes: int
+    adapter_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    logits_bytes: int
+    deepspeed_buffers_bytes: int
+    cuda_context_bytes: int
+    allocator_bytes: int
+
+    @property
+    def overhead_bytes(self) -> int:
+        return self.deepspeed_buffers_bytes + self.cuda_context_bytes + self.allocator_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.weights_bytes + self.adapter_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.overhead_bytes)
+
+
+@dataclass(frozen=True)
+class HostBreakdown:
+    offloaded_optimizer_bytes: int
+    offloaded_parameters_bytes: int
+    model_loading_bytes: int
+    process_bytes: int
+    capacity_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.offloaded_optimizer_bytes + self.offloaded_parameters_bytes + self.model_loading_bytes
+                + self.process_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class ParameterSplit:
+    """Which parameters exist, which train, and how the base weights are stored."""
+
+    total: int
+    trainable: int
+    adapter: int
+    quantised: int
+    lora_layers: tuple[LinearLayer, ...]
+    trainable_decoder_layers: int
+    vision_trainable: bool
+
+
+def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
+    if method is Method.QLORA:
+        absmax = (1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)) if double_quant \
+            else 4 / k.NF4_BLOCK_SIZE
+        return 0.5 + absmax
+    return float(k.INT8_BYTES_PER_PARAM)
+
+
+@lru_cache(maxsize=4096)
+def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vision_tower: bool,
+                    freeze_trainable_layers: int) -> ParameterSplit:
+    counts = parameter_counts(arch)
+    vision_trainable = arch.vision is not None and train_vision_tower
+    linear_weights = sum(layer.count * layer.in_features * layer.out_features
+                         for layer in lora_targets(arch, ("all-linear",), "training.lora.target_modules"))
+    expert_weights = arch.num_layers * arch.num_experts * 3 * arch.hidden_size * arch.intermediate_size
+    quantised = linear_weights + expert_weights if method in (Method.QLORA, Method.LORA_8BIT) else 0
+    if method.uses_adapters:
+        layers = tuple(layer for layer in lora_targets(arch, lora.target_modules, "training.lora.target_modules")
+                       if layer.part == "decoder" or vision_trainable)
+        adapter = lora_parameter_count(layers, lora.rank)
+        return ParameterSplit(counts.total, adapter, adapter, quantised, layers, arch.num_layers, vision_trainable)
+    if method is Method.FREEZE:
+        n = min(freeze_trainable_layers, arch.num_layers)
+        return ParameterSplit(counts.total, n * counts.decoder_layer, 0, 0, (), n, False)
+    trainable = counts.total - (0 if vision_trainable else counts.vision)
+    return ParameterSplit(counts.total, trainable, 0, 0, (), arch.num_layers, vision_trainable)
+
+
+def _weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
+    """Bytes of the base model's weights as stored on the GPU (whole model, unpartitioned)."""
+    dense_bytes = 4 if t.precision is Precision.FP32 else 2
+    if split.quantised:
+        per_quantised = _quantised_bytes_per_param(t.method, t.double_quant)
+        return split.quantised * per_quantised + (split.total - split.quantised) * dense_bytes
+    return split.total * dense_bytes
+
+
+def _optimizer_state_bytes(optimizer: Optimizer) -> int:
+    if optimizer is Optimizer.SGD:
+        return k.SGD_STATE_BYTES
+    if optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        return k.ADAMW_8BIT_STATE_BYTES
+    return k.ADAMW_STATE_BYTES
+
+
+def optimizer_bytes_per_trainable_param(t: TrainingSpec) -> int:
+    mixed = k.FP32_MASTER_BYTES + k.FP32_GRAD_COPY_BYTES if t.precision.has_fp32_master else 0
+    return _optimizer_state_bytes(t.optimizer) + mixed
+
+
+def _rms_norm_bytes(h: int) -> float:
+    # RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd per token.
+    return 4 * h + 4
+
+
+def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
+                                   seq_len: int) -> float:
+    """Bytes one decoder layer saves for backward, per token of the micro-batch."""
+    b = t.precision.activation_bytes
+    h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
+    full = t.method in (Method.FULL, Method.FREEZE)
+    lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
+    dropout = t.lora.dropout > 0 and t.method.uses_adapters
+
+    def input_bytes(names: tuple[str, ...], width: int) -> float:
+        """Inputs saved by a group of linears that share one input tensor."""
+        if full:
+            return b * width
+        hits = sum(1 for n in names if n in lora_names)
+        if not hits:
+            return 0.0
+        # Each adapter applies its own dropout: a new tensor plus a one-byte mask per element.
+        return hits * (b + 1) * width if dropout else b * width
+
+    gated = a.family is not Family.GPT2
+    if a.family is Family.GPT2:
+        norms = 2 * (b * h + 8)  # LayerNorm saves input, mean and rstd
+        attn_in = input_bytes(("c_attn",), h)
+        out_in = input_bytes(("c_proj",), h)
+        mlp_in = input_bytes(("c_fc",), h)
+        down_in = input_bytes(("mlp.c_proj",), i)
+    else:
+        norm_count = 4 if a.family is Family.GEMMA2 else 2
+        norms = norm_count * _rms_norm_bytes(h)
+        qkv_names = ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+        attn_in = input_bytes(qkv_names, h)
+        out_in = input_bytes(("o_proj",), q)
+        mlp_in = input_bytes(("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj"), h)
+        down_in = input_bytes(("down_proj",), i)
+
+    heads = a.num_attention_heads
+    if t.attention is Attention.FLASH:
+        core = b * (q + 2 * kv) + b * q + 4 * heads  # q, k, v unrepeated, output, fp32 log-sum-exp
+    elif t.attention is Attention.SDPA:
+        core = b * 3 * q + b * q + 4 * heads  # transformers repeats k/v to all heads before SDPA
+    else:
+        core = b * 3 * q + (4 + b) * heads * seq_len  # q, k, v; fp32 softmax out and its cast
+    core += b * q if a.family is not Family.GPT2 else 0  # transpose().contiguous() copy fed to o_proj
+
+    if a.num_experts:
+        e, top_k = a.num_experts, a.experts_per_token
+        mlp = top_k * (3 * b * i + b * i + 2 * b * h) + 4 * e  # per routed expert: act, mul, dispatch copies
+    elif gated:
+        mlp = 3 * b * i + down_in  # act input, act output, up output; the product feeds down_proj
+    else:
+        mlp = 4 * b * i + down_in  # GPT-2 gelu_new saves input, tanh output and both product operands
+    return norms + attn_in + out_in + mlp_in + core + mlp
+
+
+def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
+    v = a.vision
+    assert v is not None
+    e, m = v.embed_dim, v.embed_dim * v.mlp_ratio
+    # Two LayerNorms (input, mean, rstd), their outputs, q/k/v, attention output and the proj
+    # input, then fc1 output, QuickGELU's sigmoid and the fc2 input.
+    return 10 * b * e + 16 + 3 * b * m
+
+
+def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    b = t.precision.activation_bytes
+    fp32_copies = k.LOGITS_FP32_COPIES * 4
+    if t.loss is Loss.CHUNKED:
+        return int(min(tokens, k.CHUNKED_LOSS_TOKENS) * a.vocab_size * (b + fp32_copies))
+    own = 0 if b == 4 else b  # with fp32 activations .float() is a no-op
+    return int(tokens * a.vocab_size * (own + fp32_copies))
+
+
+def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
+    """(all saved activations including logits, the logits part) for one micro-batch on one GPU."""
+    b = t.precision.activation_bytes
+    tokens = t.micro_batch_size * t.sequence_length * t.sequences_per_example
+    per_layer = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length) * tokens
+    layers = split.trainable_decoder_layers
+    h = a.hidden_size
+    full = t.method in (Method.FULL, Method.FREEZE)
+    final = (_rms_norm_bytes(h) + (b * h if full else 0)) * tokens  # final norm (+ lm_head input)
+    logits = logits_bytes(a, t, tokens)
+    if t.gradient_checkpointing:
+        body = layers * b * h * tokens + max(per_layer, logits) + final
+        logits_term = 0
+    else:
+        body = layers * per_layer + final
+        logits_term = logits
+    vision = 0.0
+    if a.vision is not None and split.vision_trainable and t.image_tokens:
+        patches = t.micro_batch_size * t.image_tokens * a.vision.spatial_merge_size ** 2
+        block = _vision_block_bytes_per_patch(a, b) * patches
+        vision = (a.vision.depth * b * a.vision.embed_dim * patches + block) if t.gradient_checkpointing \
+            else a.vision.depth * block
+    total = int(body + logits_term + vision)
+    return total, logits if not t.gradient_checkpointing else int(min(logits, body))
+
+
+def _deepspeed_buffer_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> int:
+    if t.zero_stage == 0:
+        return 0
+    grad_bytes = 4 if t.precision is Precision.FP32 else 2
+    reduce = min(split.trainable, k.REDUCE_BUCKET_ELEMENTS) * grad_bytes * 2  # double-buffered
+    if t.zero_stage == 3:
+        prefetch = min(split.total, k.STAGE3_PREFETCH_BUCKET_ELEMENTS) * grad_bytes
+        return reduce + prefetch
+    return reduce + min(split.trainable, k.ALLGATHER_BUCKET_ELEMENTS) * grad_bytes
+
+
+def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBreakdown:
+    a = model.architecture
+    split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
+    n = hw.world_size
+    dense_bytes = 4 if t.precision is Precision.FP32 else 2
+
+    weights = _weight_storage_bytes(split, t)
+    if t.uses_reference_model:
+        weights *= 2  # a frozen reference copy stored like the policy's base weights
+    adapter = split.adapter * dense_bytes
+    if t.zero_stage == 3:
+        gathered = min(2 * largest_layer_params(a), k.STAGE3_MAX_LIVE_PARAMETERS) * dense_bytes
+        weights = (0 if t.offload is Offload.ALL else weights / n) + gathered
+        adapter = adapter / n
+    if t.method in (Method.FULL, Method.FREEZE):
+        # the trainable weights are the model's own; report them under weights only
+        adapter = 0
+
+    grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
+    optimizer = split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
+    if t.offload is not Offload.NONE:
+        optimizer = 0
+
+    activations, logits = activation_bytes(a, t, split)
+    buffers = _deepspeed_buffer_bytes(a, t, split)
+    allocated = weights + adapter + grads + optimizer + activations + buffers
+    return MemoryBreakdown(
+        weights_bytes=int(weights), adapter_bytes=int(adapter), gradients_bytes=int(grads),
+        optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,
+        deepspeed_buffers_bytes=buffers, cuda_context_bytes=k.CUDA_CONTEXT_BYTES,
+        allocator_bytes=int(allocated * k.ALLOCATOR_OVERHEAD_FRACTION),
+    )
+
+
+def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:
+    a = model.architecture
+    split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
+    ranks = hw.gpus_per_node
+    node_share = ranks / hw.world_size
+    optimizer = 0.0
+    if t.offload is not Offload.NONE:
+        optimizer = split.trainable * k.HOST_OFFLOAD_OPTIMIZER_BYTES_PER_PARAM * node_share
+    params = 0.0
+    if t.offload is Offload.ALL:
+        params = split.total * (4 if t.precision is Precision.FP32 else 2) * node_share
+    load_bytes = split.total * (4 if t.precision is Precision.FP32 else 2)
+    loading = min(load_bytes, k.HOST_LOADING_SHARD_BYTES) * ranks
+    return HostBreakdown(
+        offloaded_optimizer_bytes=int(optimizer), offloaded_parameters_bytes=int(params),
+        model_loading_bytes=int(loading), process_bytes=k.HOST_PROCESS_BYTES_PER_RANK * ranks,
+        capacity_bytes=hw.host_memory_bytes,
+    )

@@ -1,0 +1,188 @@
+"""Recommend: search the catalog for configurations that fit and rank them by cost and time."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from planner.catalog import Catalog
+from planner.estimate import Estimate, estimate
+from planner.fit import FitResult, fit, max_micro_batch
+from planner.memory import host_memory
+from planner.schema import Hardware, Method, ModelSpec, Offload, TrainingSpec, Workload
+
+GPU_COUNTS = (1, 2, 4, 8)
+
+
+class RankBy(enum.Enum):
+    COST = "cost"
+    TIME = "time"
+    PARETO = "pareto"
+
+
+class Rejected(enum.Enum):
+    DOES_NOT_FIT = "does-not-fit"
+    HOST_MEMORY = "host-memory"
+    OVER_BUDGET = "over-budget"
+    OVER_DEADLINE = "over-deadline"
+    NO_PRICE = "no-price"
+    UNSUPPORTED = "unsupported"
+    DOMINATED = "dominated"
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_cost_usd: float | None = None
+    max_duration_s: float | None = None
+    allowed_gpus: tuple[str, ...] = ()
+    allowed_providers: tuple[str, ...] = ()
+    max_gpus: int = 8
+    allow_spot: bool = False
+    allowed_methods: tuple[Method, ...] = ()
+    rank_by: RankBy = RankBy.COST
+
+
+@dataclass(frozen=True)
+class Candidate:
+    fit: FitResult
+    estimate: Estimate
+    pareto_optimal: bool = False
+
+
+@dataclass(frozen=True)
+class Rejection:
+    gpu: str
+    gpu_count: int
+    reason: Rejected
+    detail: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    candidates: tuple[Candidate, ...]
+    rejections: tuple[Rejection, ...]
+    evaluated: int
+
+
+def _layouts(t: TrainingSpec, n: int) -> list[tuple[int, Offload]]:
+    """ZeRO stage and offload choices, cheapest in communication first."""
+    if n == 1:
+        out = [(0, Offload.NONE), (2, Offload.OPTIMIZER)]
+    else:
+        out = [(1, Offload.NONE), (2, Offload.NONE), (3, Offload.NONE), (3, Offload.OPTIMIZER)]
+    if t.method not in (Method.QLORA, Method.LORA_8BIT):
+        out.append((3, Offload.ALL))
+    return out
+
+
+def _hardware_options(catalog: Catalog, c: Constraints) -> list[tuple[Hardware, str]]:
+    allowed = {catalog.gpu(name, "constraints.allowed_gpus").name for name in c.allowed_gpus}
+    out: list[tuple[Hardware, str]] = []
+    for gpu in catalog.gpus:
+        if allowed and gpu.name not in allowed:
+            continue
+        price = gpu.spot_hourly_usd if c.allow_spot and gpu.spot_hourly_usd else gpu.on_demand_hourly_usd
+        for n in GPU_COUNTS:
+            if n <= c.max_gpus:
+                out.append((Hardware(gpu=gpu, gpus_per_node=n, host_memory_bytes=gpu.host_memory_per_gpu_bytes * n,
+                                     hourly_usd_per_gpu=price, spot=c.allow_spot and bool(gpu.spot_hourly_usd),
+                                     provider="catalog"), ""))
+    for flavor in catalog.flavors:
+        if flavor.accelerator != "gpu" or flavor.gpu_count > c.max_gpus:
+            continue
+        gpu = catalog.gpu(flavor.gpu)
+        if allowed and gpu.name not in allowed:
+            continue
+        if c.allowed_providers and flavor.provider not in c.allowed_providers:
+            continue
+        out.append((Hardware(gpu=gpu, gpus_per_node=flavor.gpu_count, host_memory_bytes=flavor.host_memory_bytes,
+                             hourly_usd_per_gpu=flavor.hourly_usd / flavor.gpu_count, provider=flavor.provider,
+                             flavor=flavor.name), flavor.name))
+    if c.allowed_providers:
+        out = [(hw, f) for hw, f in out if hw.provider in c.allowed_providers]
+    return out
+
+
+def _best_layout(model: ModelSpec, base: TrainingSpec, hw: Hardware, workload: Workload,
+                 catalog: Catalog) -> tuple[Candidate | None, Rejected, str, int]:
+    """Fastest fitting layout for one hardware option; or why none fits."""
+    best: Candidate | None = None
+    evaluated = 0
+    host_blocked = False
+    global_batch = base.micro_batch_size * base.gradient_accumulation_steps
+    for ckpt in (False, True):
+        for stage, offload in _layouts(base, hw.world_size):
+            t = replace(base, gradient_checkpointing=ckpt, zero_stage=stage, offload=offload)
+            evaluated += 1
+            mb = min(max_micro_batch(model, t, hw), base.micro_batch_size)
+            if mb == 0:
+                continue
+            t = replace(t, micro_batch_size=mb, gradient_accumulation_steps=max(1, -(-global_batch // mb)))
+            if not host_memory(model, t, hw).fits:
+                host_blocked = True
+                continue
+            est = estimate(model, t, hw, workload)
+            if best is None or est.duration_s < best.estimate.duration_s:
+                best = Candidate(fit(model, t, hw, catalog), est)
+    if best is None:
+        reason = Rejected.HOST_MEMORY if host_blocked else Rejected.DOES_NOT_FIT
+        detail = "host RAM too small for the offload that would fit" if host_blocked else \
+            "no ZeRO stage, offload or checkpointing choice fits at micro-batch 1"
+        return None, reason, detail, evaluated
+    return best, Rejected.DOES_NOT_FIT, "", evaluated
+
+
+def _pareto(cands: list[Candidate]) -> list[Candidate]:
+    out = []
+    for c in cands:
+        dominated = any(o.estimate.cost_usd <= c.estimate.cost_usd and o.estimate.duration_s <= c.estimate.duration_s
+                        and (o.estimate.cost_usd, o.estimate.duration_s) != (c.estimate.cost_usd,
+                                                                              c.estimate.duration_s)
+                        for o in cands)
+        out.append(replace(c, pareto_optimal=not dominated))
+    return out
+
+
+def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constraints: Constraints,
+              catalog: Catalog, limit: int = 10) -> Recommendation:
+    methods = constraints.allowed_methods or (base.method,)
+    candidates: list[Candidate] = []
+    rejections: list[Rejection] = []
+    evaluated = 0
+    for hw, flavor in _hardware_options(catalog, constraints):
+        label = flavor or hw.gpu.name
+        if hw.hourly_usd_per_gpu <= 0:
+            rejections.append(Rejection(label, hw.world_size, Rejected.NO_PRICE,
+                                        "no price on record; pass hardware.hourly_usd_per_gpu to plan on it"))
+            continue
+        if not hw.gpu.supports_bf16 and base.precision.value.startswith("bf16"):
+            rejections.append(Rejection(label, hw.world_size, Rejected.UNSUPPORTED,
+                                        f"{hw.gpu.display_name} has no bf16; request fp16 to include it"))
+            continue
+        found: Candidate | None = None
+        why, detail = Rejected.DOES_NOT_FIT, ""
+        for method in methods:
+            best, why, detail, n = _best_layout(model, replace(base, method=method), hw, workload, catalog)
+            evaluated += n
+            if best is not None and (found is None or best.estimate.cost_usd < found.estimate.cost_usd):
+                found = best
+        if found is None:
+            rejections.append(Rejection(label, hw.world_size, why, detail))
+        elif constraints.max_cost_usd is not None and found.estimate.cost_usd > constraints.max_cost_usd:
+            rejections.append(Rejection(label, hw.world_size, Rejected.OVER_BUDGET,
+                                        f"${found.estimate.cost_usd:,.2f} exceeds the ${constraints.max_cost_usd:,.2f} "
+                                        "budget"))
+        elif constraints.max_duration_s is not None and found.estimate.duration_s > constraints.max_duration_s:
+            rejections.append(Rejection(label, hw.world_size, Rejected.OVER_DEADLINE,
+                                        f"{found.estimate.duration_s / 3600:,.1f} h exceeds the "
+                                        f"{constraints.max_duration_s / 3600:,.1f} h deadline"))
+        else:
+            candidates.append(found)
+    ranked = _pareto(candidates)
+    if constraints.rank_by is RankBy.TIME:
+        ranked.sort(key=lambda c: (c.estimate.duration_s, c.estimate.cost_usd))
+    elif constraints.rank_by is RankBy.PARETO:
+        ranked.sort(key=lambda c: (not c.pareto_optimal, c.estimate.cost_usd, c.estimate.duration_s))
+    else:
+        ranked.sort(key=lambda c: (c.estimate.cost_usd, c.estimate.duration_s))
+    return Recommendation(tuple(ranked[:limit]), tuple(rejections), evaluated)

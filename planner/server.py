@@ -1,0 +1,41 @@
+"""The planner's gRPC server: a thin adapter from PlannerService to the domain."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health
+from tunefleet.v1 import planner_pb2, planner_pb2_grpc
+
+from planner.catalog import Catalog, default_catalog
+from planner.rpc import ServerOptions, build_server, call_unary
+from planner.service import Planner
+
+SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
+
+
+class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
+    def __init__(self, planner: Planner) -> None:
+        self._planner = planner
+
+    def Fit(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return call_unary(self._planner.fit, request, context)
+
+    def Estimate(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return call_unary(self._planner.estimate, request, context)
+
+    def Recommend(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return call_unary(self._planner.recommend, request, context)
+
+    def ListHardware(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return call_unary(self._planner.list_hardware, request, context)
+
+    def ListModels(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return call_unary(self._planner.list_models, request, context)
+
+
+def create_server(address: str = "127.0.0.1:0", catalog: Catalog | None = None,
+                  options: ServerOptions | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started-ready (not yet started) planner server bound to `address`; port 0 picks a free port."""
+    servicer = PlannerServicer(Planner(catalog or default_catalog()))
+    return build_server(address, lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s),
+                        [SERVICE_NAME], options or ServerOptions())

@@ -1,0 +1,71 @@
+"""The planner's use cases over protobuf messages: one domain call per RPC. No gRPC here."""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2
+
+from planner import convert
+from planner.catalog import Catalog
+from planner.errors import InvalidFieldError, NotFoundError
+from planner.estimate import estimate
+from planner.fit import fit
+from planner.plan import build_plan
+from planner.schema import Hardware, ModelSpec, TrainingSpec
+from planner.search import recommend
+
+DEFAULT_RECOMMEND_LIMIT = 10
+
+
+class Planner:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def _resolve(self, model: model_pb2.ModelRef, training: object, hardware: object) -> tuple[
+            ModelSpec, TrainingSpec, Hardware]:
+        m = convert.model_from_proto(model, self.catalog)
+        hw = convert.hardware_from_proto(hardware, self.catalog)  # type: ignore[arg-type]
+        t = convert.training_from_proto(training, hw.world_size)  # type: ignore[arg-type]
+        convert.validate_against_model(t, m)
+        return m, t, hw
+
+    def fit(self, request: planner_pb2.FitRequest) -> planner_pb2.FitResponse:
+        m, t, hw = self._resolve(request.model, request.training, request.hardware)
+        return planner_pb2.FitResponse(result=convert.fit_to_proto(fit(m, t, hw, self.catalog)))
+
+    def estimate(self, request: planner_pb2.EstimateRequest) -> planner_pb2.EstimateResponse:
+        m, t, hw = self._resolve(request.model, request.training, request.hardware)
+        workload = convert.workload_from_proto(request.workload)
+        return planner_pb2.EstimateResponse(fit=convert.fit_to_proto(fit(m, t, hw, self.catalog)),
+                                            estimate=convert.estimate_to_proto(estimate(m, t, hw, workload)))
+
+    def recommend(self, request: planner_pb2.RecommendRequest) -> planner_pb2.RecommendResponse:
+        m = convert.model_from_proto(request.model, self.catalog)
+        t = convert.training_from_proto(request.training, 1)
+        convert.validate_against_model(t, m)
+        workload = convert.workload_from_proto(request.workload)
+        constraints = convert.constraints_from_proto(request.constraints, self.catalog)
+        result = recommend(m, t, workload, constraints, self.catalog, request.limit or DEFAULT_RECOMMEND_LIMIT)
+        response = convert.recommendation_to_proto(result)
+        if result.candidates:
+            best = result.candidates[0]
+            now = timestamp_pb2.Timestamp()
+            now.GetCurrentTime()
+            dataset = request.dataset if request.HasField("dataset") else plan_pb2.DatasetRef()
+            response.plan.CopyFrom(build_plan(request.model, best.fit, best.estimate, request.workload, dataset, now))
+        return response
+
+    def list_hardware(self, request: planner_pb2.ListHardwareRequest) -> planner_pb2.ListHardwareResponse:
+        flavors = [f for f in self.catalog.flavors if not request.provider or f.provider == request.provider]
+        if request.provider and not flavors:
+            providers = sorted({f.provider for f in self.catalog.flavors})
+            raise NotFoundError("provider", f"no flavors from '{request.provider}'; known: {', '.join(providers)}")
+        return planner_pb2.ListHardwareResponse(gpus=[convert.gpu_to_proto(g) for g in self.catalog.gpus],
+                                                flavors=[convert.flavor_to_proto(f) for f in flavors])
+
+    def list_models(self, request: planner_pb2.ListModelsRequest) -> planner_pb2.ListModelsResponse:
+        if request.family and request.family not in convert.FAMILY.values():
+            raise InvalidFieldError("family", f"unknown model family {request.family}")
+        models = [m for m in self.catalog.models
+                  if not request.family or convert.FAMILY[m.architecture.family] == request.family]
+        return planner_pb2.ListModelsResponse(models=[convert.model_info_to_proto(m) for m in models])

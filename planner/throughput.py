@@ -1,0 +1,112 @@
+"""Time per step: model FLOPs by method, achieved FLOP/s, ZeRO communication and offload."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner import constants as k
+from planner.architecture import parameter_counts
+from planner.memory import parameter_split
+from planner.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
+
+
+@dataclass(frozen=True)
+class StepTime:
+    flops_per_token: float
+    model_flops_utilization: float
+    compute_s: float
+    communication_s: float
+    offload_s: float
+    tokens_per_step: int
+
+    @property
+    def step_s(self) -> float:
+        exposed = self.communication_s * (1 - k.COMMUNICATION_OVERLAP_FRACTION)
+        return max(self.compute_s + exposed + self.offload_s, self.communication_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+
+def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
+    """Training FLOPs per token (Kaplan et al. 2020: 2N forward, 4N backward; attention 2·L·S·d
+    forward for causal masks). Frozen weights skip their weight-gradient half of backward;
+    gradient checkpointing re-runs the forward."""
+    a = model.architecture
+    counts = parameter_counts(a)
+    # The embedding lookup is no matmul, unless it is tied and doubles as the output projection.
+    matmul_params = counts.active - counts.vision - (0 if a.tie_word_embeddings else counts.embedding)
+    attention_fwd = 2 * a.num_layers * t.sequence_length * a.q_dim
+    split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
+    forward = 2 * matmul_params + attention_fwd
+    if t.method is Method.FULL:
+        backward = 2 * forward
+    else:
+        backward = forward + 2 * split.trainable  # activation grads everywhere, weight grads for trainable
+    recompute = forward if t.gradient_checkpointing else 0
+    total = forward + backward + recompute
+    if t.objective is Objective.DPO:
+        total += forward  # reference log-probs: one extra forward without grad
+    return float(total)
+
+
+def _link_bandwidth(hw: Hardware) -> float:
+    intra = hw.gpu.interconnect_bandwidth_bytes_per_s
+    if hw.nodes == 1:
+        return intra
+    return min(intra, hw.inter_node_bandwidth_bytes_per_s or k.DEFAULT_INTER_NODE_BYTES_PER_S)
+
+
+def mfu(hw: Hardware, t: TrainingSpec) -> float:
+    base = k.BASE_MFU_BY_ARCHITECTURE.get(hw.gpu.architecture, 0.3)
+    tokens = t.micro_batch_size * t.sequence_length
+    saturation = tokens / (tokens + k.MFU_HALF_SATURATION_TOKENS)
+    quant = k.QUANTISED_MFU_FACTOR.get(t.method.value, 1.0)
+    pcie_penalty = 0.9 if hw.gpu.interconnect is Interconnect.PCIE and hw.world_size > 1 else 1.0
+    return base * saturation * quant * pcie_penalty
+
+
+def step_time(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> StepTime:
+    a = model.architecture
+    n = hw.world_size
+    tokens_per_micro = t.micro_batch_size * t.sequence_length * t.sequences_per_example
+    tokens_per_step = tokens_per_micro * t.gradient_accumulation_steps * n
+    fpt = flops_per_token(model, t)
+    utilisation = mfu(hw, t)
+    peak = hw.gpu.peak_flops_per_s(t.precision)
+    if peak <= 0:  # no fp16/bf16 path on this GPU: runs at fp32 rate
+        peak = hw.gpu.fp32_flops_per_s
+    compute = fpt * tokens_per_micro * t.gradient_accumulation_steps / (peak * utilisation)
+
+    split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
+    elem = 4 if t.precision is Precision.FP32 else 2
+    ring = 2 * (n - 1) / n if n > 1 else 0.0
+    grad_bytes = split.trainable * elem
+    comm_bytes = 0.0
+    if n > 1:
+        micro_steps = t.gradient_accumulation_steps
+        if t.zero_stage == 3:
+            # all-gather parameters for forward and backward, reduce-scatter gradients, every micro-step
+            comm_bytes = micro_steps * (ring * split.total * elem + ring / 2 * grad_bytes)
+        elif t.zero_stage == 2:
+            comm_bytes = micro_steps * ring / 2 * grad_bytes + ring / 2 * grad_bytes
+        else:
+            comm_bytes = ring * grad_bytes
+    communication = comm_bytes / _link_bandwidth(hw)
+
+    offload = 0.0
+    if t.offload is not Offload.NONE:
+        local = split.trainable / n
+        offload = 2 * local * elem / k.OFFLOAD_PCIE_BYTES_PER_S  # gradients down, parameters up
+        offload += split.trainable / hw.nodes / k.CPU_ADAM_PARAMS_PER_S  # each node steps its share on CPU
+        if t.offload is Offload.ALL:
+            offload += t.gradient_accumulation_steps * 2 * split.total / n * elem / k.OFFLOAD_PCIE_BYTES_PER_S
+    return StepTime(fpt, utilisation, compute, communication, offload, tokens_per_step)
+
+
+def total_steps(tokens_per_step: int, dataset_tokens: int, epochs: float, max_steps: int) -> int:
+    if max_steps:
+        return max_steps
+    return max(1, math.ceil(dataset_tokens * epochs / tokens_per_step))

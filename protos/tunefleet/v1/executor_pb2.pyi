@@ -1,0 +1,202 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from tunefleet.v1 import plan_pb2 as _plan_pb2
+from tunefleet.v1 import progress_pb2 as _progress_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_HIGH: _ClassVar[Priority]
+    PRIORITY_NORMAL: _ClassVar[Priority]
+    PRIORITY_LOW: _ClassVar[Priority]
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_HIGH: Priority
+PRIORITY_NORMAL: Priority
+PRIORITY_LOW: Priority
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    plan: _plan_pb2.Plan
+    phase: _progress_pb2.Phase
+    priority: Priority
+    queue: str
+    host_id: str
+    submitted_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    last_event: _progress_pb2.ProgressEvent
+    error: str
+    feedback: _progress_pb2.Feedback
+    log_path: str
+    output_uri: str
+    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("plan", "priority")
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    plan: _plan_pb2.Plan
+    priority: Priority
+    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("job", "created")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    created: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("phases", "gpu_class", "page_size", "page_token")
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    phases: _containers.RepeatedScalarFieldContainer[_progress_pb2.Phase]
+    gpu_class: str
+    page_size: int
+    page_token: str
+    def __init__(self, phases: _Optional[_Iterable[_Union[_progress_pb2.Phase, str]]] = ..., gpu_class: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("job_id", "after_sequence")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    after_sequence: int
+    def __init__(self, job_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("time",)
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class HistoryTrimmed(_message.Message):
+    __slots__ = ("first_available_sequence",)
+    FIRST_AVAILABLE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    first_available_sequence: int
+    def __init__(self, first_available_sequence: _Optional[int] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("event", "heartbeat", "history_trimmed")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_TRIMMED_FIELD_NUMBER: _ClassVar[int]
+    event: _progress_pb2.ProgressEvent
+    heartbeat: Heartbeat
+    history_trimmed: HistoryTrimmed
+    def __init__(self, event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., history_trimmed: _Optional[_Union[HistoryTrimmed, _Mapping]] = ...) -> None: ...
+
+class FleetRequest(_message.Message):
+    __slots__ = ("gpu_class",)
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    gpu_class: str
+    def __init__(self, gpu_class: _Optional[str] = ...) -> None: ...
+
+class Host(_message.Message):
+    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    gpu_class: str
+    gpu_count: int
+    gpu_memory_bytes: int
+    running_job_id: str
+    last_heartbeat: _timestamp_pb2.Timestamp
+    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class QueueDepth(_message.Message):
+    __slots__ = ("queue", "gpu_class", "priority", "depth")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    gpu_class: str
+    priority: Priority
+    depth: int
+    def __init__(self, queue: _Optional[str] = ..., gpu_class: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., depth: _Optional[int] = ...) -> None: ...
+
+class PendingJob(_message.Message):
+    __slots__ = ("job_id", "queue", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    queue: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., queue: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FleetResponse(_message.Message):
+    __slots__ = ("hosts", "queues", "pending")
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    hosts: _containers.RepeatedCompositeFieldContainer[Host]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueDepth]
+    pending: _containers.RepeatedCompositeFieldContainer[PendingJob]
+    def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[PendingJob, _Mapping]]] = ...) -> None: ...
