@@ -242,14 +242,15 @@ def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
     return total, logits if not t.gradient_checkpointing else int(min(logits, body))
 
 
-def _deepspeed_buffer_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> int:
-    if t.zero_stage == 0:
+def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: int) -> int:
+    """Gradient reduce buckets (double-buffered with overlap_comm) and the all-gather bucket.
+    ZeRO-3's parameter prefetch bucket is the gathered working set, counted under weights."""
+    if t.zero_stage == 0 and world_size == 1:
         return 0
     grad_bytes = 4 if t.precision is Precision.FP32 else 2
-    reduce = min(split.trainable, k.REDUCE_BUCKET_ELEMENTS) * grad_bytes * 2  # double-buffered
+    reduce = min(split.trainable, k.REDUCE_BUCKET_ELEMENTS) * grad_bytes * 2
     if t.zero_stage == 3:
-        prefetch = min(split.total, k.STAGE3_PREFETCH_BUCKET_ELEMENTS) * grad_bytes
-        return reduce + prefetch
+        return reduce
     return reduce + min(split.trainable, k.ALLGATHER_BUCKET_ELEMENTS) * grad_bytes
 
 
@@ -264,7 +265,10 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
         weights *= 2  # a frozen reference copy stored like the policy's base weights
     adapter = split.adapter * dense_bytes
     if t.zero_stage == 3:
-        gathered = min(2 * largest_layer_params(a), k.STAGE3_MAX_LIVE_PARAMETERS) * dense_bytes
+        # parameters gathered at once: the largest module or the prefetch bucket, whichever is bigger
+        live = max(largest_layer_params(a), k.STAGE3_PREFETCH_BUCKET_ELEMENTS)
+        # beyond this rank's own 1/n share of them
+        gathered = min(live, k.STAGE3_MAX_LIVE_PARAMETERS, split.total) * dense_bytes * (1 - 1 / n)
         weights = (0 if t.offload is Offload.ALL else weights / n) + gathered
         adapter = adapter / n
     if t.method in (Method.FULL, Method.FREEZE):
@@ -277,7 +281,7 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
         optimizer = 0
 
     activations, logits = activation_bytes(a, t, split)
-    buffers = _deepspeed_buffer_bytes(a, t, split)
+    buffers = _deepspeed_buffer_bytes(t, split, n)
     allocated = weights + adapter + grads + optimizer + activations + buffers
     return MemoryBreakdown(
         weights_bytes=int(weights), adapter_bytes=int(adapter), gradients_bytes=int(grads),

@@ -1,0 +1,65 @@
+# tunefleet — `make` lists the targets.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+BUF := node_modules/.bin/buf
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint protos protos-check buf-lint bench serve clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+
+$(STAMP): pyproject.toml | $(PY)
+	# torch first (the local CPU build), then DeepSpeed without build isolation so it builds
+	# against that torch instead of downloading a CUDA one.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q --no-build-isolation "deepspeed>=0.18,<1"
+	$(PIP) install -q -e '.[train,queue,dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install tunefleet with every extra
+
+run: $(STAMP) ## the main job on embedded defaults: will Llama-3.1-8B QLoRA fit a 4090, cost, cheapest hardware
+	$(VENV)/bin/tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048
+	$(VENV)/bin/tunefleet estimate --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --tokens 10M
+	$(VENV)/bin/tunefleet recommend --model meta-llama/Llama-3.1-8B --method qlora --tokens 10M --limit 5
+
+test: $(STAMP) ## install and run the whole test suite
+	$(PY) -m pytest -q
+
+lint: $(STAMP) ## ruff and mypy
+	$(VENV)/bin/ruff check planner clients tests benchmarks
+	$(VENV)/bin/mypy planner clients
+
+protos: $(STAMP) ## regenerate Python code from protos/
+	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. tunefleet/v1/*.proto
+
+protos-check: $(STAMP) ## fail if the committed generated code is not what protos/ generates
+	rm -rf /tmp/tunefleet-protos && mkdir -p /tmp/tunefleet-protos
+	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=/tmp/tunefleet-protos --pyi_out=/tmp/tunefleet-protos \
+		--grpc_python_out=/tmp/tunefleet-protos tunefleet/v1/*.proto
+	for f in /tmp/tunefleet-protos/tunefleet/v1/*; do cmp -s $$f protos/tunefleet/v1/$$(basename $$f) \
+		|| { echo "stale generated file: protos/tunefleet/v1/$$(basename $$f); run make protos"; exit 1; }; done
+	@echo "generated code is current"
+
+$(BUF):
+	npm install --no-save --silent @bufbuild/buf@1
+
+buf-lint: $(BUF) ## buf lint (STANDARD rules) over protos/
+	$(BUF) lint
+
+bench: $(STAMP) ## latency and comparison benchmarks; tables to stdout, CSV to benchmarks/results/
+	$(PY) -m benchmarks.latency
+	$(PY) -m benchmarks.estimators
+
+serve: $(STAMP) ## serve the planner on 127.0.0.1:50051
+	$(VENV)/bin/tunefleet serve planner
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache node_modules

@@ -1,0 +1,275 @@
+"""The `tunefleet` command line: plan fine-tuning jobs before renting a GPU.
+
+With no --address (or TUNEFLEET_PLANNER) it plans in this process; with one it calls the
+PlannerService over gRPC. Results print as tables, or as JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, training_pb2
+
+from clients import render
+from clients.errors import InvalidArgument, TunefleetError, Unavailable
+from clients.planner_client import PlannerClient
+
+GiB = 1024**3
+EXAMPLES = """examples:
+  tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048
+  tunefleet fit --model ./my-model/config.json --method full --gpu a100-80gb --gpus 4 --zero 3 --json
+  tunefleet estimate --model Qwen/Qwen2.5-7B --method lora --flavor a10g-large --tokens 10M
+  tunefleet recommend --model meta-llama/Llama-3.1-70B --method qlora --tokens 50M --budget 200
+  tunefleet hardware
+  tunefleet models
+"""
+METHODS = {"full": training_pb2.METHOD_FULL, "lora": training_pb2.METHOD_LORA, "qlora": training_pb2.METHOD_QLORA,
+           "lora-8bit": training_pb2.METHOD_LORA_8BIT, "freeze": training_pb2.METHOD_FREEZE}
+PRECISIONS = {"fp32": training_pb2.PRECISION_FP32, "fp16": training_pb2.PRECISION_FP16,
+              "bf16": training_pb2.PRECISION_BF16, "bf16-pure": training_pb2.PRECISION_BF16_PURE}
+OFFLOADS = {"none": training_pb2.OFFLOAD_NONE, "optimizer": training_pb2.OFFLOAD_OPTIMIZER,
+            "all": training_pb2.OFFLOAD_ALL}
+OPTIMIZERS = {"adamw": training_pb2.OPTIMIZER_ADAMW, "adamw-8bit": training_pb2.OPTIMIZER_ADAMW_8BIT,
+              "paged-adamw-8bit": training_pb2.OPTIMIZER_PAGED_ADAMW_8BIT, "sgd": training_pb2.OPTIMIZER_SGD}
+ATTENTIONS = {"eager": training_pb2.ATTENTION_EAGER, "sdpa": training_pb2.ATTENTION_SDPA,
+              "flash": training_pb2.ATTENTION_FLASH}
+LOSSES = {"standard": training_pb2.LOSS_STANDARD, "chunked": training_pb2.LOSS_CHUNKED}
+RANKS = {"cost": planner_pb2.RANK_BY_COST, "time": planner_pb2.RANK_BY_TIME, "pareto": planner_pb2.RANK_BY_PARETO}
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def count(text: str) -> int:
+    """'10M' -> 10_000_000; '1.5B' -> 1_500_000_000; '2e7' -> 20_000_000."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count; write e.g. 500000, 10M or 1.5B")
+    return int(float(m.group(1)) * _SUFFIX[m.group(2)])
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def model_ref(text: str) -> model_pb2.ModelRef:
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise SystemExit(f"error: --model: folder {text} has no config.json")
+    if path.suffix == ".json" or path.is_file():
+        try:
+            return model_pb2.ModelRef(config_json=path.read_text(), weights=str(path.parent))
+        except OSError as exc:
+            raise SystemExit(f"error: --model: cannot read {path}: {exc.strerror}") from None
+    return model_pb2.ModelRef(catalog_name=text)
+
+
+def _add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
+    g = p.add_argument_group("model and method")
+    g.add_argument("--model", required=True, help="catalog name (see 'tunefleet models'), or a config.json / folder")
+    g.add_argument("--method", choices=METHODS, default="lora", help="fine-tuning method (default %(default)s)")
+    g.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                   help="bf16/fp16: mixed precision with fp32 master weights; bf16-pure: no master copy")
+    g.add_argument("--lora-r", type=positive_int, default=16, help="LoRA rank (default %(default)s)")
+    g.add_argument("--lora-alpha", type=positive_float, default=32.0)
+    g.add_argument("--lora-dropout", type=float, default=0.05)
+    g.add_argument("--lora-targets", default="all-linear", help="comma-separated module names, or all-linear")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    g.add_argument("--dpo", action="store_true", help="DPO objective (chosen + rejected per example)")
+    g.add_argument("--dpo-ref-model", action="store_true", help="DPO with a separate reference model copy")
+    g.add_argument("--image-tokens", type=int, default=0, help="vision-language: image tokens per example")
+    g.add_argument("--train-vision", action="store_true", help="vision-language: train the vision tower too")
+    g.add_argument("--freeze-layers", type=int, default=0, help="method freeze: train the last N layers")
+    b = p.add_argument_group("batch and memory layout")
+    b.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per GPU per step (default 1)")
+    b.add_argument("--seq-len", type=positive_int, default=2048, help="tokens per sequence (default 2048)")
+    b.add_argument("--grad-accum", type=positive_int, default=1, help="gradient accumulation steps")
+    b.add_argument("--zero", type=int, choices=range(4), metavar="{0-3}", help="DeepSpeed ZeRO stage "
+                   "(default 0 on one GPU, 2 on several)")
+    b.add_argument("--offload", choices=OFFLOADS, default="none", help="DeepSpeed CPU offload")
+    b.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
+                   help="gradient checkpointing (default on)")
+    b.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
+    b.add_argument("--loss", choices=LOSSES, default="standard", help="chunked: fused/chunked cross-entropy")
+    if hardware:
+        h = p.add_argument_group("hardware")
+        h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")
+        h.add_argument("--flavor", help="provider flavor, e.g. a10g-large, l4x4 (sets GPU, count and price)")
+        h.add_argument("--gpus", type=positive_int, help="GPUs per node (default 1, or the flavor's)")
+        h.add_argument("--nodes", type=positive_int, default=1)
+        h.add_argument("--host-memory-gb", type=positive_float, help="host RAM per node in GiB")
+        h.add_argument("--price-per-hour", type=positive_float, help="USD per GPU-hour (overrides the catalog)")
+        h.add_argument("--spot", action="store_true", help="use spot prices where the catalog has them")
+
+
+def _add_client_args(p: argparse.ArgumentParser) -> None:
+    c = p.add_argument_group("output and server")
+    c.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    c.add_argument("--address", default=os.environ.get("TUNEFLEET_PLANNER", ""),
+                   help="planner host:port (env TUNEFLEET_PLANNER); empty plans in-process")
+    c.add_argument("--token", default=os.environ.get("TUNEFLEET_TOKEN", ""), help="bearer token (env TUNEFLEET_TOKEN)")
+
+
+def _training(a: argparse.Namespace) -> training_pb2.TrainingSpec:
+    t = training_pb2.TrainingSpec(
+        method=METHODS[a.method], precision=PRECISIONS[a.precision], optimizer=OPTIMIZERS[a.optimizer],
+        offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
+        loss=LOSSES[a.loss], micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
+        gradient_accumulation_steps=a.grad_accum,
+        objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,
+        dpo_reference_model=a.dpo_ref_model, image_tokens=a.image_tokens, train_vision_tower=a.train_vision,
+        freeze_trainable_layers=a.freeze_layers,
+        lora=training_pb2.LoraSpec(rank=a.lora_r, alpha=a.lora_alpha, dropout=a.lora_dropout,
+                                   target_modules=[x.strip() for x in a.lora_targets.split(",") if x.strip()]))
+    if a.zero is not None:
+        t.zero_stage = a.zero
+    return t
+
+
+def _hardware(a: argparse.Namespace) -> hardware_pb2.HardwareSpec:
+    if not a.gpu and not a.flavor:
+        raise SystemExit("error: name the hardware with --gpu (e.g. --gpu rtx-4090) or --flavor (e.g. a10g-large)")
+    h = hardware_pb2.HardwareSpec(gpu=a.gpu or "", flavor=a.flavor or "", gpus_per_node=a.gpus or 0, nodes=a.nodes,
+                                  spot=a.spot)
+    if a.host_memory_gb:
+        h.host_memory_bytes = int(a.host_memory_gb * GiB)
+    if a.price_per_hour:
+        h.hourly_usd_per_gpu = a.price_per_hour
+    return h
+
+
+def _workload(a: argparse.Namespace) -> training_pb2.WorkloadSpec:
+    if not a.tokens and not a.max_steps:
+        raise SystemExit("error: say how much data: --tokens 10M (with --epochs) or --max-steps N")
+    return training_pb2.WorkloadSpec(dataset_tokens=a.tokens or 0, epochs=a.epochs, max_steps=a.max_steps or 0)
+
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("workload")
+    w.add_argument("--tokens", type=count, help="training tokens per epoch, e.g. 10M")
+    w.add_argument("--epochs", type=positive_float, default=1.0)
+    w.add_argument("--max-steps", type=positive_int, help="optimizer steps (overrides --tokens)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunefleet", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fit = sub.add_parser("fit", help="will it fit: per-GPU and host memory, term by term",
+                         description="Predict peak memory per GPU and per node, the largest micro-batch that fits, "
+                                     "and what to change when it does not fit.", epilog=EXAMPLES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_job_args(fit)
+    _add_client_args(fit)
+    est = sub.add_parser("estimate", help="how long and how much money",
+                         description="Fit, plus step time, wall time, GPU-hours and cost as a range.")
+    _add_job_args(est)
+    _add_workload_args(est)
+    _add_client_args(est)
+    rec = sub.add_parser("recommend", help="the cheapest (or fastest) hardware that runs the job",
+                         description="Search every catalog GPU and flavor x GPU count x ZeRO x offload x "
+                                     "checkpointing x micro-batch; print ranked options, why the rest were "
+                                     "rejected, and an executable plan (with --json).")
+    _add_job_args(rec, hardware=False)
+    _add_workload_args(rec)
+    r = rec.add_argument_group("constraints")
+    r.add_argument("--budget", type=positive_float, help="most USD to spend")
+    r.add_argument("--deadline-hours", type=positive_float, help="latest finish, in hours of wall time")
+    r.add_argument("--allow-gpu", action="append", default=[], help="only these GPU classes (repeatable)")
+    r.add_argument("--provider", action="append", default=[], help="only these providers (repeatable)")
+    r.add_argument("--max-gpus", type=positive_int, default=8)
+    r.add_argument("--methods", default="", help="methods the search may switch to, e.g. lora,qlora")
+    r.add_argument("--rank-by", choices=RANKS, default="cost")
+    r.add_argument("--spot", action="store_true", help="allow spot prices")
+    r.add_argument("--limit", type=positive_int, default=10)
+    _add_client_args(rec)
+    hw = sub.add_parser("hardware", help="list GPU classes and provider flavors with prices")
+    hw.add_argument("--provider", default="")
+    _add_client_args(hw)
+    mo = sub.add_parser("models", help="list catalog models with parameter counts")
+    _add_client_args(mo)
+    serve = sub.add_parser("serve", help="run a service: 'tunefleet serve planner'")
+    serve.add_argument("service", choices=["planner"])
+    serve.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to the service (see --help there)")
+    return parser
+
+
+def run(a: argparse.Namespace, client: PlannerClient) -> str:
+    if a.command == "fit":
+        fit_resp = client.fit(planner_pb2.FitRequest(model=model_ref(a.model), training=_training(a),
+                                                     hardware=_hardware(a)))
+        return render.dumps(fit_resp.result) if a.json else render.fit_text(fit_resp.result)
+    if a.command == "estimate":
+        est = client.estimate(planner_pb2.EstimateRequest(model=model_ref(a.model), training=_training(a),
+                                                          hardware=_hardware(a), workload=_workload(a)))
+        return render.dumps(est) if a.json else render.estimate_text(est)
+    if a.command == "recommend":
+        constraints = planner_pb2.Constraints(
+            allowed_gpus=a.allow_gpu, allowed_providers=a.provider, max_gpus=a.max_gpus, allow_spot=a.spot,
+            rank_by=RANKS[a.rank_by],
+            allowed_methods=[METHODS[m.strip()] for m in a.methods.split(",") if m.strip() in METHODS])
+        bad = [m for m in a.methods.split(",") if m.strip() and m.strip() not in METHODS]
+        if bad:
+            raise SystemExit(f"error: --methods: unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
+        if a.budget:
+            constraints.max_cost_usd = a.budget
+        if a.deadline_hours:
+            constraints.max_duration_s = a.deadline_hours * 3600
+        rec = client.recommend(planner_pb2.RecommendRequest(model=model_ref(a.model), training=_training(a),
+                                                            workload=_workload(a), constraints=constraints,
+                                                            limit=a.limit))
+        return render.dumps(rec) if a.json else render.recommend_text(rec)
+    if a.command == "hardware":
+        hw = client.list_hardware(planner_pb2.ListHardwareRequest(provider=a.provider))
+        return render.dumps(hw) if a.json else render.hardware_text(hw)
+    models = client.list_models()
+    return render.dumps(models) if a.json else render.models_text(models)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        from planner.__main__ import serve
+        return serve(args.rest)
+    try:
+        with PlannerClient(args.address or None, token=args.token) as client:
+            print(run(args, client))
+    except InvalidArgument as exc:
+        for v in exc.violations or []:
+            print(f"error: {v.field}: {v.description}", file=sys.stderr)
+        if not exc.violations:
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Unavailable as exc:
+        print(f"error: planner at {args.address} is unavailable ({exc}); start it with 'tunefleet serve planner' "
+              "or drop --address to plan in-process", file=sys.stderr)
+        return 3
+    except TunefleetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""Typed client errors: what callers catch instead of grpc.RpcError."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from planner.errors import InvalidFieldError, NotFoundError, PlannerError
+
+
+@dataclass
+class FieldViolation:
+    field: str
+    description: str
+
+
+@dataclass
+class TunefleetError(Exception):
+    message: str
+    code: str = "UNKNOWN"
+    violations: list[FieldViolation] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(TunefleetError):
+    """The request has a bad field; `violations` names it."""
+
+
+class NotFound(TunefleetError):
+    pass
+
+
+class FailedPrecondition(TunefleetError):
+    pass
+
+
+class Unauthenticated(TunefleetError):
+    pass
+
+
+class Unavailable(TunefleetError):
+    """The server could not be reached or is shutting down."""
+
+
+class ServerError(TunefleetError):
+    pass
+
+
+_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+}
+
+
+def from_rpc_error(exc: grpc.RpcError) -> TunefleetError:
+    code = exc.code()  # type: ignore[attr-defined]
+    violations: list[FieldViolation] = []
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                violations += [FieldViolation(v.field, v.description) for v in bad.field_violations]
+    cls = _BY_CODE.get(code, ServerError)
+    return cls(exc.details() or code.name, code.name, violations)  # type: ignore[attr-defined]
+
+
+def from_domain_error(exc: PlannerError) -> TunefleetError:
+    if isinstance(exc, InvalidFieldError):
+        return InvalidArgument(str(exc), "INVALID_ARGUMENT", [FieldViolation(exc.field, exc.description)])
+    if isinstance(exc, NotFoundError):
+        return NotFound(str(exc), "NOT_FOUND")
+    return ServerError(str(exc), "INTERNAL")

@@ -1,0 +1,78 @@
+"""Typed Python client of the PlannerService: over gRPC, or in-process when no address is given."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from tunefleet.v1 import planner_pb2, planner_pb2_grpc
+
+from clients.errors import from_domain_error, from_rpc_error
+from planner.errors import PlannerError
+
+R = TypeVar("R")
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def channel_for(address: str, tls_ca: bytes | None = None) -> grpc.Channel:
+    if tls_ca is not None:
+        return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=tls_ca or None))
+    return grpc.insecure_channel(address)
+
+
+class PlannerClient:
+    """`PlannerClient("host:port")` talks gRPC; `PlannerClient()` plans in this process."""
+
+    def __init__(self, address: str | None = None, *, token: str = "", tls_ca: bytes | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel: grpc.Channel | None = None
+        if address:
+            self._channel = channel_for(address, tls_ca)
+            self._stub: Any = planner_pb2_grpc.PlannerServiceStub(self._channel)
+            self._local: Any = None
+        else:
+            from planner.catalog import default_catalog
+            from planner.service import Planner
+            self._local = Planner(default_catalog())
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+
+    def __enter__(self) -> PlannerClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, rpc: str, local: str, request: Any) -> Any:
+        if self._local is not None:
+            fn: Callable[[Any], Any] = getattr(self._local, local)
+            try:
+                return fn(request)
+            except PlannerError as exc:
+                raise from_domain_error(exc) from exc
+        try:
+            return getattr(self._stub, rpc)(request, timeout=self._timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def fit(self, request: planner_pb2.FitRequest) -> planner_pb2.FitResponse:
+        return self._call("Fit", "fit", request)  # type: ignore[no-any-return]
+
+    def estimate(self, request: planner_pb2.EstimateRequest) -> planner_pb2.EstimateResponse:
+        return self._call("Estimate", "estimate", request)  # type: ignore[no-any-return]
+
+    def recommend(self, request: planner_pb2.RecommendRequest) -> planner_pb2.RecommendResponse:
+        return self._call("Recommend", "recommend", request)  # type: ignore[no-any-return]
+
+    def list_hardware(self, request: planner_pb2.ListHardwareRequest | None = None) -> planner_pb2.ListHardwareResponse:
+        return self._call("ListHardware", "list_hardware",  # type: ignore[no-any-return]
+                          request or planner_pb2.ListHardwareRequest())
+
+    def list_models(self, request: planner_pb2.ListModelsRequest | None = None) -> planner_pb2.ListModelsResponse:
+        return self._call("ListModels", "list_models",  # type: ignore[no-any-return]
+                          request or planner_pb2.ListModelsRequest())

@@ -1,0 +1,140 @@
+"""Human tables and JSON for CLI output. JSON keeps proto field names and prints 64-bit
+integers as numbers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2, training_pb2
+
+GiB = 1024**3
+_INT_TYPES = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT32,
+              FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64}
+
+
+def to_dict(msg: Message) -> dict[str, Any]:
+    """Every field (set or default), by proto name; enums by name; int64 as JSON numbers."""
+    out: dict[str, Any] = {}
+    for fd in msg.DESCRIPTOR.fields:
+        value = getattr(msg, fd.name)
+        if fd.message_type is not None and fd.label != FieldDescriptor.LABEL_REPEATED:
+            if fd.message_type.full_name == "google.protobuf.Timestamp":
+                out[fd.name] = value.ToJsonString() if msg.HasField(fd.name) else None
+            elif fd.containing_oneof is None or msg.HasField(fd.name):
+                out[fd.name] = to_dict(value)
+        elif fd.message_type is not None:
+            out[fd.name] = [to_dict(v) for v in value]
+        elif fd.enum_type is not None:
+            name = lambda v: fd.enum_type.values_by_number[v].name if v in fd.enum_type.values_by_number else v  # noqa: E731
+            out[fd.name] = [name(v) for v in value] if fd.label == FieldDescriptor.LABEL_REPEATED else name(value)
+        elif fd.containing_oneof is not None and not msg.HasField(fd.name):
+            continue
+        else:
+            out[fd.name] = list(value) if fd.label == FieldDescriptor.LABEL_REPEATED else value
+    return out
+
+
+def dumps(msg: Message) -> str:
+    return json.dumps(to_dict(msg), indent=2)
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:,.1f} GiB"
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)])
+
+
+def fit_text(r: plan_pb2.FitResult) -> str:
+    g, hw, t = r.per_gpu, r.hardware, r.training
+    verdict = "FITS" if r.fits else "DOES NOT FIT"
+    head = (f"{verdict}: {r.model.name} ({r.model.parameter_count / 1e9:,.2f}B params, "
+            f"{r.trainable_parameter_count / 1e6:,.1f}M trainable) on {hw.gpus_per_node * hw.nodes}x "
+            f"{hw.gpu.display_name}{f' [{hw.flavor}]' if hw.flavor else ''}\n"
+            f"method {training_pb2.Method.Name(t.method).removeprefix('METHOD_').lower()}, "
+            f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, ZeRO {t.zero_stage}, "
+            f"grad-ckpt {'on' if t.gradient_checkpointing else 'off'}")
+    rows = [("weights", gib(g.weights_bytes)), ("adapters", gib(g.adapter_bytes)),
+            ("gradients", gib(g.gradients_bytes)), ("optimizer states", gib(g.optimizer_bytes)),
+            ("activations", gib(g.activations_bytes)), ("  of which logits/loss", gib(g.logits_bytes)),
+            ("DeepSpeed buffers", gib(g.deepspeed_buffers_bytes)), ("CUDA context", gib(g.cuda_context_bytes)),
+            ("allocator slack", gib(g.allocator_bytes)), ("total per GPU", gib(g.total_bytes)),
+            ("GPU capacity", gib(r.capacity_bytes)), ("headroom", gib(r.headroom_bytes)),
+            ("host RAM per node", f"{gib(r.host.total_bytes)} of {gib(r.host.capacity_bytes)}"),
+            ("largest micro-batch", str(r.max_micro_batch))]
+    text = head + "\n\n" + _table(rows, ("per-GPU memory", "bytes"))
+    for note in r.notes:
+        text += f"\nnote: {note}"
+    if r.suggestions:
+        text += "\n\nTo make it fit:\n" + "\n".join(
+            f"  - {s.change}: {gib(s.per_gpu_total_bytes)} per GPU{'' if s.fits else ' (still too big)'} — {s.reason}"
+            for s in r.suggestions)
+    return text
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:,.2f} h"
+
+
+def estimate_text(r: planner_pb2.EstimateResponse) -> str:
+    e = r.estimate
+    rows = [("steps", f"{e.total_steps:,}"), ("tokens", f"{e.total_tokens:,}"),
+            ("step time", f"{e.step_time_s:,.3f} s"), ("throughput", f"{e.tokens_per_s:,.0f} tokens/s"),
+            ("model FLOP/s utilisation", f"{e.model_flops_utilization:.0%}"),
+            ("wall time", f"{_hours(e.duration_s)} (range {_hours(e.duration_s_low)} - {_hours(e.duration_s_high)})"),
+            ("GPU-hours", f"{e.gpu_hours:,.2f}"), ("price", f"${e.hourly_usd:,.2f}/h for the job's GPUs"),
+            ("cost", f"${e.cost_usd:,.2f} (range ${e.cost_usd_low:,.2f} - ${e.cost_usd_high:,.2f})")]
+    text = fit_text(r.fit) + "\n\n" + _table(rows, ("estimate", "value"))
+    if e.hourly_usd == 0:
+        text += "\nnote: no price on record for this GPU; pass --price-per-hour for a cost"
+    return text
+
+
+def recommend_text(r: planner_pb2.RecommendResponse) -> str:
+    if not r.candidates:
+        return "No configuration fits the constraints.\n\n" + rejections_text(r, 15)
+    rows = []
+    for i, c in enumerate(r.candidates, 1):
+        hw, t, e = c.fit.hardware, c.training, c.estimate
+        rows.append((str(i), f"{hw.gpus_per_node * hw.nodes}x {hw.gpu.name}" + (f" [{hw.flavor}]" if hw.flavor else ""),
+                     f"ZeRO {t.zero_stage}" + ("" if t.offload <= training_pb2.OFFLOAD_NONE else "+offload"),
+                     "on" if t.gradient_checkpointing else "off", str(t.micro_batch_size),
+                     gib(c.fit.per_gpu.total_bytes), _hours(e.duration_s), f"${e.cost_usd:,.2f}",
+                     "*" if c.pareto_optimal else ""))
+    text = _table(rows, ("#", "hardware", "layout", "ckpt", "mb", "per GPU", "time", "cost", "pareto"))
+    text += f"\n\nevaluated {r.evaluated_count} configurations; plan {r.plan.plan_id} is ready (--json for the plan)"
+    return text + "\n\n" + rejections_text(r, 8)
+
+
+def rejections_text(r: planner_pb2.RecommendResponse, limit: int) -> str:
+    reasons = planner_pb2.RejectionReason
+    rows = [(f"{x.gpu_count}x {x.gpu}", reasons.Name(x.reason).removeprefix("REJECTION_REASON_").lower(), x.detail)
+            for x in r.rejections if x.reason != planner_pb2.REJECTION_REASON_NO_PRICE][:limit]
+    no_price = sum(1 for x in r.rejections if x.reason == planner_pb2.REJECTION_REASON_NO_PRICE)
+    text = "Rejected (first {}):\n".format(len(rows)) + _table(rows, ("hardware", "reason", "detail")) if rows else ""
+    if no_price:
+        text += f"\n{no_price} options have no price on record (pass --price-per-hour with --gpu to plan on them)"
+    return text
+
+
+def hardware_text(r: planner_pb2.ListHardwareResponse) -> str:
+    rows = [(g.name, g.display_name, gib(g.memory_bytes), f"{g.bf16_flops_per_s / 1e12:,.0f}" if g.supports_bf16
+             else f"{g.fp16_flops_per_s / 1e12:,.0f} (fp16)", f"{g.memory_bandwidth_bytes_per_s / 1e9:,.0f}",
+             f"${g.on_demand_hourly_usd:.2f}" if g.on_demand_hourly_usd else "-") for g in r.gpus]
+    text = _table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h"))
+    frows = [(f.name, f.provider, f"{f.gpu_count}x {f.gpu}" if f.gpu_count else "no GPU", gib(f.host_memory_bytes),
+              f"${f.hourly_usd:.2f}") for f in r.flavors]
+    return text + "\n\n" + _table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h"))
+
+
+def models_text(r: planner_pb2.ListModelsResponse) -> str:
+    rows = [(m.name, model_pb2.ModelFamily.Name(m.architecture.family).removeprefix("MODEL_FAMILY_").lower(),
+             f"{m.parameter_count / 1e9:,.2f}B", str(m.architecture.num_layers), str(m.architecture.hidden_size))
+            for m in r.models]
+    return _table(rows, ("model", "family", "params", "layers", "hidden"))

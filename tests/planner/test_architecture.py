@@ -1,0 +1,108 @@
+"""Parameter and adapter counts computed from shapes equal what transformers and PEFT build."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+from planner.architecture import (  # noqa: E402
+    architecture_from_config,
+    lora_parameter_count,
+    lora_targets,
+    parameter_counts,
+)
+from planner.catalog import default_catalog  # noqa: E402
+from planner.schema import Architecture, Family  # noqa: E402
+
+CATALOG_MODELS = [
+    "meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3",
+    "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2-VL-2B-Instruct",
+    "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2",
+]
+
+
+def hf_config(a: Architecture) -> transformers.PretrainedConfig:
+    """The transformers config a catalog architecture stands for."""
+    common = dict(num_hidden_layers=a.num_layers, hidden_size=a.hidden_size, intermediate_size=a.intermediate_size,
+                  num_attention_heads=a.num_attention_heads, num_key_value_heads=a.num_key_value_heads,
+                  vocab_size=a.vocab_size, tie_word_embeddings=a.tie_word_embeddings)
+    if a.head_dim:
+        common["head_dim"] = a.head_dim
+    f = a.family
+    if f is Family.GPT2:
+        return transformers.GPT2Config(n_embd=a.hidden_size, n_layer=a.num_layers, n_head=a.num_attention_heads,
+                                       vocab_size=a.vocab_size, n_positions=a.max_position_embeddings)
+    if f is Family.MIXTRAL:
+        return transformers.MixtralConfig(**common, num_local_experts=a.num_experts,
+                                          num_experts_per_tok=a.experts_per_token)
+    if f is Family.QWEN2_VL:
+        v = a.vision
+        assert v is not None
+        return transformers.Qwen2VLConfig(
+            text_config=common, tie_word_embeddings=a.tie_word_embeddings,
+            vision_config=dict(depth=v.depth, embed_dim=v.embed_dim, num_heads=v.num_heads, mlp_ratio=v.mlp_ratio,
+                               hidden_size=v.out_hidden_size, in_chans=v.in_channels, patch_size=v.patch_size,
+                               spatial_merge_size=v.spatial_merge_size, temporal_patch_size=v.temporal_patch_size))
+    cls = {Family.LLAMA: transformers.LlamaConfig, Family.MISTRAL: transformers.MistralConfig,
+           Family.QWEN2: transformers.Qwen2Config, Family.GEMMA2: transformers.Gemma2Config,
+           Family.PHI3: transformers.Phi3Config}[f]
+    return cls(**common)
+
+
+def meta_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
+    with torch.device("meta"):
+        if isinstance(config, transformers.Qwen2VLConfig):
+            return transformers.AutoModelForImageTextToText.from_config(config)
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def numel(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+@pytest.mark.parametrize("name", CATALOG_MODELS)
+def test_parameter_count_equals_transformers(name: str) -> None:
+    arch = default_catalog().model(name).architecture
+    assert parameter_counts(arch).total == numel(meta_model(hf_config(arch)))
+
+
+@pytest.mark.parametrize("name", CATALOG_MODELS)
+def test_config_json_round_trip_gives_the_same_architecture_count(name: str) -> None:
+    arch = default_catalog().model(name).architecture
+    text = hf_config(arch).to_json_string()
+    parsed = architecture_from_config(text)
+    assert parsed.family is arch.family
+    assert parameter_counts(parsed).total == parameter_counts(arch).total
+
+
+@pytest.mark.parametrize(("name", "targets", "rank"), [
+    ("meta-llama/Llama-3.1-8B", ("q_proj", "v_proj"), 16),
+    ("meta-llama/Llama-3.1-8B", ("all-linear",), 8),
+    ("Qwen/Qwen2.5-0.5B", ("all-linear",), 64),
+    ("microsoft/Phi-3-mini-4k-instruct", ("qkv_proj", "o_proj"), 32),
+    ("openai-community/gpt2", ("c_attn",), 8),
+    ("google/gemma-2-2b", ("all-linear",), 16),
+])
+def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
+    arch = default_catalog().model(name).architecture
+    model = meta_model(hf_config(arch))
+    target_arg: str | list[str] = targets[0] if targets == ("all-linear",) else list(targets)
+    config = peft.LoraConfig(r=rank, target_modules=target_arg, task_type="CAUSAL_LM")
+    peft_model = peft.get_peft_model(model, config)
+    predicted = lora_parameter_count(lora_targets(arch, targets, "t"), rank)
+    assert predicted == numel(peft_model, trainable_only=True)
+
+
+def test_malformed_config_json_names_the_problem() -> None:
+    from planner.errors import InvalidFieldError, UnsupportedError
+    with pytest.raises(InvalidFieldError, match="not valid JSON"):
+        architecture_from_config("{not json")
+    with pytest.raises(InvalidFieldError, match="missing 'num_attention_heads'"):
+        architecture_from_config(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    with pytest.raises(UnsupportedError, match="model_type 'bert'"):
+        architecture_from_config(json.dumps({"model_type": "bert"}))

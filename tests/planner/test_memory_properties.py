@@ -1,0 +1,77 @@
+"""Structural properties of the memory model that must hold for every configuration."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import default_catalog
+from planner.memory import host_memory, per_gpu_memory
+from planner.schema import Hardware, Method, Offload, Precision, TrainingSpec
+
+CATALOG = default_catalog()
+MODELS = st.sampled_from([m.name for m in CATALOG.models])
+METHODS = st.sampled_from([Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT])
+PRECISIONS = st.sampled_from([Precision.BF16, Precision.FP16, Precision.FP32, Precision.BF16_PURE])
+
+
+def hw(gpus: int = 1) -> Hardware:
+    return Hardware(gpu=CATALOG.gpu("h100"), gpus_per_node=gpus, host_memory_bytes=2 * 1024**4)
+
+
+def total(model: str, t: TrainingSpec, gpus: int = 1) -> int:
+    return per_gpu_memory(CATALOG.model(model), t, hw(gpus)).total_bytes
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=MODELS, method=METHODS, precision=PRECISIONS, mb=st.integers(1, 16), seq=st.integers(64, 8192),
+       ckpt=st.booleans(), zero=st.integers(0, 3), gpus=st.sampled_from([1, 2, 8]))
+def test_more_micro_batch_or_sequence_never_needs_less(model: str, method: Method, precision: Precision, mb: int,
+                                                       seq: int, ckpt: bool, zero: int, gpus: int) -> None:
+    t = TrainingSpec(method=method, precision=precision, micro_batch_size=mb, sequence_length=seq,
+                     gradient_checkpointing=ckpt, zero_stage=zero)
+    assert total(model, replace(t, micro_batch_size=mb + 1), gpus) > total(model, t, gpus)
+    assert total(model, replace(t, sequence_length=seq + 64), gpus) > total(model, t, gpus)
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=MODELS, method=METHODS, gpus=st.sampled_from([2, 4, 8]), mb=st.integers(1, 8))
+def test_higher_zero_stage_never_needs_more_per_gpu(model: str, method: Method, gpus: int, mb: int) -> None:
+    totals = [total(model, TrainingSpec(method=method, zero_stage=z, micro_batch_size=mb), gpus) for z in range(4)]
+    assert totals[3] <= totals[2] <= totals[1] <= totals[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=MODELS, method=METHODS, zero=st.integers(1, 3), gpus=st.sampled_from([1, 2, 4]))
+def test_more_gpus_never_need_more_per_gpu_at_zero_1_and_up(model: str, method: Method, zero: int, gpus: int) -> None:
+    t = TrainingSpec(method=method, zero_stage=zero)
+    assert total(model, t, gpus * 2) <= total(model, t, gpus)
+
+
+@settings(max_examples=100, deadline=None)
+@given(model=MODELS, mb=st.integers(1, 8), seq=st.integers(128, 4096))
+def test_qlora_below_lora_below_full(model: str, mb: int, seq: int) -> None:
+    t = TrainingSpec(micro_batch_size=mb, sequence_length=seq)
+    qlora, lora, full = (total(model, replace(t, method=m)) for m in (Method.QLORA, Method.LORA, Method.FULL))
+    assert qlora < lora < full
+
+
+@settings(max_examples=100, deadline=None)
+@given(model=MODELS, method=st.sampled_from([Method.FULL, Method.LORA]), gpus=st.sampled_from([1, 2, 8]))
+def test_offload_moves_bytes_from_gpu_to_host(model: str, method: Method, gpus: int) -> None:
+    m = CATALOG.model(model)
+    stay = TrainingSpec(method=method, zero_stage=3)
+    for offload in (Offload.OPTIMIZER, Offload.ALL):
+        moved = replace(stay, offload=offload)
+        assert per_gpu_memory(m, moved, hw(gpus)).total_bytes < per_gpu_memory(m, stay, hw(gpus)).total_bytes
+        assert host_memory(m, moved, hw(gpus)).total_bytes > host_memory(m, stay, hw(gpus)).total_bytes
+
+
+def test_breakdown_terms_add_up_to_the_total() -> None:
+    b = per_gpu_memory(CATALOG.model("meta-llama/Llama-3.1-8B"), TrainingSpec(method=Method.FULL, zero_stage=2), hw(4))
+    parts = (b.weights_bytes + b.adapter_bytes + b.gradients_bytes + b.optimizer_bytes + b.activations_bytes
+             + b.deepspeed_buffers_bytes + b.cuda_context_bytes + b.allocator_bytes)
+    assert parts == b.total_bytes
+    assert b.logits_bytes <= b.activations_bytes
