@@ -20,7 +20,7 @@ def to_dict(msg: Message) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fd in msg.DESCRIPTOR.fields:
         value = getattr(msg, fd.name)
-        if fd.message_type is not None and fd.label != FieldDescriptor.LABEL_REPEATED:
+        if fd.message_type is not None and not fd.is_repeated:
             if fd.message_type.full_name == "google.protobuf.Timestamp":
                 out[fd.name] = value.ToJsonString() if msg.HasField(fd.name) else None
             elif fd.containing_oneof is None or msg.HasField(fd.name):
@@ -29,11 +29,11 @@ def to_dict(msg: Message) -> dict[str, Any]:
             out[fd.name] = [to_dict(v) for v in value]
         elif fd.enum_type is not None:
             name = lambda v: fd.enum_type.values_by_number[v].name if v in fd.enum_type.values_by_number else v  # noqa: E731
-            out[fd.name] = [name(v) for v in value] if fd.label == FieldDescriptor.LABEL_REPEATED else name(value)
+            out[fd.name] = [name(v) for v in value] if fd.is_repeated else name(value)
         elif fd.containing_oneof is not None and not msg.HasField(fd.name):
             continue
         else:
-            out[fd.name] = list(value) if fd.label == FieldDescriptor.LABEL_REPEATED else value
+            out[fd.name] = list(value) if fd.is_repeated else value
     return out
 
 
