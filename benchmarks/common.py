@@ -1,0 +1,45 @@
+"""Shared helpers for benchmarks: percentile timing, tables and CSV output."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def time_calls(fn: Callable[[], object], n: int, warmup: int = 20) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def pct(samples: list[float], q: float) -> float:
+    return statistics.quantiles(samples, n=100)[int(q) - 1] if len(samples) > 1 else samples[0]
+
+
+def print_table(title: str, header: list[str], rows: list[list[object]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+
+
+def write_csv(name: str, header: list[str], rows: list[list[object]]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path

@@ -1,0 +1,76 @@
+"""Planner latency: in-process Fit, gRPC Fit round trip, Recommend over the full catalog, and
+sustained Fit throughput over gRPC. Targets: Fit p50 < 200 µs, gRPC p50 < 2 ms, Recommend p50 < 100 ms."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc, training_pb2
+
+from benchmarks.common import pct, print_table, time_calls, write_csv
+from planner.catalog import default_catalog
+from planner.fit import fit
+from planner.rpc import shutdown
+from planner.schema import Hardware, Method, TrainingSpec, Workload
+from planner.search import Constraints, recommend
+from planner.server import create_server
+
+SUSTAINED_S = 5.0
+CLIENT_THREADS = 8
+
+
+def main() -> None:
+    catalog = default_catalog()
+    model = catalog.model("meta-llama/Llama-3.1-8B")
+    t = TrainingSpec(method=Method.QLORA, micro_batch_size=1, sequence_length=2048)
+    hw = Hardware(gpu=catalog.gpu("rtx-4090"), host_memory_bytes=64 * 1024**3, hourly_usd_per_gpu=0.6)
+    rows: list[list[object]] = []
+
+    fit_s = time_calls(lambda: fit(model, t, hw, catalog), 5000)
+    rows.append(["fit in-process", len(fit_s), f"{pct(fit_s, 50) * 1e6:.0f} us", f"{pct(fit_s, 99) * 1e6:.0f} us",
+                 "< 200 us"])
+
+    request = planner_pb2.FitRequest(model=model_pb2.ModelRef(catalog_name="meta-llama/Llama-3.1-8B"),
+                                     training=training_pb2.TrainingSpec(method=training_pb2.METHOD_QLORA),
+                                     hardware=hardware_pb2.HardwareSpec(gpu="rtx-4090"))
+    server, port, health_servicer = create_server("127.0.0.1:0", options=None)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = planner_pb2_grpc.PlannerServiceStub(channel)
+    rpc_s = time_calls(lambda: stub.Fit(request), 2000)
+    rows.append(["fit over gRPC (loopback)", len(rpc_s), f"{pct(rpc_s, 50) * 1e3:.2f} ms",
+                 f"{pct(rpc_s, 99) * 1e3:.2f} ms", "< 2 ms"])
+
+    workload = Workload(dataset_tokens=10_000_000)
+    rec_s = time_calls(lambda: recommend(model, t, workload, Constraints(), catalog), 30, warmup=3)
+    rows.append(["recommend, full catalog", len(rec_s), f"{pct(rec_s, 50) * 1e3:.1f} ms",
+                 f"{pct(rec_s, 99) * 1e3:.1f} ms", "< 100 ms"])
+
+    done = 0
+    deadline = time.perf_counter() + SUSTAINED_S
+
+    def worker() -> int:
+        n = 0
+        while time.perf_counter() < deadline:
+            stub.Fit(request)
+            n += 1
+        return n
+
+    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+        done = sum(pool.map(lambda _: worker(), range(CLIENT_THREADS)))
+    rows.append([f"sustained fit over gRPC, {CLIENT_THREADS} client threads", done,
+                 f"{done / SUSTAINED_S:,.0f} req/s", "", f"{os.cpu_count()} cores, reported"])
+    channel.close()
+    shutdown(server, health_servicer, 1.0)
+
+    header = ["benchmark", "calls", "p50 / rate", "p99", "target"]
+    print_table(f"Planner latency ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)", header, rows)
+    print(f"\nwrote {write_csv('latency.csv', header, rows)}")
+
+
+if __name__ == "__main__":
+    main()
