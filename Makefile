@@ -30,7 +30,7 @@ run: $(STAMP) ## the main job on embedded defaults: will Llama-3.1-8B QLoRA fit 
 	$(VENV)/bin/tunefleet estimate --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --tokens 10M
 	$(VENV)/bin/tunefleet recommend --model meta-llama/Llama-3.1-8B --method qlora --tokens 10M --limit 5
 
-test: $(STAMP) ## install and run the whole test suite
+test: $(STAMP) protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy

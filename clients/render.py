@@ -117,7 +117,7 @@ def rejections_text(r: planner_pb2.RecommendResponse, limit: int) -> str:
     rows = [(f"{x.gpu_count}x {x.gpu}", reasons.Name(x.reason).removeprefix("REJECTION_REASON_").lower(), x.detail)
             for x in r.rejections if x.reason != planner_pb2.REJECTION_REASON_NO_PRICE][:limit]
     no_price = sum(1 for x in r.rejections if x.reason == planner_pb2.REJECTION_REASON_NO_PRICE)
-    text = "Rejected (first {}):\n".format(len(rows)) + _table(rows, ("hardware", "reason", "detail")) if rows else ""
+    text = f"Rejected (first {len(rows)}):\n" + _table(rows, ("hardware", "reason", "detail")) if rows else ""
     if no_price:
         text += f"\n{no_price} options have no price on record (pass --price-per-hour with --gpu to plan on them)"
     return text
