@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, training_pb2
@@ -50,24 +51,21 @@ def count(text: str) -> int:
     return int(float(m.group(1)) * _SUFFIX[m.group(2)])
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be {'1 or more' if cast is int else 'greater than 0'}, "
+                                             f"got {value}")
+        return value
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
+positive_int = _positive(int, "a whole number")
+positive_float = _positive(float, "a number")
 
 
 def model_ref(text: str) -> model_pb2.ModelRef:

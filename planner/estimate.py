@@ -18,12 +18,11 @@ class Estimate:
     duration_s_low: float
     duration_s_high: float
     hourly_usd: float
+    gpus: int = 1
 
     @property
     def gpu_hours(self) -> float:
         return self.duration_s / 3600 * self.gpus
-
-    gpus: int = 1
 
     @property
     def cost_usd(self) -> float:

@@ -75,18 +75,18 @@ def _layouts(t: TrainingSpec, n: int) -> list[tuple[int, Offload]]:
     return out
 
 
-def _hardware_options(catalog: Catalog, c: Constraints) -> list[tuple[Hardware, str]]:
+def _hardware_options(catalog: Catalog, c: Constraints) -> list[Hardware]:
     allowed = {catalog.gpu(name, "constraints.allowed_gpus").name for name in c.allowed_gpus}
-    out: list[tuple[Hardware, str]] = []
+    out: list[Hardware] = []
     for gpu in catalog.gpus:
         if allowed and gpu.name not in allowed:
             continue
         price = gpu.spot_hourly_usd if c.allow_spot and gpu.spot_hourly_usd else gpu.on_demand_hourly_usd
         for n in GPU_COUNTS:
             if n <= c.max_gpus:
-                out.append((Hardware(gpu=gpu, gpus_per_node=n, host_memory_bytes=gpu.host_memory_per_gpu_bytes * n,
+                out.append(Hardware(gpu=gpu, gpus_per_node=n, host_memory_bytes=gpu.host_memory_per_gpu_bytes * n,
                                      hourly_usd_per_gpu=price, spot=c.allow_spot and bool(gpu.spot_hourly_usd),
-                                     provider="catalog"), ""))
+                                     provider="catalog"))
     for flavor in catalog.flavors:
         if flavor.accelerator != "gpu" or flavor.gpu_count > c.max_gpus:
             continue
@@ -95,11 +95,11 @@ def _hardware_options(catalog: Catalog, c: Constraints) -> list[tuple[Hardware, 
             continue
         if c.allowed_providers and flavor.provider not in c.allowed_providers:
             continue
-        out.append((Hardware(gpu=gpu, gpus_per_node=flavor.gpu_count, host_memory_bytes=flavor.host_memory_bytes,
+        out.append(Hardware(gpu=gpu, gpus_per_node=flavor.gpu_count, host_memory_bytes=flavor.host_memory_bytes,
                              hourly_usd_per_gpu=flavor.hourly_usd / flavor.gpu_count, provider=flavor.provider,
-                             flavor=flavor.name), flavor.name))
+                             flavor=flavor.name))
     if c.allowed_providers:
-        out = [(hw, f) for hw, f in out if hw.provider in c.allowed_providers]
+        out = [hw for hw in out if hw.provider in c.allowed_providers]
     return out
 
 
@@ -149,8 +149,8 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
     evaluated = 0
-    for hw, flavor in _hardware_options(catalog, constraints):
-        label = flavor or hw.gpu.name
+    for hw in _hardware_options(catalog, constraints):
+        label = hw.flavor or hw.gpu.name
         if hw.hourly_usd_per_gpu <= 0:
             rejections.append(Rejection(label, hw.world_size, Rejected.NO_PRICE,
                                         "no price on record; pass hardware.hourly_usd_per_gpu to plan on it"))
