@@ -38,10 +38,15 @@ def deepspeed_config(t: TrainingSpec, world_size: int, *, learning_rate: float =
     else:
         optimizer = {"type": "AdamW", "params": {"lr": learning_rate, "betas": [0.9, 0.999], "eps": 1e-8,
                                                  "weight_decay": weight_decay}}
-    scheduler: dict[str, Any] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": learning_rate,
-                                                               "warmup_num_steps": warmup_steps}}
+    # Linear warmup from 0 (DeepSpeed's default "log" warmup divides by log(warmup_num_steps), so 1 step breaks it);
+    # no warmup and no decay means a constant learning rate and no scheduler.
+    warmup = {"warmup_min_lr": 0.0, "warmup_max_lr": learning_rate, "warmup_num_steps": max(1, warmup_steps),
+              "warmup_type": "linear"}
+    scheduler: dict[str, Any] | None = None
     if total_steps > warmup_steps:
-        scheduler = {"type": "WarmupDecayLR", "params": {**scheduler["params"], "total_num_steps": total_steps}}
+        scheduler = {"type": "WarmupDecayLR", "params": {**warmup, "total_num_steps": total_steps}}
+    elif warmup_steps:
+        scheduler = {"type": "WarmupLR", "params": warmup}
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.gradient_accumulation_steps,
@@ -49,10 +54,11 @@ def deepspeed_config(t: TrainingSpec, world_size: int, *, learning_rate: float =
         "gradient_clipping": gradient_clipping,
         "zero_optimization": zero,
         "optimizer": optimizer,
-        "scheduler": scheduler,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    if scheduler is not None:
+        config["scheduler"] = scheduler
     if t.precision is Precision.FP16:
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     elif t.precision in (Precision.BF16, Precision.BF16_PURE):

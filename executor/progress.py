@@ -1,0 +1,99 @@
+"""Progress events: the ProgressSink interface rank 0 writes to, and the JSON-lines sink for local runs.
+
+Each sink stamps job id, a sequence that grows by one per event and never repeats (it continues
+across restarts of the same job), and the time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+from google.protobuf import json_format, timestamp_pb2
+from tunefleet.v1 import progress_pb2
+
+TERMINAL_PHASES = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
+
+
+class ProgressSink(Protocol):
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        """Record one event; returns it with job id, sequence and time filled in."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def event_to_json(event: progress_pb2.ProgressEvent) -> str:
+    return json.dumps(json_format.MessageToDict(event, preserving_proto_field_name=True), sort_keys=True)
+
+
+def event_from_json(line: str) -> progress_pb2.ProgressEvent:
+    return json_format.Parse(line, progress_pb2.ProgressEvent())
+
+
+def read_events(path: Path) -> list[progress_pb2.ProgressEvent]:
+    """Every complete event in a JSON-lines progress file; a line cut by a crash is skipped."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(event_from_json(line))
+        except json_format.ParseError:
+            continue
+    return events
+
+
+class JsonlProgressSink:
+    """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted."""
+
+    def __init__(self, path: Path, job_id: str) -> None:
+        self.path = path
+        self.job_id = job_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        previous = read_events(path)
+        self._sequence = previous[-1].sequence if previous else 0
+        self._file = path.open("a", encoding="utf-8")
+
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        self._sequence += 1
+        stamped = progress_pb2.ProgressEvent()
+        stamped.CopyFrom(event)
+        stamped.job_id, stamped.sequence = self.job_id, self._sequence
+        now = timestamp_pb2.Timestamp()
+        now.GetCurrentTime()
+        stamped.time.CopyFrom(now)
+        self._file.write(event_to_json(stamped) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return stamped
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def describe(event: progress_pb2.ProgressEvent) -> str:
+    """One human line for a terminal."""
+    phase = progress_pb2.Phase.Name(event.phase).removeprefix("PHASE_").lower()
+    parts = [f"[{phase}]"]
+    if event.total_steps:
+        parts.append(f"step {event.step}/{event.total_steps}")
+    if event.loss:
+        parts.append(f"loss {event.loss:.4f}")
+    if event.learning_rate:
+        parts.append(f"lr {event.learning_rate:.2e}")
+    if event.tokens_per_s:
+        parts.append(f"{event.tokens_per_s:,.0f} tok/s")
+    if event.peak_gpu_memory_bytes:
+        parts.append(f"gpu peak {event.peak_gpu_memory_bytes / 2**30:.2f} GiB")
+    if event.peak_host_memory_bytes:
+        parts.append(f"host peak {event.peak_host_memory_bytes / 2**30:.2f} GiB")
+    if event.eta_s:
+        parts.append(f"eta {event.eta_s:,.0f} s")
+    if event.checkpoint_path:
+        parts.append(f"checkpoint {event.checkpoint_path}")
+    if event.message:
+        parts.append(event.message)
+    return "  ".join(parts)

@@ -1,0 +1,213 @@
+"""Turn a Plan into the validated, fully resolved configuration one training run uses.
+
+Pure: no file system, no torch. Every check names the plan field to change.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from tunefleet.v1 import plan_pb2, training_pb2
+
+from executor.errors import PlanError
+from planner import convert
+from planner.errors import InvalidFieldError
+from planner.schema import Method, Objective, Optimizer, TrainingSpec
+
+DEFAULT_EPOCHS = 1.0
+# Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
+DEFAULT_KEEP_CHECKPOINTS = 2
+_PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Methods and objectives this executor trains; the planner can size more than it can run.
+_RUNNABLE_METHODS = (Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.FREEZE)
+
+
+class DatasetFormat(enum.Enum):
+    TEXT = "text"
+    INSTRUCTION = "instruction"
+    CHAT = "chat"
+
+
+_FORMATS = {plan_pb2.DATASET_FORMAT_UNSPECIFIED: DatasetFormat.TEXT, plan_pb2.DATASET_FORMAT_TEXT: DatasetFormat.TEXT,
+            plan_pb2.DATASET_FORMAT_INSTRUCTION: DatasetFormat.INSTRUCTION,
+            plan_pb2.DATASET_FORMAT_CHAT: DatasetFormat.CHAT}
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    local_path: str = ""
+    hub_name: str = ""
+    format: DatasetFormat = DatasetFormat.TEXT
+    split: str = "train"
+    packing: bool = False
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What the planner predicted, for the run's summary; zero where the plan carries no prediction."""
+
+    peak_gpu_memory_bytes: int = 0
+    step_time_s: float = 0.0
+    tokens_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    plan_id: str
+    model_path: str
+    dataset: DatasetConfig
+    training: TrainingSpec
+    world_size: int
+    max_steps: int
+    epochs: float
+    seed: int
+    checkpoint_every_steps: int
+    output_dir: Path
+    deepspeed_config_json: str
+    predicted: Predicted = field(default_factory=Predicted)
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
+
+    @property
+    def deepspeed_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = json.loads(self.deepspeed_config_json)
+        return config
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+    @property
+    def final_dir(self) -> Path:
+        return self.output_dir / "final"
+
+    @property
+    def progress_path(self) -> Path:
+        return self.output_dir / "progress.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.output_dir / "logs" / "train.log"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.output_dir / "summary.json"
+
+
+def parse_plan(text: str | bytes, source: str = "plan") -> plan_pb2.Plan:
+    """A Plan from its JSON form (what `tunefleet recommend --save-plan` writes) or binary protobuf."""
+    plan = plan_pb2.Plan()
+    try:
+        if isinstance(text, bytes) and not text.lstrip().startswith(b"{"):
+            plan.ParseFromString(text)
+        else:
+            json_format.Parse(text, plan)
+    except (json_format.ParseError, ValueError) as e:
+        raise PlanError(source, f"is not a tunefleet.v1.Plan in JSON or protobuf form: {e}") from e
+    return plan
+
+
+def _training(plan: plan_pb2.Plan, world_size: int) -> TrainingSpec:
+    p = plan.training
+    for name in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps"):
+        if getattr(p, name) <= 0:
+            raise PlanError(f"training.{name}", f"is {getattr(p, name)}; a plan must set it to a positive number "
+                                                "(the planner writes the value it sized memory for)")
+    if p.method == training_pb2.METHOD_UNSPECIFIED:
+        raise PlanError("training.method", "is not set; choose full, lora, qlora, lora_8bit or freeze")
+    if not p.HasField("zero_stage"):
+        raise PlanError("training.zero_stage", "is not set; a plan names its DeepSpeed ZeRO stage (0-3)")
+    try:
+        t = convert.training_from_proto(p, world_size)
+    except InvalidFieldError as e:
+        raise PlanError(e.field, e.description) from e
+    if t.method not in _RUNNABLE_METHODS:
+        raise PlanError("training.method", f"{t.method.value} is not a method this executor runs")
+    if t.objective is not Objective.SFT:
+        raise PlanError("training.objective", "this executor runs supervised fine-tuning (sft) only; "
+                                              "DPO plans can be sized by the planner but not yet trained")
+    if t.image_tokens or t.train_vision_tower:
+        raise PlanError("training.image_tokens", "vision-language training is not run by this executor yet; "
+                                                 "plan the language model alone")
+    if t.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        raise PlanError("training.optimizer", f"{t.optimizer.value} is not a DeepSpeed optimizer; use adamw or sgd")
+    return t
+
+
+def _deepspeed_json(plan: plan_pb2.Plan, t: TrainingSpec, world_size: int) -> str:
+    text = plan.deepspeed_config_json
+    if not text:
+        raise PlanError("deepspeed_config_json", "is empty; plans from the planner carry the DeepSpeed config")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError("deepspeed_config_json", f"is not valid JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise PlanError("deepspeed_config_json", "must be a JSON object")
+    expected = {"train_micro_batch_size_per_gpu": t.micro_batch_size,
+                "gradient_accumulation_steps": t.gradient_accumulation_steps,
+                "train_batch_size": t.micro_batch_size * t.gradient_accumulation_steps * world_size}
+    for key, value in expected.items():
+        if key in config and config[key] != value:
+            raise PlanError("deepspeed_config_json", f"{key} is {config[key]} but the plan's training and hardware "
+                                                     f"give {value}; regenerate the plan or fix one of them")
+    stage = config.get("zero_optimization", {}).get("stage", 0)
+    if stage != t.zero_stage:
+        raise PlanError("deepspeed_config_json", f"ZeRO stage {stage} differs from training.zero_stage "
+                                                 f"{t.zero_stage}")
+    return text
+
+
+def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
+    uri = output_dir or plan.output_uri or f"runs/{plan.plan_id}"
+    if uri.startswith("file://"):
+        uri = uri.removeprefix("file://")
+    elif "://" in uri:
+        raise PlanError("output_uri", f"{uri!r}: this executor writes to local paths only; "
+                                      "give a directory (or file:// URI), or pass --output")
+    return Path(uri)
+
+
+def _dataset(plan: plan_pb2.Plan) -> DatasetConfig:
+    d = plan.dataset
+    source = d.WhichOneof("source")
+    if source is None:
+        raise PlanError("dataset", "names no data; set dataset.local_path to a JSONL file or dataset.hub_name")
+    if source == "local_path" and not d.local_path:
+        raise PlanError("dataset.local_path", "is empty; give the path of a JSONL file")
+    if d.format not in _FORMATS:
+        raise PlanError("dataset.format", f"unknown format {d.format}")
+    return DatasetConfig(local_path=d.local_path, hub_name=d.hub_name, format=_FORMATS[d.format],
+                         split=d.split or "train", packing=d.packing)
+
+
+def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> RunConfig:
+    """Validate a plan for this executor and resolve every default; raises PlanError naming the field."""
+    if not _PLAN_ID.match(plan.plan_id):
+        raise PlanError("plan_id", f"{plan.plan_id!r} must be 1-128 letters, digits, '.', '_' or '-'")
+    model_path = plan.model.weights or plan.model.catalog_name
+    if not model_path:
+        raise PlanError("model.weights", "is empty; give a Hugging Face model id or a local model folder")
+    hw = plan.hardware
+    if hw.nodes > 1:
+        raise PlanError("hardware.nodes", f"is {hw.nodes}; this executor trains on one host — "
+                                          "plan one node with more GPUs, or use the fleet")
+    world_size = hw.gpus_per_node or 1
+    t = _training(plan, world_size)
+    w = plan.workload
+    if w.epochs < 0:
+        raise PlanError("workload.epochs", f"is {w.epochs}; must be positive")
+    h = plan.hyperparameters
+    fit, est = plan.prediction.fit, plan.prediction.estimate
+    return RunConfig(
+        plan_id=plan.plan_id, model_path=model_path, dataset=_dataset(plan), training=t, world_size=world_size,
+        max_steps=w.max_steps, epochs=w.epochs or DEFAULT_EPOCHS, seed=h.seed,
+        checkpoint_every_steps=h.checkpoint_every_steps, output_dir=_output_dir(plan, output_dir),
+        deepspeed_config_json=_deepspeed_json(plan, t, world_size),
+        predicted=Predicted(peak_gpu_memory_bytes=fit.per_gpu.total_bytes, step_time_s=est.step_time_s,
+                            tokens_per_s=est.tokens_per_s))

@@ -1,0 +1,67 @@
+"""The `train` command, shared by `tunefleet train` and `python -m executor.training`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from executor.errors import ExecutorError
+from executor.progress import describe
+from executor.training.launcher import DEFAULT_PROGRESS_INTERVAL_S, train
+
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
+
+DESCRIPTION = """\
+Run a plan on this host with DeepSpeed (one rank per GPU; CPU ranks with gloo where there is no GPU).
+
+The plan is the JSON that `tunefleet recommend --save-plan plan.json` writes (or binary protobuf). The run
+writes into the plan's output_uri (or --output): progress.jsonl (one event per line), logs/train.log (every
+rank's output), checkpoints/step-NNNNNNNN (every hyperparameters.checkpoint_every_steps steps and at the
+end), final/ (the adapter or model with save_pretrained, and the tokenizer) and summary.json (measured vs
+predicted memory and speed). Run the same plan again to resume from its last complete checkpoint.
+
+Step 1 is the preflight: it trains on the longest batch and reports measured peak memory against the plan.
+
+exit status: 0 done, 1 training failed (see logs/train.log), 2 the plan cannot run here (message says why)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", type=Path, help="plan file (JSON or binary tunefleet.v1.Plan)")
+    p.add_argument("--output", help="output directory (default: the plan's output_uri)")
+    p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
+                   help="seconds between training progress events (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.plan.is_file():
+        print(f"tunefleet train: plan file {args.plan} does not exist", file=sys.stderr)
+        return EXIT_REFUSED
+
+    def show(event: object) -> None:
+        from executor.progress import event_to_json
+
+        print(event_to_json(event) if args.json else describe(event), flush=True)  # type: ignore[arg-type]
+
+    try:
+        result = train(args.plan, args.output, args.progress_interval_s, on_event=show)
+    except ExecutorError as e:
+        print(f"tunefleet train: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    if result.succeeded:
+        if not args.json:
+            summary = json.loads(result.config.summary_path.read_text())
+            print(f"done: {summary['final_dir']} (summary {result.config.summary_path})")
+        return 0
+    print(f"tunefleet train: {result.last_event.message}", file=sys.stderr)
+    return EXIT_REFUSED if result.refused else EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m executor.training", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,207 @@
+"""Datasets: JSONL records (text, instruction/response, chat) to token ids with masked labels, and the
+deterministic order in which micro-batches are drawn, so that a resumed run sees the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from executor.errors import PlanError
+from executor.run_config import DatasetConfig, DatasetFormat
+
+IGNORE_INDEX = -100  # label value transformers' cross-entropy skips
+_PROMPT_KEYS = ("instruction", "prompt", "question")
+_RESPONSE_KEYS = ("response", "output", "completion", "answer")
+
+
+@dataclass(frozen=True)
+class Example:
+    input_ids: tuple[int, ...]
+    labels: tuple[int, ...]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(1 for t in self.labels if t != IGNORE_INDEX)
+
+
+def load_records(d: DatasetConfig) -> list[dict[str, Any]]:
+    """Records from a local JSONL file or a hub dataset; PlanError for a missing, unreadable or empty source."""
+    if d.hub_name:
+        import datasets  # only for hub datasets
+
+        try:
+            rows = datasets.load_dataset(d.hub_name, split=d.split)
+        except Exception as e:  # the hub raises many types; the message is what the user needs
+            raise PlanError("dataset.hub_name", f"could not load {d.hub_name!r} split {d.split!r}: {e}") from e
+        records = [dict(r) for r in rows]
+        field = "dataset.hub_name"
+    else:
+        path = Path(d.local_path)
+        field = "dataset.local_path"
+        if not path.is_file():
+            raise PlanError(field, f"{path} does not exist or is not a file; give a JSONL file with one record per line")
+        records = []
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise PlanError(field, f"{path} line {number} is not JSON: {e.msg}") from e
+                if not isinstance(record, dict):
+                    raise PlanError(field, f"{path} line {number} is not a JSON object")
+                records.append(record)
+    if not records:
+        raise PlanError(field, f"{d.local_path or d.hub_name} has no records; a training set needs at least one")
+    return records
+
+
+def _field(record: dict[str, Any], keys: Sequence[str], number: int, what: str) -> str:
+    for key in keys:
+        value = record.get(key)
+        if isinstance(value, str):
+            return value
+    raise PlanError("dataset.format", f"record {number} has no {what} field (one of {', '.join(keys)}); "
+                                      "check dataset.format matches the file")
+
+
+def _text(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
+    ids = tokenizer(_field(record, ("text",), number, "text"), add_special_tokens=True)["input_ids"]
+    ids = list(ids) + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    return Example(tuple(ids), tuple(ids))
+
+
+def _instruction(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
+    prompt = _field(record, _PROMPT_KEYS, number, "instruction")
+    if isinstance(record.get("input"), str) and record["input"]:
+        prompt = f"{prompt}\n\n{record['input']}"
+    response = _field(record, _RESPONSE_KEYS, number, "response")
+    prompt_ids = list(tokenizer(prompt + "\n\n", add_special_tokens=True)["input_ids"])
+    response_ids = list(tokenizer(response, add_special_tokens=False)["input_ids"])
+    if tokenizer.eos_token_id is not None:
+        response_ids.append(tokenizer.eos_token_id)
+    return Example(tuple(prompt_ids + response_ids), tuple([IGNORE_INDEX] * len(prompt_ids) + response_ids))
+
+
+def _render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt,
+                                        return_dict=True)
+    return list(out["input_ids"])
+
+
+def _chat(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
+    """Labels on assistant turns only: each turn's tokens are the rendering of messages[:i+1] past the
+    rendering of messages[:i] with the generation prompt (templates render conversations prefix-stably)."""
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise PlanError("dataset.format", f"record {number} has no 'messages' list; chat data is "
+                                          '{"messages": [{"role": ..., "content": ...}, ...]}')
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise PlanError("dataset.format", "the tokenizer has no chat template; use format instruction or text, "
+                                          "or a tokenizer with a chat template")
+    ids: list[int] = []
+    labels: list[int] = []
+    for i, message in enumerate(messages):
+        full = _render(tokenizer, messages[: i + 1], generation_prompt=False)
+        if message.get("role") == "assistant":
+            prefix = _render(tokenizer, messages[:i], generation_prompt=True) if i else []
+            if full[: len(prefix)] != prefix or full[: len(ids)] != ids:
+                raise PlanError("dataset.format", f"record {number}: the chat template does not render "
+                                                  "conversations prefix-stably, so prompts cannot be masked")
+            labels += [IGNORE_INDEX] * (len(prefix) - len(ids)) + full[len(prefix):]
+        else:
+            labels += [IGNORE_INDEX] * (len(full) - len(ids))
+        ids = full
+    return Example(tuple(ids), tuple(labels))
+
+
+_TOKENIZE = {DatasetFormat.TEXT: _text, DatasetFormat.INSTRUCTION: _instruction, DatasetFormat.CHAT: _chat}
+
+
+def pack(examples: Sequence[Example], sequence_length: int) -> list[Example]:
+    """Concatenate examples and cut them into full-length sequences; the last one may be shorter."""
+    ids = [t for e in examples for t in e.input_ids]
+    labels = [t for e in examples for t in e.labels]
+    return [Example(tuple(ids[i:i + sequence_length]), tuple(labels[i:i + sequence_length]))
+            for i in range(0, len(ids), sequence_length)]
+
+
+def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig, sequence_length: int) -> list[Example]:
+    """Token ids truncated to the plan's sequence length (or packed to it); examples with nothing to learn dropped."""
+    examples = [_TOKENIZE[d.format](r, number, tokenizer) for number, r in enumerate(records, start=1)]
+    if d.packing:
+        examples = pack(examples, sequence_length)
+    else:
+        examples = [Example(e.input_ids[:sequence_length], e.labels[:sequence_length]) for e in examples]
+    examples = [e for e in examples if e.trained_tokens > 0]
+    if not examples:
+        raise PlanError("dataset", "no record has a token to train on after masking prompts and truncating to "
+                                   f"{sequence_length} tokens; check dataset.format and training.sequence_length")
+    return examples
+
+
+@dataclass(frozen=True)
+class DataOrder:
+    """Which examples each rank reads for every micro-batch of the run, as a pure function of the seed.
+
+    Global micro-batch g draws world_size × micro_batch examples from epoch g // batches_per_epoch, in that
+    epoch's seeded permutation. Epoch 0 starts with the longest examples, so step 1 is the preflight on the
+    longest batch. A run resumed at micro-batch g reads exactly what the uninterrupted run would have.
+    """
+
+    lengths: tuple[int, ...]
+    micro_batch: int
+    world_size: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_permutations", {})
+        if len(self.lengths) < self.global_micro_batch:
+            raise PlanError("dataset", f"{len(self.lengths)} examples are fewer than one micro-batch on every rank "
+                                       f"({self.micro_batch} × {self.world_size} ranks); add data or lower "
+                                       "training.micro_batch_size")
+
+    @property
+    def global_micro_batch(self) -> int:
+        return self.micro_batch * self.world_size
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.lengths) // self.global_micro_batch
+
+    def permutation(self, epoch: int) -> list[int]:
+        cache: dict[int, list[int]] = self._permutations  # type: ignore[attr-defined]
+        if epoch not in cache:
+            cache.clear()
+            cache[epoch] = self._permute(epoch)
+        return cache[epoch]
+
+    def _permute(self, epoch: int) -> list[int]:
+        order = list(range(len(self.lengths)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        if epoch == 0:
+            longest = sorted(order, key=lambda i: -self.lengths[i])[: self.global_micro_batch]
+            first = set(longest)
+            order = longest + [i for i in order if i not in first]
+        return order
+
+    def indices(self, micro_batch_index: int, rank: int) -> list[int]:
+        epoch, within = divmod(micro_batch_index, self.batches_per_epoch)
+        start = within * self.global_micro_batch + rank * self.micro_batch
+        return self.permutation(epoch)[start:start + self.micro_batch]
+
+    def epoch_of(self, micro_batch_index: int) -> float:
+        return micro_batch_index / self.batches_per_epoch
+
+
+def total_steps(order: DataOrder, epochs: float, gradient_accumulation_steps: int, max_steps: int) -> int:
+    """Optimizer steps of the run: the plan's max_steps, else whole micro-batches over the epochs."""
+    if max_steps:
+        return max_steps
+    return max(1, int(order.batches_per_epoch * epochs) // gradient_accumulation_steps)

@@ -1,0 +1,139 @@
+"""Run a plan on this host: check it, then start one rank per GPU (or CPU rank) under torchrun.
+
+The ranks are children of this process and share its process group, so killing the group kills the run;
+the launcher owns the progress file between rank runs and records the outcome when ranks die silently.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunefleet.v1 import progress_pb2
+
+from executor.errors import PlanError, TrainingFailedError
+from executor.progress import TERMINAL_PHASES, JsonlProgressSink, read_events
+from executor.run_config import RunConfig, parse_plan, run_config_from_plan
+from executor.training import data
+from executor.training.model import check_host, check_model, detect_host, load_tokenizer
+
+DEFAULT_PROGRESS_INTERVAL_S = 10.0
+# Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
+RANK_EXIT_REFUSED = 3
+_POLL_S = 0.5  # how often the launcher forwards new progress lines while it waits for the ranks
+_LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class RunResult:
+    config: RunConfig
+    exit_code: int
+    last_event: progress_pb2.ProgressEvent
+
+    @property
+    def succeeded(self) -> bool:
+        return self.last_event.phase == progress_pb2.PHASE_DONE
+
+    @property
+    def refused(self) -> bool:
+        return self.exit_code == RANK_EXIT_REFUSED
+
+
+def check(cfg: RunConfig) -> None:
+    """Everything that can be refused without training: host, model modules, dataset, data order."""
+    check_host(cfg, detect_host())
+    check_model(cfg)
+    tokenizer = load_tokenizer(cfg)
+    examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, cfg.training.sequence_length)
+    data.DataOrder(tuple(len(e.input_ids) for e in examples), cfg.training.micro_batch_size, cfg.world_size, cfg.seed)
+
+
+def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    path = cfg.output_dir / "plan.json"
+    if path.exists():
+        previous = run_config_from_plan(parse_plan(path.read_bytes(), str(path)), str(cfg.output_dir))
+        if previous.plan_id != cfg.plan_id:
+            raise PlanError("output_uri", f"{cfg.output_dir} belongs to plan {previous.plan_id}; give plan "
+                                          f"{cfg.plan_id} its own output directory")
+    path.write_bytes(plan_bytes)
+    return path
+
+
+def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc-per-node={cfg.world_size}", "--max-restarts=0", "-m", "executor.training.recipe",
+            str(plan_path), "--output", str(cfg.output_dir), "--progress-interval-s", str(progress_interval_s)]
+
+
+def _log_tail(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+def _forward_new(cfg: RunConfig, seen: int, on_event: Callable[[progress_pb2.ProgressEvent], None]) -> int:
+    events = read_events(cfg.progress_path)
+    for event in events[seen:]:
+        on_event(event)
+    return len(events)
+
+
+def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
+          on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None) -> RunResult:
+    """Check the plan, run it to the end (resuming from its last checkpoint), and return how it ended.
+
+    Raises PlanError / HostError before anything runs when the plan cannot run here.
+    """
+    plan_bytes = plan_path.read_bytes()
+    cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
+    check(cfg)
+    saved = _save_plan(plan_bytes, cfg)
+    cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
+    seen = len(read_events(cfg.progress_path))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if not detect_host().has_gpu:
+        env.setdefault("DS_ACCELERATOR", "cpu")
+    cancelled = False
+
+    with cfg.log_path.open("a") as log:
+        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s), stdout=log, stderr=subprocess.STDOUT,
+                                env=env)
+
+        def _cancel(signum: int, _frame: object) -> None:
+            nonlocal cancelled
+            cancelled = True
+            proc.send_signal(signal.SIGTERM)
+
+        previous = {s: signal.signal(s, _cancel) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while True:
+                try:
+                    exit_code = proc.wait(timeout=_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    seen = _forward_new(cfg, seen, on_event)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    _forward_new(cfg, seen, on_event)
+    events = read_events(cfg.progress_path)
+    last = events[-1] if events else progress_pb2.ProgressEvent()
+    if last.phase not in TERMINAL_PHASES or (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE):
+        sink = JsonlProgressSink(cfg.progress_path, cfg.plan_id)
+        if cancelled:
+            last = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CANCELLED, step=last.step,
+                                                        total_steps=last.total_steps,
+                                                        message="cancelled; rerun the plan to resume"))
+        else:
+            failure = TrainingFailedError(f"training ranks exited with status {exit_code}; the last log lines "
+                                          f"({cfg.log_path}):\n{_log_tail(cfg.log_path)}")
+            last = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
+                                                        total_steps=last.total_steps, message=str(failure)))
+        sink.close()
+        on_event(last)
+    return RunResult(cfg, exit_code, last)

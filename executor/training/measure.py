@@ -1,0 +1,35 @@
+"""Peak memory and throughput as a run measures them."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+
+import torch
+
+_RU_MAXRSS_UNIT_BYTES = 1024  # Linux reports ru_maxrss in KiB (getrusage(2))
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    gpu_allocated_bytes: int
+    gpu_reserved_bytes: int
+    host_bytes: int
+
+
+def peak_memory() -> PeakMemory:
+    allocated = reserved = 0
+    if torch.cuda.is_available():
+        allocated, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RU_MAXRSS_UNIT_BYTES
+    return PeakMemory(allocated, reserved, host)
+
+
+def reset_peak_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def relative_error(measured: float, predicted: float) -> float:
+    """(predicted - measured) / measured: positive when the planner over-predicts."""
+    return (predicted - measured) / measured if measured else 0.0

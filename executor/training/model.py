@@ -1,0 +1,121 @@
+"""Model and tokenizer for a run: load, quantise (QLoRA / 8-bit), attach adapters, freeze, checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import transformers
+from peft import get_peft_model, prepare_model_for_kbit_training
+
+from executor.errors import HostError, PlanError
+from executor.run_config import RunConfig
+from executor.training.peft_config import lora_config
+from planner.schema import Attention, Method, Precision
+
+_ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
+_DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16,
+          Precision.BF16_PURE: torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Host:
+    """What this machine offers a run."""
+
+    gpu_count: int
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_count > 0
+
+
+def detect_host() -> Host:
+    return Host(gpu_count=torch.cuda.device_count())
+
+
+def check_host(cfg: RunConfig, host: Host) -> None:
+    """Refuse what this host cannot run before anything is loaded; HostError says what to change."""
+    t = cfg.training
+    if not host.has_gpu:
+        if t.method in (Method.QLORA, Method.LORA_8BIT):
+            raise HostError(f"training.method: {t.method.value} quantises weights with bitsandbytes, which needs a "
+                            "CUDA GPU and this host has none; use method lora (or full) on a CPU host")
+        if t.precision is Precision.FP16:
+            raise HostError("training.precision: fp16 mixed precision needs a CUDA GPU; use bf16 or fp32 on a CPU host")
+        if t.attention is Attention.FLASH:
+            raise HostError("training.attention: flash attention needs a CUDA GPU; use sdpa on a CPU host")
+    elif host.gpu_count < cfg.world_size:
+        raise HostError(f"hardware.gpus_per_node: the plan needs {cfg.world_size} GPUs and this host has "
+                        f"{host.gpu_count}; run it on a bigger host or re-plan for {host.gpu_count}")
+
+
+def load_tokenizer(cfg: RunConfig) -> Any:
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(cfg.model_path)
+    except (OSError, ValueError) as e:
+        raise PlanError("model.weights", f"cannot load a tokenizer from {cfg.model_path!r}: {e}") from e
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_config(cfg: RunConfig) -> Any:
+    try:
+        return transformers.AutoConfig.from_pretrained(cfg.model_path)
+    except (OSError, ValueError) as e:
+        raise PlanError("model.weights", f"cannot load a model config from {cfg.model_path!r}: {e}") from e
+
+
+def _quantization(cfg: RunConfig) -> Any:
+    t = cfg.training
+    if t.method is Method.QLORA:
+        return transformers.BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=t.double_quant,
+            bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_storage=torch.bfloat16)
+    if t.method is Method.LORA_8BIT:
+        return transformers.BitsAndBytesConfig(load_in_8bit=True)
+    return None
+
+
+def check_model(cfg: RunConfig) -> None:
+    """Build the model on the meta device (no weights read) and check the plan's modules exist in it."""
+    config = load_config(cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    if cfg.training.method.uses_adapters:
+        lora_config(cfg.training.lora, model)
+    elif cfg.training.method is Method.FREEZE:
+        _decoder_layers(model, cfg.training.freeze_trainable_layers)
+
+
+def _decoder_layers(model: Any, trainable: int) -> Any:
+    layers = model.get_decoder().layers
+    if trainable > len(layers):
+        raise PlanError("training.freeze_trainable_layers", f"the model has {len(layers)} decoder layers, "
+                                                            f"the plan trains {trainable}")
+    return layers
+
+
+def load_model(cfg: RunConfig, host: Host) -> Any:
+    """The model ready for deepspeed.initialize: weights in the plan's dtype, adapters attached, the rest frozen."""
+    t = cfg.training
+    quantization = _quantization(cfg)
+    kwargs: dict[str, Any] = {"attn_implementation": _ATTENTION[t.attention], "dtype": _DTYPE[t.precision]}
+    if quantization is not None:
+        kwargs.update(quantization_config=quantization, dtype=torch.bfloat16,
+                      device_map={"": torch.cuda.current_device()})
+    model = transformers.AutoModelForCausalLM.from_pretrained(cfg.model_path, **kwargs)
+    model.config.use_cache = False
+    if quantization is not None:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif t.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if t.method.uses_adapters:
+        model = get_peft_model(model, lora_config(t.lora, model))
+    elif t.method is Method.FREEZE:
+        model.requires_grad_(False)
+        for layer in _decoder_layers(model, t.freeze_trainable_layers)[-t.freeze_trainable_layers:]:
+            layer.requires_grad_(True)
+    return model

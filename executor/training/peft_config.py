@@ -1,0 +1,38 @@
+"""PEFT LoRA configuration from the plan, with target modules checked against the real model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peft import LoraConfig, TaskType
+
+from executor.errors import PlanError
+from planner.schema import ALL_LINEAR, LoraSpec
+
+
+def linear_module_names(model: Any) -> set[str]:
+    """Leaf names (q_proj, down_proj, ...) of the model's linear layers, the output head excluded."""
+    import torch
+
+    names = set()
+    for full_name, module in model.named_modules():
+        is_linear = isinstance(module, torch.nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
+        if is_linear and "lm_head" not in full_name:
+            names.add(full_name.rsplit(".", 1)[-1])
+    return names
+
+
+def lora_config(spec: LoraSpec, model: Any) -> LoraConfig:
+    """LoraConfig for the plan; a target module the model lacks is a PlanError naming the ones it has."""
+    available = linear_module_names(model)
+    if spec.target_modules == (ALL_LINEAR,):
+        targets: str | list[str] = ALL_LINEAR
+    else:
+        missing = sorted(set(spec.target_modules) - available)
+        if missing:
+            raise PlanError("training.lora.target_modules",
+                            f"{', '.join(missing)} not in this model; its linear layers are "
+                            f"{', '.join(sorted(available))} (or use '{ALL_LINEAR}')")
+        targets = list(spec.target_modules)
+    return LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
+                      bias="none", task_type=TaskType.CAUSAL_LM)

@@ -1,0 +1,257 @@
+"""One training rank: DeepSpeed engine from the plan's config, deterministic data, checkpoints, progress.
+
+Launched once per GPU (or per CPU rank with DS_ACCELERATOR=cpu) by executor.training.launcher; rank 0
+writes progress and the final artefacts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import deepspeed
+import structlog
+import torch
+import torch.distributed as dist
+import transformers
+from tunefleet.v1 import progress_pb2
+
+from executor.errors import DoesNotFitError, ExecutorError, PlanError
+from executor.progress import JsonlProgressSink, ProgressSink
+from executor.run_config import RunConfig, parse_plan, run_config_from_plan
+from executor.training import checkpoint, data
+from executor.training.launcher import RANK_EXIT_REFUSED
+from executor.training.measure import peak_memory, relative_error, reset_peak_memory
+from executor.training.model import Host, check_host, detect_host, load_model, load_tokenizer
+
+log = structlog.get_logger("executor.training")
+
+
+class _NullSink:
+    """Ranks other than 0 report nothing."""
+
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        return event
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Batch:
+    tensors: dict[str, torch.Tensor]
+    tokens: int
+
+
+def collate(examples: list[data.Example], pad_token_id: int, device: torch.device) -> Batch:
+    """Right-pad to the longest example in the micro-batch; padding is masked out of attention and loss."""
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), data.IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, e in enumerate(examples):
+        n = len(e.input_ids)
+        ids[row, :n], labels[row, :n], mask[row, :n] = torch.tensor(e.input_ids), torch.tensor(e.labels), 1
+    tensors = {"input_ids": ids.to(device), "labels": labels.to(device), "attention_mask": mask.to(device)}
+    return Batch(tensors, sum(len(e.input_ids) for e in examples))
+
+
+@dataclass
+class _Window:
+    """Loss, tokens and time since the last progress event (rank 0's micro-batches)."""
+
+    loss_sum: float = 0.0
+    micro_batches: int = 0
+    tokens: int = 0
+    started_s: float = 0.0
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, host: Host, rank: int, world_size: int, sink: ProgressSink,
+                 progress_interval_s: float) -> None:
+        self.cfg, self.host, self.rank, self.world_size, self.sink = cfg, host, rank, world_size, sink
+        self.progress_interval_s = progress_interval_s
+        self.frozen_excluded = cfg.training.method.uses_adapters
+
+    def emit(self, phase: int, **fields: Any) -> None:
+        if self.rank == 0:
+            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields))  # type: ignore[arg-type]
+
+    def run(self) -> None:
+        cfg, t = self.cfg, self.cfg.training
+        self.emit(progress_pb2.PHASE_LOADING, message=f"loading {cfg.model_path} on {self.world_size} rank(s)")
+        transformers.set_seed(cfg.seed)
+        tokenizer = load_tokenizer(cfg)
+        examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
+        order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, self.world_size, cfg.seed)
+        total = data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps)
+        model = load_model(cfg, self.host)
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
+                                                                         if p.requires_grad],
+                                          config=cfg.deepspeed_config)
+        step, next_g = self._resume(engine, total)
+        reset_peak_memory()
+        first_step, started = step + 1, time.perf_counter()
+        window = _Window(started_s=started)
+        while step < total:
+            step += 1
+            step_started = time.perf_counter()
+            for _ in range(t.gradient_accumulation_steps):
+                batch = collate([examples[i] for i in order.indices(next_g, self.rank)], tokenizer.pad_token_id,
+                                engine.device)
+                loss = self._micro_step(engine, batch, preflight=step == first_step)
+                window.loss_sum += loss.detach().float()
+                window.micro_batches += 1
+                window.tokens += batch.tokens
+                next_g += 1
+            if step == first_step:
+                self._report_preflight(step, total, time.perf_counter() - step_started)
+            now = time.perf_counter()
+            if step == total or now - window.started_s >= self.progress_interval_s:
+                self._report(step, total, order.epoch_of(next_g), engine, window, now,
+                             eta_s=(now - started) / (step - first_step + 1) * (total - step))
+                window = _Window(started_s=now)
+            if step == total or (cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0):
+                self._checkpoint(engine, step, next_g)
+        self._export(engine, tokenizer)
+        self._summary(total, started, first_step, step)
+
+    def _micro_step(self, engine: Any, batch: Batch, preflight: bool) -> torch.Tensor:
+        try:
+            loss = engine(**batch.tensors).loss
+            engine.backward(loss)
+            engine.step()
+        except torch.OutOfMemoryError as e:
+            if not preflight:
+                raise
+            t = self.cfg.training
+            raise DoesNotFitError(
+                f"preflight: micro-batch {t.micro_batch_size} × {batch.tensors['input_ids'].shape[1]} tokens ran out "
+                f"of GPU memory (planned {self.cfg.predicted.peak_gpu_memory_bytes / 2**30:.1f} GiB per GPU); lower "
+                "training.micro_batch_size, turn on gradient_checkpointing, or raise the ZeRO stage") from e
+        return loss  # type: ignore[no-any-return]
+
+    def _resume(self, engine: Any, total: int) -> tuple[int, int]:
+        found = checkpoint.latest(self.cfg.checkpoint_dir)
+        if found is None:
+            return 0, 0
+        state, path = found
+        if state.plan_id != self.cfg.plan_id or state.world_size != self.world_size:
+            raise PlanError("output_uri", f"{path} holds a checkpoint of plan {state.plan_id} on {state.world_size} "
+                                          f"rank(s), not plan {self.cfg.plan_id} on {self.world_size}; "
+                                          "give this run its own output directory")
+        checkpoint.load(engine, path, self.rank, self.frozen_excluded)
+        self.emit(progress_pb2.PHASE_LOADING, step=state.step, total_steps=total,
+                  message=f"resumed from {path} at step {state.step}, micro-batch {state.next_micro_batch}")
+        log.info("resumed", step=state.step, checkpoint=str(path))
+        return state.step, state.next_micro_batch
+
+    def _report_preflight(self, step: int, total: int, step_time_s: float) -> None:
+        peak, predicted = peak_memory(), self.cfg.predicted.peak_gpu_memory_bytes
+        if self.host.has_gpu and predicted:
+            error = relative_error(peak.gpu_reserved_bytes, predicted)
+            verdict = (f"measured peak {peak.gpu_reserved_bytes / 2**30:.2f} GiB reserved "
+                       f"({peak.gpu_allocated_bytes / 2**30:.2f} GiB allocated) vs planned {predicted / 2**30:.2f} GiB "
+                       f"({error:+.1%})")
+        else:
+            verdict = f"measured host peak {peak.host_bytes / 2**30:.2f} GiB (no GPU: GPU prediction not comparable)"
+        self.emit(progress_pb2.PHASE_PREFLIGHT, step=step, total_steps=total,
+                  peak_gpu_memory_bytes=peak.gpu_reserved_bytes, peak_host_memory_bytes=peak.host_bytes,
+                  message=f"first step on the longest batch took {step_time_s:.2f} s; {verdict}")
+
+    def _report(self, step: int, total: int, epoch: float, engine: Any, w: _Window, now: float, eta_s: float) -> None:
+        peak = peak_memory()
+        elapsed = max(now - w.started_s, 1e-9)
+        self.emit(progress_pb2.PHASE_TRAINING, step=step, total_steps=total, epoch=epoch,
+                  loss=float(w.loss_sum) / max(w.micro_batches, 1), learning_rate=float(engine.get_lr()[0]),
+                  tokens_per_s=w.tokens * self.world_size / elapsed, peak_gpu_memory_bytes=peak.gpu_reserved_bytes,
+                  peak_host_memory_bytes=peak.host_bytes, eta_s=eta_s)
+
+    def _checkpoint(self, engine: Any, step: int, next_g: int) -> None:
+        state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size)
+        path = checkpoint.save(engine, self.cfg.checkpoint_dir, state, self.rank, self.cfg.keep_checkpoints,
+                               self.frozen_excluded)
+        self.emit(progress_pb2.PHASE_CHECKPOINTING, step=step, checkpoint_path=str(path),
+                  message=f"checkpoint complete at step {step}")
+
+    def _export(self, engine: Any, tokenizer: Any) -> None:
+        """The adapter (or full model) with save_pretrained, and the tokenizer, in <output>/final."""
+        state_dict = engine._zero3_consolidated_16bit_state_dict() if self.cfg.training.zero_stage == 3 else None
+        if self.rank == 0:
+            final = self.cfg.final_dir
+            final.mkdir(parents=True, exist_ok=True)
+            module = engine.module
+            if state_dict is None:
+                module.save_pretrained(final)
+            else:
+                module.save_pretrained(final, state_dict=state_dict)
+            tokenizer.save_pretrained(final)
+        if dist.is_initialized():
+            dist.barrier()
+
+    def _summary(self, total: int, started: float, first_step: int, last_step: int) -> None:
+        if self.rank != 0:
+            return
+        elapsed = time.perf_counter() - started
+        steps = last_step - first_step + 1
+        peak = peak_memory()
+        t = self.cfg.training
+        step_time_s = elapsed / steps if steps > 0 else 0.0
+        tokens_per_step = t.micro_batch_size * t.sequence_length * t.gradient_accumulation_steps * self.world_size
+        summary = {
+            "plan_id": self.cfg.plan_id, "total_steps": total, "steps_this_run": max(steps, 0),
+            "measured": {**asdict(peak), "step_time_s": step_time_s,
+                         "tokens_per_s_at_planned_length": tokens_per_step / step_time_s if step_time_s else 0.0},
+            "predicted": asdict(self.cfg.predicted), "final_dir": str(self.cfg.final_dir),
+        }
+        self.cfg.summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True))
+        self.emit(progress_pb2.PHASE_DONE, step=last_step, total_steps=total, peak_gpu_memory_bytes=peak.gpu_reserved_bytes,
+                  peak_host_memory_bytes=peak.host_bytes, message=f"saved {self.cfg.final_dir}")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="one training rank (started by executor.training.launcher)")
+    p.add_argument("plan", type=Path)
+    p.add_argument("--output", required=True)
+    p.add_argument("--progress-interval-s", type=float, default=10.0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    cfg = run_config_from_plan(parse_plan(args.plan.read_bytes(), str(args.plan)), args.output)
+    structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
+    sink: ProgressSink = JsonlProgressSink(cfg.progress_path, cfg.plan_id) if rank == 0 else _NullSink()
+    try:
+        host = detect_host()
+        check_host(cfg, host)
+        if host.has_gpu:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        deepspeed.init_distributed(dist_backend="nccl" if host.has_gpu else "gloo")
+        Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s).run()
+    except ExecutorError as e:
+        if rank == 0:
+            sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, message=str(e)))
+        print(f"tunefleet: {e}", file=sys.stderr)
+        return RANK_EXIT_REFUSED
+    except BaseException as e:
+        if rank == 0:
+            sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED,
+                                                 message=f"{type(e).__name__}: {e}; see {cfg.log_path}"))
+        raise
+    finally:
+        sink.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
