@@ -13,11 +13,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, training_pb2
+from google.protobuf import json_format
+from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
 from clients import render
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
+from executor.training import command as train_command
 
 GiB = 1024**3
 EXAMPLES = """examples:
@@ -39,6 +41,8 @@ OPTIMIZERS = {"adamw": training_pb2.OPTIMIZER_ADAMW, "adamw-8bit": training_pb2.
 ATTENTIONS = {"eager": training_pb2.ATTENTION_EAGER, "sdpa": training_pb2.ATTENTION_SDPA,
               "flash": training_pb2.ATTENTION_FLASH}
 LOSSES = {"standard": training_pb2.LOSS_STANDARD, "chunked": training_pb2.LOSS_CHUNKED}
+DATASET_FORMATS = {"text": plan_pb2.DATASET_FORMAT_TEXT, "instruction": plan_pb2.DATASET_FORMAT_INSTRUCTION,
+                   "chat": plan_pb2.DATASET_FORMAT_CHAT}
 RANKS = {"cost": planner_pb2.RANK_BY_COST, "time": planner_pb2.RANK_BY_TIME, "pareto": planner_pb2.RANK_BY_PARETO}
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
@@ -190,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      "rejected, and an executable plan (with --json).")
     _add_job_args(rec, hardware=False)
     _add_workload_args(rec)
+    d = rec.add_argument_group("plan")
+    d.add_argument("--dataset", help="training data for the plan: a JSONL file, or a Hugging Face dataset name")
+    d.add_argument("--dataset-format", choices=DATASET_FORMATS, default="text",
+                   help="text {'text'}, instruction {'instruction','response'}, chat {'messages'} (default text)")
+    d.add_argument("--packing", action="store_true", help="pack examples into full-length sequences")
+    d.add_argument("--save-plan", type=Path, metavar="FILE",
+                   help="write the best option as an executable plan (JSON) for 'tunefleet train FILE'")
     r = rec.add_argument_group("constraints")
     r.add_argument("--budget", type=positive_float, help="most USD to spend")
     r.add_argument("--deadline-hours", type=positive_float, help="latest finish, in hours of wall time")
@@ -206,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_args(hw)
     mo = sub.add_parser("models", help="list catalog models with parameter counts")
     _add_client_args(mo)
+    tr = sub.add_parser("train", help="run a plan on this host with DeepSpeed (needs the 'train' extra)",
+                        description=train_command.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train_command.add_arguments(tr)
     serve = sub.add_parser("serve", help="run a service: 'tunefleet serve planner'")
     serve.add_argument("service", choices=["planner"])
     serve.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to the service (see --help there)")
@@ -235,8 +249,12 @@ def run(a: argparse.Namespace, client: PlannerClient) -> str:
             constraints.max_duration_s = a.deadline_hours * 3600
         rec = client.recommend(planner_pb2.RecommendRequest(model=model_ref(a.model), training=_training(a),
                                                             workload=_workload(a), constraints=constraints,
-                                                            limit=a.limit))
-        return render.dumps(rec) if a.json else render.recommend_text(rec)
+                                                            limit=a.limit, dataset=_dataset(a)))
+        text = render.dumps(rec) if a.json else render.recommend_text(rec)
+        if a.save_plan and rec.HasField("plan"):
+            a.save_plan.write_text(json_format.MessageToJson(rec.plan))
+            text += "" if a.json else f"\nplan written to {a.save_plan}; run it with: tunefleet train {a.save_plan}"
+        return text
     if a.command == "hardware":
         hw = client.list_hardware(planner_pb2.ListHardwareRequest(provider=a.provider))
         return render.dumps(hw) if a.json else render.hardware_text(hw)
@@ -244,9 +262,20 @@ def run(a: argparse.Namespace, client: PlannerClient) -> str:
     return render.dumps(models) if a.json else render.models_text(models)
 
 
+def _dataset(a: argparse.Namespace) -> plan_pb2.DatasetRef:
+    ref = plan_pb2.DatasetRef(format=DATASET_FORMATS[a.dataset_format], packing=a.packing)
+    if a.dataset and Path(a.dataset).suffix in (".jsonl", ".json") or a.dataset and Path(a.dataset).exists():
+        ref.local_path = str(Path(a.dataset).resolve())
+    elif a.dataset:
+        ref.hub_name = a.dataset
+    return ref
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "train":
+        return train_command.run(args)
     if args.command == "serve":
         from planner.__main__ import serve
         return serve(args.rest)

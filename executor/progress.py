@@ -46,6 +46,14 @@ def read_events(path: Path) -> list[progress_pb2.ProgressEvent]:
     return events
 
 
+def _ends_mid_line(path: Path) -> bool:
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 class JsonlProgressSink:
     """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted."""
 
@@ -56,6 +64,8 @@ class JsonlProgressSink:
         previous = read_events(path)
         self._sequence = previous[-1].sequence if previous else 0
         self._file = path.open("a", encoding="utf-8")
+        if _ends_mid_line(path):
+            self._file.write("\n")  # end a line cut by a killed writer, so the next event starts clean
 
     def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         self._sequence += 1

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 from executor.errors import ExecutorError
-from executor.progress import describe
-from executor.training.launcher import DEFAULT_PROGRESS_INTERVAL_S, train
+from executor.progress import describe, event_to_json
+
+# The training stack (torch, DeepSpeed) is imported only when a run starts, so that `tunefleet --help`
+# and the planner commands work on an install without the 'train' extra.
+DEFAULT_PROGRESS_INTERVAL_S = 10.0
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
@@ -41,9 +44,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"tunefleet train: plan file {args.plan} does not exist", file=sys.stderr)
         return EXIT_REFUSED
 
-    def show(event: object) -> None:
-        from executor.progress import event_to_json
+    try:
+        from executor.training.launcher import train
+    except ImportError as e:
+        print(f"tunefleet train: the training stack is not installed ({e.name} is missing); "
+              "install it with: pip install 'tunefleet[train]'", file=sys.stderr)
+        return EXIT_REFUSED
 
+    def show(event: object) -> None:
         print(event_to_json(event) if args.json else describe(event), flush=True)  # type: ignore[arg-type]
 
     try:

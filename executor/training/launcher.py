@@ -20,9 +20,9 @@ from executor.errors import PlanError, TrainingFailedError
 from executor.progress import TERMINAL_PHASES, JsonlProgressSink, read_events
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import data
+from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.model import check_host, check_model, detect_host, load_tokenizer
 
-DEFAULT_PROGRESS_INTERVAL_S = 10.0
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3
 _POLL_S = 0.5  # how often the launcher forwards new progress lines while it waits for the ranks

@@ -1,0 +1,32 @@
+"""The JSON-lines progress sink: stamped, monotonic across restarts, robust to a line cut by a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tunefleet.v1 import progress_pb2
+
+from executor.progress import JsonlProgressSink, describe, read_events
+
+
+def test_sequence_continues_across_sinks_and_skips_a_cut_line(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    sink = JsonlProgressSink(path, "job-1")
+    first = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_LOADING))
+    sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=3, total_steps=10, loss=1.5))
+    sink.close()
+    assert first.job_id == "job-1" and first.sequence == 1 and first.time.seconds > 0
+    with path.open("a") as f:
+        f.write('{"phase": "PHASE_TRAI')  # a writer killed mid-line
+    resumed = JsonlProgressSink(path, "job-1")
+    third = resumed.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_DONE))
+    resumed.close()
+    events = read_events(path)
+    assert [e.sequence for e in events] == [1, 2, 3] and third.sequence == 3
+    assert events[1].step == 3 and events[1].loss == 1.5
+
+
+def test_describe_is_one_readable_line() -> None:
+    line = describe(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=5, total_steps=10, loss=0.25,
+                                               tokens_per_s=1234.0, eta_s=60))
+    assert line == "[training]  step 5/10  loss 0.2500  1,234 tok/s  eta 60 s"

@@ -1,0 +1,92 @@
+"""Plan validation: every refusal names the plan field to change (pure, no torch)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tunefleet.v1 import plan_pb2, training_pb2
+
+from executor.errors import PlanError
+from executor.run_config import DatasetFormat, parse_plan, run_config_from_plan
+from tests.fixtures.tiny_llama import make_plan
+
+
+def _plan() -> plan_pb2.Plan:
+    return make_plan(Path("/models/tiny"), Path("/data/train.jsonl"), Path("/runs/x"), ranks=2, zero_stage=3)
+
+
+def _set(path: str, value: object) -> Callable[[plan_pb2.Plan], None]:
+    def apply(plan: plan_pb2.Plan) -> None:
+        *parents, leaf = path.split(".")
+        message = plan
+        for name in parents:
+            message = getattr(message, name)
+        setattr(message, leaf, value)
+    return apply
+
+
+def _clear(path: str) -> Callable[[plan_pb2.Plan], None]:
+    def apply(plan: plan_pb2.Plan) -> None:
+        parent, leaf = path.rsplit(".", 1)
+        getattr(plan, parent).ClearField(leaf)
+    return apply
+
+
+def _ds(**changes: object) -> Callable[[plan_pb2.Plan], None]:
+    def apply(plan: plan_pb2.Plan) -> None:
+        config = json.loads(plan.deepspeed_config_json)
+        config.update(changes)
+        plan.deepspeed_config_json = json.dumps(config)
+    return apply
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    (_set("training.sequence_length", 0), "training.sequence_length", "positive"),
+    (_set("training.micro_batch_size", 0), "training.micro_batch_size", "positive"),
+    (_set("training.method", training_pb2.METHOD_UNSPECIFIED), "training.method", "not set"),
+    (_clear("training.zero_stage"), "training.zero_stage", "not set"),
+    (_set("training.objective", training_pb2.OBJECTIVE_DPO), "training.objective", "DPO"),
+    (_set("training.image_tokens", 16), "training.image_tokens", "vision"),
+    (_set("training.optimizer", training_pb2.OPTIMIZER_ADAMW_8BIT), "training.optimizer", "adamw"),
+    (_set("hardware.nodes", 2), "hardware.nodes", "one host"),
+    (_set("plan_id", "../etc"), "plan_id", "letters"),
+    (_set("model.weights", ""), "model.weights", "model id"),
+    (_set("output_uri", "s3://bucket/run"), "output_uri", "local paths"),
+    (_set("deepspeed_config_json", ""), "deepspeed_config_json", "empty"),
+    (_set("deepspeed_config_json", "{not json"), "deepspeed_config_json", "JSON"),
+    (_ds(train_micro_batch_size_per_gpu=8), "deepspeed_config_json", "train_micro_batch_size_per_gpu"),
+    (_ds(train_batch_size=2), "deepspeed_config_json", "train_batch_size is 2"),
+    (_ds(zero_optimization={"stage": 1}), "deepspeed_config_json", "ZeRO stage 1"),
+    (lambda p: p.ClearField("dataset"), "dataset", "local_path"),
+    (_set("dataset.local_path", ""), "dataset.local_path", "JSONL"),
+])
+def test_bad_plans_name_the_field(change: Callable[[plan_pb2.Plan], None], field: str, words: str) -> None:
+    plan = _plan()
+    change(plan)
+    with pytest.raises(PlanError) as info:
+        run_config_from_plan(plan)
+    assert info.value.field == field
+    assert words in info.value.description
+
+
+def test_a_good_plan_resolves_every_default() -> None:
+    cfg = run_config_from_plan(_plan(), output_dir="file:///tmp/out")
+    assert cfg.world_size == 2
+    assert cfg.training.zero_stage == 3
+    assert cfg.dataset.format is DatasetFormat.TEXT and cfg.dataset.split == "train"
+    assert cfg.output_dir == Path("/tmp/out")
+    assert cfg.checkpoint_dir == Path("/tmp/out/checkpoints")
+    assert cfg.deepspeed_config["train_batch_size"] == 2 * 2
+
+
+def test_plan_round_trips_through_json_and_binary() -> None:
+    from google.protobuf import json_format
+
+    plan = _plan()
+    assert parse_plan(json_format.MessageToJson(plan)) == plan
+    assert parse_plan(plan.SerializeToString()) == plan
+    with pytest.raises(PlanError, match="not a tunefleet.v1.Plan"):
+        parse_plan('{"plan_id": 3, "nonsense": true}', "plan.json")
