@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -33,3 +34,18 @@ def channel(planner_address: str) -> Iterator[grpc.Channel]:
     ch = grpc.insecure_channel(planner_address)
     yield ch
     ch.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised two-layer Llama and a word-level tokenizer with a chat template, built locally."""
+    from tests.fixtures.tiny_llama import build_model
+
+    return build_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture()
+def counting_data(tmp_path: Path) -> Path:
+    from tests.fixtures.tiny_llama import counting_text
+
+    return counting_text(tmp_path / "data.jsonl", records=64)

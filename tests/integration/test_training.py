@@ -1,0 +1,174 @@
+"""Real DeepSpeed + PEFT training of a tiny Llama on the CPU (DS_ACCELERATOR=cpu, gloo), 1 and 2 ranks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+from peft import LoraConfig, PeftModel, get_peft_model
+from tunefleet.v1 import plan_pb2, progress_pb2, training_pb2
+
+from executor.errors import HostError, PlanError
+from executor.progress import read_events
+from executor.training import checkpoint
+from executor.training.launcher import train
+from tests.fixtures.tiny_llama import LINEAR_MODULES, counting_text, make_plan, write_plan
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+LORA, FULL = training_pb2.METHOD_LORA, training_pb2.METHOD_FULL
+_KILL_DEADLINE_S = 300.0
+
+
+def _phases(events: list[progress_pb2.ProgressEvent]) -> list[int]:
+    return [e.phase for e in events]
+
+
+def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(input_ids=ids).logits  # type: ignore[no-any-return]
+
+
+def _model_from_checkpoint(base_dir: Path, ckpt: Path, method: int) -> torch.nn.Module:
+    """The trained model rebuilt from DeepSpeed's fp32 partitions, independently of save_pretrained."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir)
+    if method == LORA:
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                 target_modules=list(LINEAR_MODULES)))
+    state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag=checkpoint.DEEPSPEED_TAG)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trained.isdisjoint(missing)
+    return model
+
+
+@pytest.mark.parametrize(("method", "zero_stage", "ranks"), [
+    (LORA, 2, 1), (LORA, 3, 2), (FULL, 2, 2), (FULL, 3, 1),
+], ids=["lora-zero2-1rank", "lora-zero3-2ranks", "full-zero2-2ranks", "full-zero3-1rank"])
+def test_training_learns_and_exports_what_it_trained(tiny_model: Path, counting_data: Path, tmp_path: Path,
+                                                     method: int, zero_stage: int, ranks: int) -> None:
+    out = tmp_path / "run"
+    plan = make_plan(tiny_model, counting_data, out, method=method, zero_stage=zero_stage, ranks=ranks,
+                     max_steps=24, checkpoint_every=12, learning_rate=1e-2 if method == LORA else 3e-3)
+    result = train(write_plan(plan, tmp_path / "plan.json"), progress_interval_s=0)
+
+    assert result.succeeded, result.last_event.message
+    events = read_events(out / "progress.jsonl")
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert _phases(events)[:2] == [progress_pb2.PHASE_LOADING, progress_pb2.PHASE_PREFLIGHT]
+    losses = [e.loss for e in events if e.phase == progress_pb2.PHASE_TRAINING]
+    assert len(losses) == 24
+    assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
+    assert [e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING] == [12, 24]
+
+    ids = torch.tensor([[2, 8, 9, 10, 11, 12, 13]])
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_model)
+    if method == LORA:
+        exported = PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(tiny_model),
+                                             out / "final")
+        assert (out / "final" / "adapter_model.safetensors").is_file()
+    else:
+        exported = transformers.AutoModelForCausalLM.from_pretrained(out / "final")
+    rebuilt = _model_from_checkpoint(tiny_model, checkpoint.step_dir(out / "checkpoints", 24), method)
+    torch.testing.assert_close(_logits(exported, ids), _logits(rebuilt, ids), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(_logits(exported, ids), _logits(base, ids), atol=1e-3)
+    assert transformers.AutoTokenizer.from_pretrained(out / "final").chat_template
+
+
+def _wait_for(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> progress_pb2.ProgressEvent:
+    deadline = time.monotonic() + _KILL_DEADLINE_S
+    while time.monotonic() < deadline:
+        for event in read_events(path):
+            if event.phase == phase:
+                return event
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited with {proc.returncode} before phase {phase}")
+        time.sleep(0.02)  # polling the progress file for a condition, bounded by the deadline
+    raise AssertionError(f"no phase {phase} within {_KILL_DEADLINE_S} s")
+
+
+def test_sigkill_after_a_checkpoint_resumes_to_the_same_end(tiny_model: Path, tmp_path: Path) -> None:
+    data = counting_text(tmp_path / "data.jsonl", records=96)
+    steps, every = 160, 40
+
+    def plan_for(out: Path) -> Path:
+        plan = make_plan(tiny_model, data, out, method=LORA, zero_stage=2, ranks=2, max_steps=steps,
+                         checkpoint_every=every, grad_accum=2)
+        return write_plan(plan, out.parent / f"{out.name}.json")
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "executor.training", str(plan_for(killed)),
+                             "--progress-interval-s", "0"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        first = _wait_for(killed / "progress.jsonl", progress_pb2.PHASE_CHECKPOINTING, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = read_events(killed / "progress.jsonl")
+    assert before[-1].phase != progress_pb2.PHASE_DONE, "the run ended before it could be killed"
+    assert first.step == every
+
+    # A later checkpoint cut mid-write (no manifest) and one truncated after sealing must both be ignored.
+    sealed = checkpoint.step_dir(killed / "checkpoints", every)
+    subprocess.run(["cp", "-r", str(sealed), str(checkpoint.step_dir(killed / "checkpoints", every + 1))], check=True)
+    (checkpoint.step_dir(killed / "checkpoints", every + 1) / checkpoint.MANIFEST).unlink()
+    truncated = checkpoint.step_dir(killed / "checkpoints", every + 2)
+    subprocess.run(["cp", "-r", str(sealed), str(truncated)], check=True)
+    with (truncated / checkpoint.TRAINER_STATE).open("a") as f:
+        f.write(" ")
+    assert [s for s, _ in checkpoint.complete_checkpoints(killed / "checkpoints")][-1] >= every
+
+    resumed = train(killed.parent / "killed.json", progress_interval_s=0)
+    assert resumed.succeeded, resumed.last_event.message
+    after = read_events(killed / "progress.jsonl")[len(before):]
+    resume_event = next(e for e in after if e.phase == progress_pb2.PHASE_LOADING and e.step)
+    assert resume_event.step >= every and f"step {resume_event.step}" in resume_event.message
+    assert resume_event.step % every == 0, "resumed from a checkpoint that was cut or truncated"
+    assert after[-1].phase == progress_pb2.PHASE_DONE and after[-1].step == steps
+    state, _ = checkpoint.latest(killed / "checkpoints") or (None, None)
+    assert state is not None and state.step == steps and state.next_micro_batch == steps * 2
+
+    straight = tmp_path / "straight"
+    assert train(plan_for(straight), progress_interval_s=0).succeeded
+    killed_adapter = PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(tiny_model),
+                                               killed / "final")
+    straight_adapter = PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(tiny_model),
+                                                 straight / "final")
+    ids = torch.tensor([[2, 8, 9, 10, 11]])
+    torch.testing.assert_close(_logits(killed_adapter, ids), _logits(straight_adapter, ids), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("change", "error", "words"), [
+    (lambda p, d: setattr(p.dataset, "local_path", str(d / "missing.jsonl")), PlanError, "does not exist"),
+    (lambda p, d: setattr(p.dataset, "local_path", str((d / "empty.jsonl").resolve())), PlanError, "no records"),
+    (lambda p, d: p.training.lora.target_modules.append("c_attn"), PlanError, "c_attn not in this model"),
+    (lambda p, d: setattr(p.training, "sequence_length", 0), PlanError, "training.sequence_length"),
+    (lambda p, d: setattr(p.training, "method", training_pb2.METHOD_QLORA), HostError, "needs a CUDA GPU"),
+])
+def test_bad_plans_fail_before_training(tiny_model: Path, counting_data: Path, tmp_path: Path, change: object,
+                                        error: type[Exception], words: str) -> None:
+    (tmp_path / "empty.jsonl").write_text("\n")
+    plan: plan_pb2.Plan = make_plan(tiny_model, counting_data, tmp_path / "run")
+    change(plan, tmp_path)  # type: ignore[operator]
+    with pytest.raises(error, match=words):
+        train(write_plan(plan, tmp_path / "plan.json"))
+    assert not (tmp_path / "run" / "logs").exists(), "nothing may start before the plan is checked"
+
+
+def test_cli_reports_a_bad_plan_and_exits_2(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
+    plan = make_plan(tiny_model, counting_data, tmp_path / "run", target_modules=("gate",))
+    proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", str(write_plan(plan, tmp_path / "p.json"))],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "training.lora.target_modules: gate not in this model" in proc.stderr
+    assert "q_proj" in proc.stderr
