@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q --no-build-isolation "deepspeed>=0.18,<1"
 	$(PIP) install -q -e '.[train,queue,dev]'
+	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
+	DS_ACCELERATOR=cpu $(PY) -c "from deepspeed.accelerator import get_accelerator as a; \
+		[a().create_op_builder(n).load(verbose=False) for n in ('ShareMemCommBuilder', 'FusedAdamBuilder')]"
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install tunefleet with every extra
@@ -34,8 +37,8 @@ test: $(STAMP) protos-check ## install, check generated code is current, run the
 	$(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy
-	$(VENV)/bin/ruff check planner clients tests benchmarks
-	$(VENV)/bin/mypy planner clients
+	$(VENV)/bin/ruff check planner clients executor tests benchmarks
+	$(VENV)/bin/mypy planner clients executor
 
 protos: $(STAMP) ## regenerate Python code from protos/
 	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. tunefleet/v1/*.proto

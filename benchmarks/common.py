@@ -27,12 +27,12 @@ def pct(samples: list[float], q: float) -> float:
 
 
 def print_table(title: str, header: list[str], rows: list[list[object]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     print(f"\n{title}")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for r in rows:
-        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)))
 
 
 def write_csv(name: str, header: list[str], rows: list[list[object]]) -> Path:

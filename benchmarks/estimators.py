@@ -9,6 +9,7 @@ full per-GPU peak and from our model-state terms alone.
 from __future__ import annotations
 
 import os
+from functools import partial
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
@@ -53,12 +54,12 @@ def main() -> None:
             t = TrainingSpec(method=Method.FULL, zero_stage=stage, micro_batch_size=1, sequence_length=2048)
             ours = per_gpu_memory(spec, t, hw)
             ours_state = ours.weights_bytes + ours.gradients_bytes + ours.optimizer_bytes
-            ours_s = time_calls(lambda spec=spec, t=t: per_gpu_memory(spec, t, hw), 2000)
+            ours_s = time_calls(partial(per_gpu_memory, spec, t, hw), 2000)
             if stage == 2:
-                ds_fn = lambda: estimate_zero2_model_states_mem_needs(params, GPUS, 1, cpu_offload=False)  # noqa: E731
+                ds_fn = partial(estimate_zero2_model_states_mem_needs, params, GPUS, 1, cpu_offload=False)
             else:
-                ds_fn = lambda: estimate_zero3_model_states_mem_needs(  # noqa: E731
-                    params, largest, GPUS, 1, cpu_offload=False, cpu_offload_params=False)
+                ds_fn = partial(estimate_zero3_model_states_mem_needs, params, largest, GPUS, 1, cpu_offload=False,
+                                cpu_offload_params=False)
             ds_s = time_calls(ds_fn, 2000)
             ds_gpu = ds_fn()[1]  # (cpu bytes, gpu bytes[, largest layer bytes])
             rows.append([name, f"ZeRO-{stage} x{GPUS}", f"{ours.total_bytes / GiB:.1f}", f"{ours_state / GiB:.1f}",
@@ -73,7 +74,7 @@ def main() -> None:
         one = Hardware(gpu=catalog.gpu("h200"), host_memory_bytes=10**12)
         ours = per_gpu_memory(spec, t1, one)
         ours_state = ours.weights_bytes + ours.gradients_bytes + ours.optimizer_bytes
-        ours_s = time_calls(lambda spec=spec: per_gpu_memory(spec, t1, one), 2000)
+        ours_s = time_calls(partial(per_gpu_memory, spec, t1, one), 2000)
         rows.append([name, "1 GPU, accelerate", f"{ours.total_bytes / GiB:.1f}", f"{ours_state / GiB:.1f}", "",
                      "", f"{acc_peak / GiB:.1f} ({(acc_peak - ours_state) / ours_state:+.0%})",
                      f"{pct(ours_s, 50) * 1e6:.0f}", "", f"{pct(acc_s, 50) * 1e3:.1f} ms"])

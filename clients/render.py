@@ -4,6 +4,7 @@ integers as numbers."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -13,6 +14,10 @@ from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2, training_pb2
 GiB = 1024**3
 _INT_TYPES = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT32,
               FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64}
+
+
+def _enum_name(names: Any, value: int) -> str | int:
+    return names[value].name if value in names else value
 
 
 def to_dict(msg: Message) -> dict[str, Any]:
@@ -28,8 +33,8 @@ def to_dict(msg: Message) -> dict[str, Any]:
         elif fd.message_type is not None:
             out[fd.name] = [to_dict(v) for v in value]
         elif fd.enum_type is not None:
-            name = lambda v: fd.enum_type.values_by_number[v].name if v in fd.enum_type.values_by_number else v  # noqa: E731
-            out[fd.name] = [name(v) for v in value] if fd.is_repeated else name(value)
+            names = fd.enum_type.values_by_number
+            out[fd.name] = [_enum_name(names, v) for v in value] if fd.is_repeated else _enum_name(names, value)
         elif fd.containing_oneof is not None and not msg.HasField(fd.name):
             continue
         else:
@@ -45,9 +50,9 @@ def gib(n: float) -> str:
     return f"{n / GiB:,.1f} GiB"
 
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)])
 
 

@@ -48,7 +48,8 @@ class Catalog:
         index: dict[str, GpuSpec] = self._gpu_index  # type: ignore[attr-defined]
         found = index.get(normalise_gpu_name(name))
         if found is None:
-            raise UnknownNameError(field, f"unknown GPU '{name}'.{_did_you_mean(normalise_gpu_name(name), list(index))} "
+            hint = _did_you_mean(normalise_gpu_name(name), list(index))
+            raise UnknownNameError(field, f"unknown GPU '{name}'.{hint} "
                                        "Run 'tunefleet hardware' for the catalog.")
         return found
 

@@ -55,7 +55,8 @@ ATTENTION = {Attention.EAGER: training_pb2.ATTENTION_EAGER, Attention.SDPA: trai
              Attention.FLASH: training_pb2.ATTENTION_FLASH}
 LOSS = {Loss.STANDARD: training_pb2.LOSS_STANDARD, Loss.CHUNKED: training_pb2.LOSS_CHUNKED}
 OBJECTIVE = {Objective.SFT: training_pb2.OBJECTIVE_SFT, Objective.DPO: training_pb2.OBJECTIVE_DPO}
-INTERCONNECT = {Interconnect.PCIE: hardware_pb2.INTERCONNECT_PCIE, Interconnect.NVLINK: hardware_pb2.INTERCONNECT_NVLINK,
+INTERCONNECT = {Interconnect.PCIE: hardware_pb2.INTERCONNECT_PCIE,
+                Interconnect.NVLINK: hardware_pb2.INTERCONNECT_NVLINK,
                 Interconnect.INFINITY_FABRIC: hardware_pb2.INTERCONNECT_INFINITY_FABRIC}
 RANK_BY = {RankBy.COST: planner_pb2.RANK_BY_COST, RankBy.TIME: planner_pb2.RANK_BY_TIME,
            RankBy.PARETO: planner_pb2.RANK_BY_PARETO}
@@ -250,7 +251,8 @@ def gpu_to_proto(g: GpuSpec) -> hardware_pb2.GpuSpec:
         name=g.name, display_name=g.display_name, vendor=g.vendor, architecture=g.architecture,
         memory_bytes=g.memory_bytes, bf16_flops_per_s=g.bf16_flops_per_s, fp16_flops_per_s=g.fp16_flops_per_s,
         fp32_flops_per_s=g.fp32_flops_per_s, memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s,
-        interconnect=INTERCONNECT[g.interconnect], interconnect_bandwidth_bytes_per_s=g.interconnect_bandwidth_bytes_per_s,
+        interconnect=INTERCONNECT[g.interconnect],
+        interconnect_bandwidth_bytes_per_s=g.interconnect_bandwidth_bytes_per_s,
         supports_bf16=g.supports_bf16, on_demand_hourly_usd=g.on_demand_hourly_usd, spot_hourly_usd=g.spot_hourly_usd,
         spec_source=g.spec_source, price_source=g.price_source, aliases=list(g.aliases))
 
@@ -281,7 +283,8 @@ def fit_to_proto(r: FitResult) -> plan_pb2.FitResult:
             deepspeed_buffers_bytes=g.deepspeed_buffers_bytes, cuda_context_bytes=g.cuda_context_bytes,
             allocator_bytes=g.allocator_bytes, overhead_bytes=g.overhead_bytes, total_bytes=g.total_bytes),
         host=plan_pb2.HostMemory(
-            offloaded_optimizer_bytes=h.offloaded_optimizer_bytes, offloaded_parameters_bytes=h.offloaded_parameters_bytes,
+            offloaded_optimizer_bytes=h.offloaded_optimizer_bytes,
+            offloaded_parameters_bytes=h.offloaded_parameters_bytes,
             model_loading_bytes=h.model_loading_bytes, process_bytes=h.process_bytes, total_bytes=h.total_bytes,
             capacity_bytes=h.capacity_bytes, fits=h.fits),
         suggestions=[plan_pb2.Suggestion(change=s.change, reason=s.reason, per_gpu_total_bytes=s.per_gpu_total_bytes,
@@ -290,7 +293,8 @@ def fit_to_proto(r: FitResult) -> plan_pb2.FitResult:
         hardware=plan_pb2.ResolvedHardware(
             gpu=gpu_to_proto(hw.gpu), gpus_per_node=hw.gpus_per_node, nodes=hw.nodes,
             host_memory_bytes=hw.host_memory_bytes, hourly_usd_per_gpu=hw.hourly_usd_per_gpu, spot=hw.spot,
-            provider=hw.provider, flavor=hw.flavor, inter_node_bandwidth_bytes_per_s=hw.inter_node_bandwidth_bytes_per_s),
+            provider=hw.provider, flavor=hw.flavor,
+            inter_node_bandwidth_bytes_per_s=hw.inter_node_bandwidth_bytes_per_s),
         training=training_to_proto(r.training))
 
 

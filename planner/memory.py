@@ -165,7 +165,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 
     gated = a.family is not Family.GPT2
     if a.family is Family.GPT2:
-        norms = 2 * (b * h + 8)  # LayerNorm saves input, mean and rstd
+        norms: float = 2 * (b * h + 8)  # LayerNorm saves input, mean and rstd
         attn_in = input_bytes(("c_attn",), h)
         out_in = input_bytes(("c_proj",), h)
         mlp_in = input_bytes(("c_fc",), h)
@@ -190,7 +190,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 
     if a.num_experts:
         e, top_k = a.num_experts, a.experts_per_token
-        mlp = top_k * (3 * b * i + b * i + 2 * b * h) + 4 * e  # per routed expert: act, mul, dispatch copies
+        mlp: float = top_k * (3 * b * i + b * i + 2 * b * h) + 4 * e  # per routed expert: act, mul, dispatch copies
     elif gated:
         mlp = 3 * b * i + down_in  # act input, act output, up output; the product feeds down_proj
     else:
@@ -260,10 +260,10 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
     n = hw.world_size
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
 
-    weights = _weight_storage_bytes(split, t)
+    weights: float = _weight_storage_bytes(split, t)
     if t.uses_reference_model:
         weights *= 2  # a frozen reference copy stored like the policy's base weights
-    adapter = split.adapter * dense_bytes
+    adapter: float = split.adapter * dense_bytes
     if t.zero_stage == 3:
         # parameters gathered at once: the largest module or the prefetch bucket, whichever is bigger
         live = max(largest_layer_params(a), k.STAGE3_PREFETCH_BUCKET_ELEMENTS)

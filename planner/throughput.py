@@ -41,10 +41,8 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     attention_fwd = 2 * a.num_layers * t.sequence_length * a.q_dim
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     forward = 2 * matmul_params + attention_fwd
-    if t.method is Method.FULL:
-        backward = 2 * forward
-    else:
-        backward = forward + 2 * split.trainable  # activation grads everywhere, weight grads for trainable
+    # backward: activation grads everywhere (1x forward) plus weight grads (1x forward when all weights train)
+    backward = 2 * forward if t.method is Method.FULL else forward + 2 * split.trainable
     recompute = forward if t.gradient_checkpointing else 0
     total = forward + backward + recompute
     if t.objective is Objective.DPO:

@@ -44,7 +44,8 @@ def load_records(d: DatasetConfig) -> list[dict[str, Any]]:
         path = Path(d.local_path)
         field = "dataset.local_path"
         if not path.is_file():
-            raise PlanError(field, f"{path} does not exist or is not a file; give a JSONL file with one record per line")
+            raise PlanError(field, f"{path} does not exist or is not a file; "
+                                   "give a JSONL file with one record per line")
         records = []
         with path.open(encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):
@@ -132,7 +133,8 @@ def pack(examples: Sequence[Example], sequence_length: int) -> list[Example]:
             for i in range(0, len(ids), sequence_length)]
 
 
-def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig, sequence_length: int) -> list[Example]:
+def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig,
+             sequence_length: int) -> list[Example]:
     """Token ids truncated to the plan's sequence length (or packed to it); examples with nothing to learn dropped."""
     examples = [_TOKENIZE[d.format](r, number, tokenizer) for number, r in enumerate(records, start=1)]
     if d.packing:

@@ -105,7 +105,7 @@ def load_model(cfg: RunConfig, host: Host) -> Any:
     if quantization is not None:
         kwargs.update(quantization_config=quantization, dtype=torch.bfloat16,
                       device_map={"": torch.cuda.current_device()})
-    model = transformers.AutoModelForCausalLM.from_pretrained(cfg.model_path, **kwargs)
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(cfg.model_path, **kwargs)
     model.config.use_cache = False
     if quantization is not None:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,

@@ -34,5 +34,6 @@ def lora_config(spec: LoraSpec, model: Any) -> LoraConfig:
                             f"{', '.join(missing)} not in this model; its linear layers are "
                             f"{', '.join(sorted(available))} (or use '{ALL_LINEAR}')")
         targets = list(spec.target_modules)
-    return LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
+    return LoraConfig(r=spec.rank, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
+                      lora_dropout=spec.dropout, target_modules=targets,
                       bias="none", task_type=TaskType.CAUSAL_LM)

@@ -66,7 +66,7 @@ def collate(examples: list[data.Example], pad_token_id: int, device: torch.devic
 class _Window:
     """Loss, tokens and time since the last progress event (rank 0's micro-batches)."""
 
-    loss_sum: float = 0.0
+    loss_sum: torch.Tensor | float = 0.0
     micro_batches: int = 0
     tokens: int = 0
     started_s: float = 0.0
@@ -211,7 +211,8 @@ class Trainer:
             "predicted": asdict(self.cfg.predicted), "final_dir": str(self.cfg.final_dir),
         }
         self.cfg.summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True))
-        self.emit(progress_pb2.PHASE_DONE, step=last_step, total_steps=total, peak_gpu_memory_bytes=peak.gpu_reserved_bytes,
+        self.emit(progress_pb2.PHASE_DONE, step=last_step, total_steps=total,
+                  peak_gpu_memory_bytes=peak.gpu_reserved_bytes,
                   peak_host_memory_bytes=peak.host_bytes, message=f"saved {self.cfg.final_dir}")
 
 

@@ -32,7 +32,8 @@ def _g(name: str, display: str, vendor: str, arch: str, mem_gib: float, bf16_tf:
         name=name, display_name=display, vendor=vendor, architecture=arch,
         memory_bytes=int(mem_gib * GiB), bf16_flops_per_s=bf16_tf * TFLOPS, fp16_flops_per_s=fp16_tf * TFLOPS,
         fp32_flops_per_s=fp32_tf * TFLOPS, memory_bandwidth_bytes_per_s=bw_gb_s * GB_PER_S,
-        interconnect=link, interconnect_bandwidth_bytes_per_s=link_gb_s * GB_PER_S, supports_bf16=bf16, spec_source=source,
+        interconnect=link, interconnect_bandwidth_bytes_per_s=link_gb_s * GB_PER_S, supports_bf16=bf16,
+        spec_source=source,
         host_memory_per_gpu_bytes=int(host_gib * GiB), aliases=aliases,
     )
 

@@ -23,7 +23,8 @@ def _jsonl(path: Path, records: list[object]) -> Path:
     return path
 
 
-def _examples(path: Path, fmt: DatasetFormat, tokenizer: object, seq: int = 64, packing: bool = False) -> list[data.Example]:
+def _examples(path: Path, fmt: DatasetFormat, tokenizer: object, seq: int = 64,
+              packing: bool = False) -> list[data.Example]:
     d = DatasetConfig(local_path=str(path), format=fmt, packing=packing)
     return data.tokenize(data.load_records(d), tokenizer, d, seq)
 
