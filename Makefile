@@ -57,9 +57,10 @@ $(BUF):
 buf-lint: $(BUF) ## buf lint (STANDARD rules) over protos/
 	$(BUF) lint
 
-bench: $(STAMP) ## latency and comparison benchmarks; tables to stdout, CSV to benchmarks/results/
+bench: $(STAMP) ## latency, estimator comparison and training-loop overhead; tables to stdout, CSV to benchmarks/results/
 	$(PY) -m benchmarks.latency
 	$(PY) -m benchmarks.estimators
+	DS_ACCELERATOR=cpu $(PY) -m benchmarks.training_overhead
 
 serve: $(STAMP) ## serve the planner on 127.0.0.1:50051
 	$(VENV)/bin/tunefleet serve planner

@@ -62,6 +62,15 @@ def collate(examples: list[data.Example], pad_token_id: int, device: torch.devic
     return Batch(tensors, sum(len(e.input_ids) for e in examples))
 
 
+@dataclass(frozen=True)
+class Setup:
+    tokenizer: Any
+    examples: list[data.Example]
+    order: data.DataOrder
+    total_steps: int
+    engine: Any
+
+
 @dataclass
 class _Window:
     """Loss, tokens and time since the last progress event (rank 0's micro-batches)."""
@@ -84,27 +93,43 @@ class Trainer:
             self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields))  # type: ignore[arg-type]
 
     def run(self) -> None:
+        setup = self.setup()
+        step, next_g = self._resume(setup.engine, setup.total_steps)
+        started = time.perf_counter()
+        last = self.loop(setup, step, next_g, stop_step=setup.total_steps)
+        self._export(setup.engine, setup.tokenizer)
+        self._summary(setup.total_steps, started, step + 1, last)
+
+    def setup(self) -> Setup:
+        """Tokenizer, tokenized data and its order, and the DeepSpeed engine built from the plan's config."""
         cfg, t = self.cfg, self.cfg.training
         self.emit(progress_pb2.PHASE_LOADING, message=f"loading {cfg.model_path} on {self.world_size} rank(s)")
         transformers.set_seed(cfg.seed)
         tokenizer = load_tokenizer(cfg)
         examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
         order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, self.world_size, cfg.seed)
-        total = data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps)
         model = load_model(cfg, self.host)
         engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
                                                                          if p.requires_grad],
                                           config=cfg.deepspeed_config)
-        step, next_g = self._resume(engine, total)
+        return Setup(tokenizer, examples, order,
+                     data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps), engine)
+
+    def batch(self, s: Setup, micro_batch_index: int) -> Batch:
+        indices = s.order.indices(micro_batch_index, self.rank)
+        return collate([s.examples[i] for i in indices], s.tokenizer.pad_token_id, s.engine.device)
+
+    def loop(self, s: Setup, step: int, next_g: int, stop_step: int) -> int:
+        """Optimizer steps step+1 .. stop_step with progress and checkpoints; returns the last step done."""
+        cfg, engine, total = self.cfg, s.engine, s.total_steps
         reset_peak_memory()
         first_step, started = step + 1, time.perf_counter()
         window = _Window(started_s=started)
-        while step < total:
+        while step < stop_step:
             step += 1
             step_started = time.perf_counter()
-            for _ in range(t.gradient_accumulation_steps):
-                batch = collate([examples[i] for i in order.indices(next_g, self.rank)], tokenizer.pad_token_id,
-                                engine.device)
+            for _ in range(cfg.training.gradient_accumulation_steps):
+                batch = self.batch(s, next_g)
                 loss = self._micro_step(engine, batch, preflight=step == first_step)
                 window.loss_sum += loss.detach().float()
                 window.micro_batches += 1
@@ -114,13 +139,12 @@ class Trainer:
                 self._report_preflight(step, total, time.perf_counter() - step_started)
             now = time.perf_counter()
             if step == total or now - window.started_s >= self.progress_interval_s:
-                self._report(step, total, order.epoch_of(next_g), engine, window, now,
+                self._report(step, total, s.order.epoch_of(next_g), engine, window, now,
                              eta_s=(now - started) / (step - first_step + 1) * (total - step))
                 window = _Window(started_s=now)
             if step == total or (cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0):
                 self._checkpoint(engine, step, next_g)
-        self._export(engine, tokenizer)
-        self._summary(total, started, first_step, step)
+        return step
 
     def _micro_step(self, engine: Any, batch: Batch, preflight: bool) -> torch.Tensor:
         try:
@@ -226,6 +250,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    transformers.utils.logging.disable_progress_bar()  # rank output goes to logs/train.log, not a terminal
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cfg = run_config_from_plan(parse_plan(args.plan.read_bytes(), str(args.plan)), args.output)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)

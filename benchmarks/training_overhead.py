@@ -1,0 +1,119 @@
+"""Executor training-loop overhead on the CPU: the executor's loop (progress events, ETA, checkpoint
+bookkeeping) against a bare DeepSpeed loop (forward, backward, step) on the same model, data and batches,
+alternating in one process. Target: overhead <= 3 %.
+
+Checkpoint writes are disk I/O the bare loop does not do; their cost is reported on its own line.
+Run with DS_ACCELERATOR=cpu (make bench does).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import deepspeed
+import structlog
+import torch
+import transformers
+from tunefleet.v1 import training_pb2
+
+from benchmarks.common import print_table, write_csv
+from executor.progress import JsonlProgressSink
+from executor.run_config import parse_plan, run_config_from_plan
+from executor.training import checkpoint
+from executor.training.model import detect_host
+from executor.training.recipe import Setup, Trainer
+from tests.fixtures.tiny_llama import build_model, counting_text, make_plan, write_plan
+
+STEPS = 40
+WARMUP_STEPS = 3
+ROUNDS = 3
+HIDDEN_SIZE, LAYERS, SEQUENCE_LENGTH, MICRO_BATCH = 256, 4, 128, 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bare(s: Setup, trainer: Trainer, steps: int) -> float:
+    """Plain DeepSpeed: the same micro-batches, nothing else; seconds per optimizer step."""
+    engine, accumulation = s.engine, trainer.cfg.training.gradient_accumulation_steps
+    g = 0
+    for _ in range(WARMUP_STEPS * accumulation):
+        b = trainer.batch(s, g)
+        engine.backward(engine(**b.tensors).loss)
+        engine.step()
+        g += 1
+    started = time.perf_counter()
+    for _ in range(steps * accumulation):
+        b = trainer.batch(s, g)
+        engine.backward(engine(**b.tensors).loss)
+        engine.step()
+        g += 1
+    return (time.perf_counter() - started) / steps
+
+
+def _executor(s: Setup, trainer: Trainer, steps: int) -> float:
+    """The executor's loop, progress every step (the most it ever reports); seconds per optimizer step."""
+    accumulation = trainer.cfg.training.gradient_accumulation_steps
+    trainer.loop(s, 0, 0, stop_step=WARMUP_STEPS)
+    started = time.perf_counter()
+    trainer.loop(s, WARMUP_STEPS, WARMUP_STEPS * accumulation, stop_step=WARMUP_STEPS + steps)
+    return (time.perf_counter() - started) / steps
+
+
+def main() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    transformers.utils.logging.disable_progress_bar()
+    if os.environ.get("DS_ACCELERATOR") != "cpu":
+        raise SystemExit("run with DS_ACCELERATOR=cpu: this benchmark measures the CPU loop (make bench sets it)")
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", str(_free_port()))):
+        os.environ.setdefault(key, value)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    deepspeed.init_distributed(dist_backend="gloo")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        model_dir = build_model(root / "model", hidden_size=HIDDEN_SIZE, layers=LAYERS)
+        data = counting_text(root / "data.jsonl", records=512, length=SEQUENCE_LENGTH)
+        for name, method in (("lora", training_pb2.METHOD_LORA), ("full", training_pb2.METHOD_FULL)):
+            plan = make_plan(model_dir, data, root / name, method=method, zero_stage=2, ranks=1,
+                             max_steps=10_000, micro_batch=MICRO_BATCH, sequence_length=SEQUENCE_LENGTH,
+                             learning_rate=1e-4)
+            plan_path = write_plan(plan, root / f"{name}.json")
+            cfg = run_config_from_plan(parse_plan(plan_path.read_bytes()))
+            bare_s, ours_s = [], []
+            for _ in range(ROUNDS):
+                sink = JsonlProgressSink(cfg.progress_path, cfg.plan_id)
+                trainer = Trainer(cfg, detect_host(), 0, 1, sink, progress_interval_s=0.0)
+                bare_s.append(_bare(trainer.setup(), trainer, STEPS))
+                ours_s.append(_executor(trainer.setup(), trainer, STEPS))
+                sink.close()
+            checkpoint_trainer = Trainer(replace(cfg, checkpoint_every_steps=1), detect_host(), 0, 1,
+                                         JsonlProgressSink(cfg.progress_path, cfg.plan_id), progress_interval_s=0.0)
+            s = checkpoint_trainer.setup()
+            started = time.perf_counter()
+            checkpoint.save(s.engine, root / name / "bench-ckpt", checkpoint.TrainerState(cfg.plan_id, 1, 1, 1), 0,
+                            keep=1, frozen_excluded=method == training_pb2.METHOD_LORA)
+            checkpoint_s = time.perf_counter() - started
+            bare, ours = statistics.median(bare_s), statistics.median(ours_s)
+            rows.append([name, f"{HIDDEN_SIZE}x{LAYERS}", f"{MICRO_BATCH}x{SEQUENCE_LENGTH}", STEPS, ROUNDS,
+                         f"{bare * 1e3:.1f}", f"{ours * 1e3:.1f}", f"{(ours - bare) / bare:+.2%}",
+                         f"{checkpoint_s * 1e3:.0f}"])
+    header = ["method", "hidden x layers", "micro-batch x seq", "steps", "rounds", "bare DeepSpeed ms/step",
+              "executor ms/step", "overhead", "one checkpoint ms"]
+    print_table(f"Executor loop overhead on the CPU ({os.cpu_count()} cores, torch {torch.__version__}, "
+                f"DeepSpeed {deepspeed.__version__}); target <= +3 %", header, rows)
+    print(f"CSV: {write_csv('training_overhead.csv', header, rows)}")
+
+
+if __name__ == "__main__":
+    main()
