@@ -131,7 +131,7 @@ class Trainer:
             for _ in range(cfg.training.gradient_accumulation_steps):
                 batch = self.batch(s, next_g)
                 loss = self._micro_step(engine, batch, preflight=step == first_step)
-                window.loss_sum += loss.detach().float()
+                window.loss_sum += loss.float()
                 window.micro_batches += 1
                 window.tokens += batch.tokens
                 next_g += 1
@@ -159,7 +159,7 @@ class Trainer:
                 f"preflight: micro-batch {t.micro_batch_size} × {batch.tensors['input_ids'].shape[1]} tokens ran out "
                 f"of GPU memory (planned {self.cfg.predicted.peak_gpu_memory_bytes / 2**30:.1f} GiB per GPU); lower "
                 "training.micro_batch_size, turn on gradient_checkpointing, or raise the ZeRO stage") from e
-        return loss  # type: ignore[no-any-return]
+        return loss.detach()  # type: ignore[no-any-return]  # the graph is not kept alive past backward
 
     def _resume(self, engine: Any, total: int) -> tuple[int, int]:
         found = checkpoint.latest(self.cfg.checkpoint_dir)
