@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import structlog
 import torch
 import torch.distributed as dist
 import transformers
+from google.protobuf import json_format
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import DoesNotFitError, ExecutorError, PlanError
@@ -97,8 +98,9 @@ class Trainer:
         step, next_g = self._resume(setup.engine, setup.total_steps)
         started = time.perf_counter()
         last = self.loop(setup, step, next_g, stop_step=setup.total_steps)
+        loop_s = time.perf_counter() - started
         self._export(setup.engine, setup.tokenizer)
-        self._summary(setup.total_steps, started, step + 1, last)
+        self._summary(setup.total_steps, last, steps_run=last - step, loop_s=loop_s)
 
     def setup(self) -> Setup:
         """Tokenizer, tokenized data and its order, and the DeepSpeed engine built from the plan's config."""
@@ -219,25 +221,26 @@ class Trainer:
         if dist.is_initialized():
             dist.barrier()
 
-    def _summary(self, total: int, started: float, first_step: int, last_step: int) -> None:
+    def _summary(self, total: int, last_step: int, steps_run: int, loop_s: float) -> None:
+        """summary.json: measured against predicted (the Feedback message the fleet stores per job)."""
         if self.rank != 0:
             return
-        elapsed = time.perf_counter() - started
-        steps = last_step - first_step + 1
-        peak = peak_memory()
-        t = self.cfg.training
-        step_time_s = elapsed / steps if steps > 0 else 0.0
+        peak, t, predicted = peak_memory(), self.cfg.training, self.cfg.predicted
+        step_time_s = loop_s / steps_run if steps_run else 0.0
         tokens_per_step = t.micro_batch_size * t.sequence_length * t.gradient_accumulation_steps * self.world_size
-        summary = {
-            "plan_id": self.cfg.plan_id, "total_steps": total, "steps_this_run": max(steps, 0),
-            "measured": {**asdict(peak), "step_time_s": step_time_s,
-                         "tokens_per_s_at_planned_length": tokens_per_step / step_time_s if step_time_s else 0.0},
-            "predicted": asdict(self.cfg.predicted), "final_dir": str(self.cfg.final_dir),
-        }
+        feedback = progress_pb2.Feedback(
+            predicted_peak_gpu_memory_bytes=predicted.peak_gpu_memory_bytes,
+            measured_peak_gpu_memory_bytes=peak.gpu_allocated_bytes,
+            measured_peak_gpu_reserved_bytes=peak.gpu_reserved_bytes, predicted_step_time_s=predicted.step_time_s,
+            measured_step_time_s=step_time_s, predicted_tokens_per_s=predicted.tokens_per_s,
+            measured_tokens_per_s=tokens_per_step / step_time_s if step_time_s else 0.0)
+        summary = {"plan_id": self.cfg.plan_id, "total_steps": total, "steps_this_run": steps_run,
+                   "final_dir": str(self.cfg.final_dir), "peak_host_memory_bytes": peak.host_bytes,
+                   "feedback": json_format.MessageToDict(feedback, preserving_proto_field_name=True)}
         self.cfg.summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True))
         self.emit(progress_pb2.PHASE_DONE, step=last_step, total_steps=total,
-                  peak_gpu_memory_bytes=peak.gpu_reserved_bytes,
-                  peak_host_memory_bytes=peak.host_bytes, message=f"saved {self.cfg.final_dir}")
+                  peak_gpu_memory_bytes=peak.gpu_reserved_bytes, peak_host_memory_bytes=peak.host_bytes,
+                  message=f"saved {self.cfg.final_dir}")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

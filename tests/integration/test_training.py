@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -69,6 +70,9 @@ def test_training_learns_and_exports_what_it_trained(tiny_model: Path, counting_
     assert len(losses) == 24
     assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
     assert [e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING] == [12, 24]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps_this_run"] == 24 and summary["feedback"]["measured_step_time_s"] > 0
+    assert summary["feedback"]["measured_tokens_per_s"] > 0
 
     ids = torch.tensor([[2, 8, 9, 10, 11, 12, 13]])
     base = transformers.AutoModelForCausalLM.from_pretrained(tiny_model)
