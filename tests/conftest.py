@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from planner.rpc import ServerOptions, shutdown
 from planner.server import create_server
 
 TOKEN = "test-token"
+# Nothing in the suite may come from the Hugging Face hub: models and data are built locally.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -109,3 +109,15 @@ def test_total_steps() -> None:
     assert data.total_steps(order, epochs=1.0, gradient_accumulation_steps=5, max_steps=0) == 5
     assert data.total_steps(order, epochs=2.5, gradient_accumulation_steps=1, max_steps=0) == 62
     assert data.total_steps(order, epochs=1.0, gradient_accumulation_steps=1, max_steps=7) == 7
+
+
+def test_a_dataset_by_name_loads_through_datasets(tmp_path: Path) -> None:
+    """hub_name goes through datasets.load_dataset; a local folder of JSONL stands in for the hub (no network)."""
+    folder = tmp_path / "my-dataset"
+    folder.mkdir()
+    _jsonl(folder / "train.jsonl", [{"text": "w1 w2"}, {"text": "w3"}])
+    records = data.load_records(DatasetConfig(hub_name=str(folder), split="train"))
+    assert records == [{"text": "w1 w2"}, {"text": "w3"}]
+    with pytest.raises(PlanError, match="could not load") as info:
+        data.load_records(DatasetConfig(hub_name=str(folder), split="validation"))
+    assert info.value.field == "dataset.hub_name"

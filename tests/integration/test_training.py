@@ -100,6 +100,17 @@ def _wait_for(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> progress
     raise AssertionError(f"no phase {phase} within {_KILL_DEADLINE_S} s")
 
 
+def _group_gone(pgid: int) -> bool:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)  # polling for the process group to empty, bounded by the deadline
+    return False
+
+
 def test_sigkill_after_a_checkpoint_resumes_to_the_same_end(tiny_model: Path, tmp_path: Path) -> None:
     data = counting_text(tmp_path / "data.jsonl", records=96)
     steps, every = 160, 40
@@ -176,3 +187,38 @@ def test_cli_reports_a_bad_plan_and_exits_2(tiny_model: Path, counting_data: Pat
     assert proc.returncode == 2
     assert "training.lora.target_modules: gate not in this model" in proc.stderr
     assert "q_proj" in proc.stderr
+
+
+def test_a_crashing_rank_fails_the_run_with_its_error_and_keeps_the_logs(tiny_model: Path, counting_data: Path,
+                                                                          tmp_path: Path) -> None:
+    plan = make_plan(tiny_model, counting_data, tmp_path / "run")
+    config = json.loads(plan.deepspeed_config_json)
+    config["optimizer"]["type"] = "NoSuchOptimizer"  # valid JSON for the plan checks, refused inside DeepSpeed
+    plan.deepspeed_config_json = json.dumps(config)
+    result = train(write_plan(plan, tmp_path / "plan.json"), progress_interval_s=0)
+    assert not result.succeeded and result.exit_code != 0
+    assert result.last_event.phase == progress_pb2.PHASE_FAILED
+    assert "nosuchoptimizer" in result.last_event.message.lower()
+    assert "NoSuchOptimizer" in (tmp_path / "run" / "logs" / "train.log").read_text()
+    assert (tmp_path / "run" / "plan.json").is_file()
+    assert [e.phase for e in read_events(tmp_path / "run" / "progress.jsonl")].count(progress_pb2.PHASE_FAILED) == 1
+
+
+def test_sigterm_cancels_cleanly_and_the_plan_resumes(tiny_model: Path, tmp_path: Path) -> None:
+    data = counting_text(tmp_path / "data.jsonl", records=64)
+    out = tmp_path / "run"
+    plan_path = write_plan(make_plan(tiny_model, data, out, max_steps=400, checkpoint_every=10), tmp_path / "p.json")
+    proc = subprocess.Popen([sys.executable, "-m", "executor.training", str(plan_path), "--progress-interval-s", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(out / "progress.jsonl", progress_pb2.PHASE_CHECKPOINTING, proc)
+        proc.send_signal(signal.SIGTERM)  # to the launcher only, as a worker's cancel does
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert _group_gone(proc.pid), "training ranks outlived the cancelled launcher"
+    events = read_events(out / "progress.jsonl")
+    assert events[-1].phase == progress_pb2.PHASE_CANCELLED, stderr
+    assert proc.returncode == 1 and "cancelled" in stderr
+    assert checkpoint.latest(out / "checkpoints") is not None
