@@ -49,6 +49,10 @@ STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
 # ForCausalLMLoss upcasts logits with .float()). Bytes per token per vocab entry beyond the
 # logits' own dtype.
 LOGITS_FP32_COPIES = 3
+# CUDA's native_dropout keeps a bool mask: one byte per element (aten/src/ATen/native/cuda/Dropout.cu).
+DROPOUT_MASK_BYTES = 1
+# Token ids (embedding backward) and the shifted labels (nll_loss) are int64.
+TOKEN_ID_BYTES = 8
 # Chunked / fused cross-entropy processes this many tokens' logits at a time (Liger default order).
 CHUNKED_LOSS_TOKENS = 1024
 

@@ -139,63 +139,104 @@ def optimizer_bytes_per_trainable_param(t: TrainingSpec) -> int:
     return _optimizer_state_bytes(t.optimizer) + mixed
 
 
-def _rms_norm_bytes(h: int) -> float:
-    # RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd per token.
-    return 4 * h + 4
+def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
+    """Bytes one norm saves for backward, per token.
+
+    RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd; when its weight trains,
+    the normalised input to the weight multiply is saved too (fp32 in Gemma, which multiplies in fp32).
+    GPT-2's LayerNorm saves its input, mean and rstd whether or not its weight trains.
+    """
+    h = a.hidden_size
+    if a.family is Family.GPT2:
+        return b * h + 8
+    normalised = (4 if a.family in (Family.GEMMA, Family.GEMMA2) else b) * h if weight_trains else 0
+    return 4 * h + 4 + normalised
+
+
+@dataclass(frozen=True)
+class _Linear:
+    names: tuple[str, ...]
+    width: int
+    # The input is a tensor something else already saves (the attention output for o_proj under SDPA/flash).
+    input_already_saved: bool = False
 
 
 def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
                                    seq_len: int) -> float:
-    """Bytes one decoder layer saves for backward, per token of the micro-batch."""
+    """Bytes one decoder layer saves for backward, per token of the micro-batch.
+
+    Checked tensor by tensor against torch.autograd.graph.saved_tensors_hooks on real transformers
+    models (tests/planner/test_activations.py).
+    """
     b = t.precision.activation_bytes
     h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
     full = t.method in (Method.FULL, Method.FREEZE)
     lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
     dropout = t.lora.dropout > 0 and t.method.uses_adapters
+    flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
-    def input_bytes(names: tuple[str, ...], width: int) -> float:
-        """Inputs saved by a group of linears that share one input tensor."""
+    def input_bytes(group: _Linear) -> float:
+        """Inputs saved by a group of linears that share one input tensor, and their adapters' outputs."""
         if full:
-            return b * width
-        hits = sum(1 for n in names if n in lora_names)
+            return 0.0 if group.input_already_saved else b * group.width
+        hits = sum(1 for n in group.names if n in lora_names)
         if not hits:
             return 0.0
-        # Each adapter applies its own dropout: a new tensor plus a one-byte mask per element.
-        return hits * (b + 1) * width if dropout else b * width
+        lora_out = hits * b * t.lora.rank  # lora_A's output, saved by lora_B
+        if dropout:  # each adapter draws its own dropout: a new tensor plus its mask
+            return hits * (b + k.DROPOUT_MASK_BYTES) * group.width + lora_out
+        return (0.0 if group.input_already_saved else b * group.width) + lora_out
 
-    gated = a.family is not Family.GPT2
     if a.family is Family.GPT2:
-        norms: float = 2 * (b * h + 8)  # LayerNorm saves input, mean and rstd
-        attn_in = input_bytes(("c_attn",), h)
-        out_in = input_bytes(("c_proj",), h)
-        mlp_in = input_bytes(("c_fc",), h)
-        down_in = input_bytes(("mlp.c_proj",), i)
+        norms = 2 * _norm_bytes(a, b, full)
+        groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
+                  _Linear(("mlp.c_proj",), i)]
     else:
         norm_count = 4 if a.family is Family.GEMMA2 else 2
-        norms = norm_count * _rms_norm_bytes(h)
-        qkv_names = ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
-        attn_in = input_bytes(qkv_names, h)
-        out_in = input_bytes(("o_proj",), q)
-        mlp_in = input_bytes(("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj"), h)
-        down_in = input_bytes(("down_proj",), i)
+        norms = norm_count * _norm_bytes(a, b, full)
+        qkv = ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+        gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
+        groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like), _Linear(gate_up, h),
+                  _Linear(("down_proj",), i)]
+    linears = sum(input_bytes(g) for g in groups)
 
     heads = a.num_attention_heads
-    if t.attention is Attention.FLASH:
-        core = b * (q + 2 * kv) + b * q + 4 * heads  # q, k, v unrepeated, output, fp32 log-sum-exp
-    elif t.attention is Attention.SDPA:
-        core = b * 3 * q + b * q + 4 * heads  # transformers repeats k/v to all heads before SDPA
+    if flash_like:
+        # q and k after RoPE, v (a view: it keeps the whole fused qkv output alive in Phi-3), the output
+        # (o_proj reads it through a view) and the fp32 log-sum-exp per head. transformers passes k/v
+        # unrepeated (enable_gqa) when there is no padding mask.
+        v_storage = q + 2 * kv if a.family is Family.PHI3 else kv
+        core = b * (q + kv) + b * v_storage + b * q + 4 * heads
     else:
-        core = b * 3 * q + (4 + b) * heads * seq_len  # q, k, v; fp32 softmax out and its cast
-    core += b * q if a.family is not Family.GPT2 else 0  # transpose().contiguous() copy fed to o_proj
+        # q, k and v repeated to every head, the fp32 softmax and (below fp32) its cast back; Gemma 2's
+        # logit soft-capping saves its tanh output. The output's transpose().contiguous() copy is the o_proj
+        # input counted above.
+        cast = b if b != 4 else 0
+        softcap = b if a.family is Family.GEMMA2 else 0
+        core = b * 3 * q + (4 + cast + softcap) * heads * seq_len
 
     if a.num_experts:
         e, top_k = a.num_experts, a.experts_per_token
         mlp: float = top_k * (3 * b * i + b * i + 2 * b * h) + 4 * e  # per routed expert: act, mul, dispatch copies
-    elif gated:
-        mlp = 3 * b * i + down_in  # act input, act output, up output; the product feeds down_proj
+    elif a.family is not Family.GPT2:
+        mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
     else:
-        mlp = 4 * b * i + down_in  # GPT-2 gelu_new saves input, tanh output and both product operands
-    return norms + attn_in + out_in + mlp_in + core + mlp
+        mlp = 4 * b * i  # GPT-2 gelu_new saves input, tanh output and both product operands
+    return norms + linears + core + mlp
+
+
+def _decoder_layer_fixed_bytes(a: Architecture) -> int:
+    """Per-layer bytes independent of the batch: Gemma's norms multiply by (1 + weight) in fp32, a new
+    vector per norm that the multiply saves."""
+    if a.family in (Family.GEMMA, Family.GEMMA2):
+        return (4 if a.family is Family.GEMMA2 else 2) * 4 * a.hidden_size
+    return 0
+
+
+def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """What one trained decoder layer saves for backward for a micro-batch of `tokens` tokens."""
+    per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length)
+    return int(per_token * tokens + _decoder_layer_fixed_bytes(a))
 
 
 def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
@@ -208,6 +249,7 @@ def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
 
 
 def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """Peak bytes of the logits/loss at the start of backward (saved log-probs plus their gradients)."""
     b = t.precision.activation_bytes
     fp32_copies = k.LOGITS_FP32_COPIES * 4
     if t.loss is Loss.CHUNKED:
@@ -216,21 +258,59 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     return int(tokens * a.vocab_size * (own + fp32_copies))
 
 
+def _log_prob_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """cross_entropy's saved fp32 log_softmax output (chunked losses hold one chunk at a time)."""
+    rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
+    return rows * a.vocab_size * 4
+
+
+def _outside_layers_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> float:
+    """Saved outside the decoder layers, the log-probs aside: labels (int64), RoPE cos/sin, the final norm,
+    lm_head's input when lm_head trains, and Gemma 2's final soft-capping tanh.
+
+    With trainable embeddings the embedding saves the token ids (and Gemma its scale). With frozen ones the
+    first layer's input needs no gradient, so (without checkpointing) its input norm saves nothing and its
+    q/k/v adapters' dropouts keep no mask."""
+    b, h = t.precision.activation_bytes, a.hidden_size
+    full = t.method in (Method.FULL, Method.FREEZE)
+    embeddings_train = t.method is Method.FULL
+    gemma = a.family in (Family.GEMMA, Family.GEMMA2)
+    ids = (2 if embeddings_train else 1) * k.TOKEN_ID_BYTES * tokens
+    rope = 0 if a.family is Family.GPT2 else 2 * b * a.resolved_head_dim * t.sequence_length
+    final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
+    softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
+    first_layer = 0.0
+    if not embeddings_train and not t.gradient_checkpointing:
+        first_layer = _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
+        if t.method.uses_adapters and t.lora.dropout > 0:
+            targets = lora_targets(a, t.lora.target_modules, "training.lora.target_modules")
+            split_names = {layer.name for layer in targets if layer.part == "decoder"}
+            qkv = ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+            first_layer += sum(n in split_names for n in qkv) * k.DROPOUT_MASK_BYTES * h * tokens
+    scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
+    return ids + rope + final + softcap + scale - first_layer
+
+
+def outside_layers_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """Everything the forward saves for backward outside the decoder layers."""
+    return int(_outside_layers_bytes(a, t, tokens) + _log_prob_bytes(a, t, tokens))
+
+
 def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
     """(all saved activations including logits, the logits part) for one micro-batch on one GPU."""
     b = t.precision.activation_bytes
     tokens = t.micro_batch_size * t.sequence_length * t.sequences_per_example
-    per_layer = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length) * tokens
+    per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
     layers = split.trainable_decoder_layers
     h = a.hidden_size
-    full = t.method in (Method.FULL, Method.FREEZE)
-    final = (_rms_norm_bytes(h) + (b * h if full else 0)) * tokens  # final norm (+ lm_head input)
     logits = logits_bytes(a, t, tokens)
+    outside = _outside_layers_bytes(a, t, tokens)  # the log-probs are part of the logits peak term
     if t.gradient_checkpointing:
-        body = layers * b * h * tokens + max(per_layer, logits) + final
+        # each layer keeps its input; backward recomputes one layer at a time
+        body = layers * b * h * tokens + max(per_layer, logits) + outside
         logits_term = 0
     else:
-        body = layers * per_layer + final
+        body = layers * per_layer + outside
         logits_term = logits
     vision = 0.0
     if a.vision is not None and split.vision_trainable and t.image_tokens:

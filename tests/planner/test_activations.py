@@ -1,0 +1,130 @@
+"""Activation bytes saved for backward equal what torch.autograd.graph.saved_tensors_hooks records on real
+transformers / PEFT models run on the CPU: per decoder layer and outside the layers (ids, RoPE, final norm,
+lm_head input, cross-entropy log-probs), eager and SDPA attention, full and LoRA, bf16 and fp32, with and
+without gradient checkpointing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+from planner.architecture import architecture_from_config  # noqa: E402
+from planner.memory import decoder_layer_saved_bytes, outside_layers_saved_bytes, parameter_split  # noqa: E402
+from planner.schema import Attention, LoraSpec, Method, Precision, TrainingSpec  # noqa: E402
+
+MICRO_BATCH, SEQ = 2, 16
+LAYERS = 3
+CONFIGS = {
+    "llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config,
+    "phi3": transformers.Phi3Config, "gemma2": transformers.Gemma2Config,
+}
+
+
+@dataclass(frozen=True)
+class Saved:
+    per_layer: int  # a middle layer's own saved tensors
+    outside: int  # everything else, RoPE cos/sin included
+
+
+def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout: float, ckpt: bool) -> object:
+    config = CONFIGS[family](num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                             num_key_value_heads=2, vocab_size=256, tie_word_embeddings=False,
+                             attn_implementation=attention, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if method == "lora":
+        lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear")
+        model = peft.get_peft_model(model, lora).to(dtype)  # DeepSpeed casts adapters to the training dtype too
+    if ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    model.train()
+    return model
+
+
+def _measure(model: torch.nn.Module) -> Saved:
+    """Unique storages saved for backward (parameters excluded), by where they were first saved."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    layers = model.get_decoder().layers
+    where: dict[str, object] = {"layer": None}
+    for index, layer in enumerate(layers):
+        layer.register_forward_pre_hook(lambda m, a, index=index: where.update(layer=index))
+        layer.register_forward_hook(lambda m, a, o: where.update(layer=None))
+    first_seen: dict[int, tuple[int, object]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            first_seen.setdefault(storage.data_ptr(), (storage.nbytes(), where["layer"]))
+        return t
+
+    ids = torch.randint(0, 256, (MICRO_BATCH, SEQ))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids).loss.backward()
+    middle = sum(n for n, layer in first_seen.values() if layer == 1)
+    total = sum(n for n, _ in first_seen.values())
+    return Saved(per_layer=middle, outside=total - LAYERS * middle)
+
+
+def _planned(model: torch.nn.Module, family: str, attention: str, method: str, precision: Precision, dropout: float,
+             ckpt: bool) -> Saved:
+    a = architecture_from_config(json.dumps(model.config.to_dict()))
+    t = TrainingSpec(method=Method.FULL if method == "full" else Method.LORA, precision=precision,
+                     attention=Attention.EAGER if attention == "eager" else Attention.SDPA,
+                     micro_batch_size=MICRO_BATCH, sequence_length=SEQ, gradient_checkpointing=ckpt,
+                     lora=LoraSpec(rank=4, alpha=8, dropout=dropout))
+    split = parameter_split(a, t.method, t.lora, False, 0)
+    tokens = MICRO_BATCH * SEQ
+    per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
+    outside = outside_layers_saved_bytes(a, t, tokens)
+    if dropout:
+        # The planner models CUDA's native_dropout, which keeps a one-byte mask; the CPU kernel keeps the mask
+        # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
+        # q/k/v adapters keep none (their input needs no gradient).
+        h, extra = a.hidden_size, t.precision.activation_bytes - 1
+        qkv_adapters, gate_up_adapters = (1, 1) if family == "phi3" else (3, 2)
+        widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + a.intermediate_size
+        per_layer += extra * widths * tokens
+        outside -= extra * qkv_adapters * h * tokens
+    if ckpt:
+        outside -= 2 * t.precision.activation_bytes * a.resolved_head_dim * SEQ  # RoPE cos/sin: held, not saved
+    return Saved(per_layer=per_layer, outside=outside)
+
+
+# Outside the layers the loss also saves a 4-byte fp32 scalar (nll_loss's total weight); nothing else differs.
+_SCALARS_BYTES = 4
+# Phi-3 under SDPA is left out: its partial-rotary cat makes q head-major, and the CPU flash kernel then
+# returns a head-major output that o_proj must copy, which CUDA's kernels (output sequence-major) do not.
+CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3") for attn in ("eager", "sdpa")
+         for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1)) if (f, attn) != ("phi3", "sdpa")]
+CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0))]
+CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
+
+
+@pytest.mark.parametrize(("family", "attention", "method", "precision", "dropout"), CASES,
+                         ids=[f"{f}-{a}-{m}{'-dropout' if d else ''}-{p}" for f, a, m, p, d in CASES])
+def test_saved_activations_match_the_model(family: str, attention: str, method: str, precision: str,
+                                           dropout: float) -> None:
+    dtype, prec = (torch.bfloat16, Precision.BF16) if precision == "bf16" else (torch.float32, Precision.FP32)
+    model = _model(family, attention, method, dtype, dropout, ckpt=False)
+    measured = _measure(model)
+    planned = _planned(model, family, attention, method, prec, dropout, ckpt=False)
+    assert planned.per_layer == measured.per_layer
+    assert planned.outside + _SCALARS_BYTES == measured.outside
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_with_checkpointing_a_layer_keeps_only_its_input(method: str) -> None:
+    """A checkpointed layer keeps only its input (recomputing the rest in backward); what is saved outside the
+    layers is the same as without checkpointing."""
+    model = _model("llama", "sdpa", method, torch.bfloat16, 0.0, ckpt=True)
+    measured = _measure(model)
+    planned = _planned(model, "llama", "sdpa", method, Precision.BF16, 0.0, ckpt=True)
+    assert measured.per_layer == 2 * model.config.hidden_size * MICRO_BATCH * SEQ  # bf16 hidden states
+    assert planned.outside + _SCALARS_BYTES == measured.outside
