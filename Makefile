@@ -6,7 +6,7 @@ BUF := node_modules/.bin/buf
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint protos protos-check buf-lint bench serve clean
+.PHONY: help install run test lint protos protos-check buf-lint bench bench-accuracy serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ bench: $(STAMP) ## latency, estimator comparison and training-loop overhead; tab
 	$(PY) -m benchmarks.latency
 	$(PY) -m benchmarks.estimators
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.training_overhead
+
+bench-accuracy: $(STAMP) ## planner memory and throughput vs measured rows (third-party, and ours when measured)
+	$(PY) -m benchmarks.accuracy
 
 serve: $(STAMP) ## serve the planner on 127.0.0.1:50051
 	$(VENV)/bin/tunefleet serve planner

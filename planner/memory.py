@@ -126,17 +126,21 @@ def _weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
     return split.total * dense_bytes
 
 
-def _optimizer_state_bytes(optimizer: Optimizer) -> int:
-    if optimizer is Optimizer.SGD:
-        return k.SGD_STATE_BYTES
-    if optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+def _optimizer_state_bytes(t: TrainingSpec) -> float:
+    """Optimizer state per trainable parameter. torch optimizers keep state in the parameter's dtype, so
+    pure-bf16 training (no fp32 master copy) keeps AdamW's moments in bf16 too."""
+    if t.optimizer is Optimizer.SGD:
+        per_fp32 = k.SGD_STATE_BYTES
+    elif t.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
         return k.ADAMW_8BIT_STATE_BYTES
-    return k.ADAMW_STATE_BYTES
+    else:
+        per_fp32 = k.ADAMW_STATE_BYTES
+    return per_fp32 / 2 if t.precision is Precision.BF16_PURE else per_fp32
 
 
-def optimizer_bytes_per_trainable_param(t: TrainingSpec) -> int:
+def optimizer_bytes_per_trainable_param(t: TrainingSpec) -> float:
     mixed = k.FP32_MASTER_BYTES + k.FP32_GRAD_COPY_BYTES if t.precision.has_fp32_master else 0
-    return _optimizer_state_bytes(t.optimizer) + mixed
+    return _optimizer_state_bytes(t) + mixed
 
 
 def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
