@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import print_table, write_csv
+from benchmarks.common import RESULTS, print_table, write_csv
 from planner.catalog import Catalog, default_catalog
 from planner.errors import PlannerError
 from planner.memory import per_gpu_memory
@@ -181,7 +181,56 @@ def predicted_bytes(c: Case) -> float:
     return m.total_bytes - (m.cuda_context_bytes + m.allocator_bytes if c.figure == "allocated" else 0)
 
 
+OURS_UNDER_PREDICTION_LIMIT = -0.05
+
+
+def _summary(name: str, errors: list[float], limit: float | None, target: str) -> str:
+    """Median and worst absolute error, and (for memory) how many rows under-predict beyond the limit."""
+    if not errors:
+        return f"{name}: no rows"
+    absolute = [abs(e) for e in errors]
+    text = f"{name}: {len(errors)} rows, median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%}"
+    if limit is not None:
+        text += f", under-predictions beyond {-limit:.0%}: {sum(1 for e in errors if e < limit)}"
+    return f"{text}  (target: {target})"
+
+
+def compare_ours() -> None:
+    """Our own GPU runs (benchmarks/measure_gpu.py): allocated vs allocated, device-used vs Fit's total."""
+    files = sorted(RESULTS.glob("gpu_measurements*.csv"))
+    rows = [r for f in files for r in csv.DictReader(f.open()) if r["status"] == "ok" and r["gpu"] != "cpu"]
+    if not rows:
+        print("\nOur GPU measurements: none yet. Run `python -m benchmarks.measure_gpu` on a CUDA machine; it writes "
+              "benchmarks/results/gpu_measurements.csv, which this benchmark then compares.")
+        return
+    table, allocated_errors, device_errors, time_errors = [], [], [], []
+    for r in rows:
+        alloc_error = (float(r["predicted_allocated_bytes"]) - float(r["max_allocated_bytes"])) / float(
+            r["max_allocated_bytes"])
+        device_error = (float(r["predicted_total_bytes"]) - float(r["device_used_bytes"])) / float(
+            r["device_used_bytes"])
+        time_error = (float(r["predicted_step_time_s"]) - float(r["step_time_s"])) / float(r["step_time_s"])
+        allocated_errors.append(alloc_error)
+        device_errors.append(device_error)
+        time_errors.append(time_error)
+        table.append([r["model"].split("/")[-1], r["method"], r["zero_stage"], r["offload"],
+                      r["gradient_checkpointing"],
+                      f"{r['micro_batch']}x{r['sequence_length']}", f"{float(r['max_allocated_bytes']) / GiB:.2f}",
+                      f"{float(r['predicted_allocated_bytes']) / GiB:.2f}", f"{alloc_error:+.1%}",
+                      f"{float(r['device_used_bytes']) / GiB:.2f}", f"{float(r['predicted_total_bytes']) / GiB:.2f}",
+                      f"{device_error:+.1%}", f"{float(r['step_time_s']):.3f}", f"{time_error:+.0%}"])
+    header = ["model", "method", "ZeRO", "offload", "ckpt", "mb x seq", "allocated GiB", "planned", "error",
+              "device GiB", "planned total", "error", "step s", "time error"]
+    print_table(f"Our GPU measurements ({rows[0]['gpu']}, torch {rows[0]['torch']}) vs planner", header, table)
+    target = "median <= 3 %, worst <= 10 %, none under 5 %"
+    print(_summary("allocated", allocated_errors, OURS_UNDER_PREDICTION_LIMIT, target))
+    print(_summary("device (nvidia-smi)", device_errors, OURS_UNDER_PREDICTION_LIMIT, target))
+    print(_summary("step time", time_errors, None, "median <= 15 %"))
+    print(f"CSV: {write_csv('accuracy_ours.csv', header, table)}")
+
+
 def main() -> None:
+    compare_ours()
     catalog = default_catalog()
     with PUBLIC.open() as f:
         rows = list(csv.DictReader(f))
@@ -208,13 +257,9 @@ def main() -> None:
     header = ["row", "configuration", "GPUs", "measured figure", "measured GiB", "predicted GiB", "error",
               "tokens/s per GPU measured / predicted"]
     print_table("Third-party measurements (benchmarks/data/public_measurements.csv) vs planner", header, table)
-    absolute = [abs(e) for e in errors]
-    under = sum(1 for e in errors if e < UNDER_PREDICTION_LIMIT)
-    print(f"\nmemory: {len(errors)} rows, median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%}, "
-          f"under-predictions beyond {-UNDER_PREDICTION_LIMIT:.0%}: {under}  (target: median <= 10 %, none under 15 %)")
+    print(_summary("\nmemory", errors, UNDER_PREDICTION_LIMIT, "median <= 10 %, none under 15 %"))
     if time_errors:
-        median_time = statistics.median(abs(e) for e in time_errors)
-        print(f"throughput: {len(time_errors)} rows, median |error| {median_time:.1%} (target <= 15 %)")
+        print(_summary("throughput", time_errors, None, "median <= 15 %"))
     print_table("Rows the planner cannot express", ["row", "model", "method", "why"], skipped)
     print(f"CSV: {write_csv('accuracy_public.csv', header, table)}")
 

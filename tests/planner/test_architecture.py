@@ -17,41 +17,13 @@ from planner.architecture import (  # noqa: E402
     parameter_counts,
 )
 from planner.catalog import default_catalog  # noqa: E402
-from planner.schema import Architecture, Family  # noqa: E402
+from tests.fixtures.hf_configs import hf_config  # noqa: E402
 
 CATALOG_MODELS = [
     "meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3",
     "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2-VL-2B-Instruct",
     "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2",
 ]
-
-
-def hf_config(a: Architecture) -> transformers.PretrainedConfig:
-    """The transformers config a catalog architecture stands for."""
-    common = dict(num_hidden_layers=a.num_layers, hidden_size=a.hidden_size, intermediate_size=a.intermediate_size,
-                  num_attention_heads=a.num_attention_heads, num_key_value_heads=a.num_key_value_heads,
-                  vocab_size=a.vocab_size, tie_word_embeddings=a.tie_word_embeddings)
-    if a.head_dim:
-        common["head_dim"] = a.head_dim
-    f = a.family
-    if f is Family.GPT2:
-        return transformers.GPT2Config(n_embd=a.hidden_size, n_layer=a.num_layers, n_head=a.num_attention_heads,
-                                       vocab_size=a.vocab_size, n_positions=a.max_position_embeddings)
-    if f is Family.MIXTRAL:
-        return transformers.MixtralConfig(**common, num_local_experts=a.num_experts,
-                                          num_experts_per_tok=a.experts_per_token)
-    if f is Family.QWEN2_VL:
-        v = a.vision
-        assert v is not None
-        return transformers.Qwen2VLConfig(
-            text_config=common, tie_word_embeddings=a.tie_word_embeddings,
-            vision_config=dict(depth=v.depth, embed_dim=v.embed_dim, num_heads=v.num_heads, mlp_ratio=v.mlp_ratio,
-                               hidden_size=v.out_hidden_size, in_chans=v.in_channels, patch_size=v.patch_size,
-                               spatial_merge_size=v.spatial_merge_size, temporal_patch_size=v.temporal_patch_size))
-    cls = {Family.LLAMA: transformers.LlamaConfig, Family.MISTRAL: transformers.MistralConfig,
-           Family.QWEN2: transformers.Qwen2Config, Family.GEMMA2: transformers.Gemma2Config,
-           Family.PHI3: transformers.Phi3Config}[f]
-    return cls(**common)
 
 
 def meta_model(config: transformers.PretrainedConfig) -> torch.nn.Module:

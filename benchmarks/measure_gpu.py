@@ -1,0 +1,305 @@
+"""Measure real peak memory and step time of training configurations, for the planner's accuracy benchmark.
+
+Each group (model × method × ZeRO stage × offload × checkpointing) runs in its own process: a randomly
+initialised model built from the catalog architecture's real config (QLoRA quantises it with bitsandbytes
+through a local save), PEFT adapters, the DeepSpeed engine from the planner's generated config, then a sweep
+of micro-batch × sequence length, smallest first. Per shape it records torch.cuda.max_memory_allocated,
+max_memory_reserved, the device's used memory (what nvidia-smi shows for the only process on the GPU) and
+the median step time after a warm-up step, with the planner's prediction beside them, to
+benchmarks/results/gpu_measurements.csv.
+
+  python -m benchmarks.measure_gpu                   # the default matrix, on a CUDA GPU
+  python -m benchmarks.measure_gpu --matrix smoke    # a tiny matrix on the CPU, to check the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS
+from planner.catalog import default_catalog
+from planner.deepspeed_config import deepspeed_config
+from planner.memory import per_gpu_memory
+from planner.schema import Attention, Hardware, LoraSpec, Method, Offload, Precision, TrainingSpec
+from planner.throughput import step_time
+
+GROUP_TIMEOUT_S = 540  # inside the GPU host's 10-minute command limit
+WARMUP_STEPS = 1
+MEASURED_STEPS = 3
+
+
+@dataclass(frozen=True)
+class Group:
+    """Configurations that share one loaded model; shapes run smallest first."""
+
+    model: str
+    method: str
+    zero_stage: int = 0
+    offload: str = "none"
+    gradient_checkpointing: bool = True
+    attention: str = "sdpa"
+    lora_rank: int = 16
+    shapes: tuple[tuple[int, int], ...] = ((1, 512), (4, 512), (1, 2048), (2, 2048))
+    gpu: str = "h100-sxm-80gb"
+
+
+_SHAPES_LONG = ((1, 1024), (1, 4096), (2, 4096))
+DEFAULT_MATRIX = [
+    Group("meta-llama/Llama-3.2-1B", "full"),
+    Group("meta-llama/Llama-3.2-1B", "full", gradient_checkpointing=False),
+    Group("meta-llama/Llama-3.2-1B", "full", zero_stage=2),
+    Group("meta-llama/Llama-3.2-1B", "full", zero_stage=3),
+    Group("meta-llama/Llama-3.2-1B", "lora"),
+    Group("meta-llama/Llama-3.2-1B", "lora", gradient_checkpointing=False, attention="eager"),
+    Group("meta-llama/Llama-3.2-1B", "qlora"),
+    Group("Qwen/Qwen2.5-1.5B", "full", zero_stage=2, offload="optimizer"),
+    Group("meta-llama/Llama-3.2-3B", "lora", shapes=_SHAPES_LONG),
+    Group("meta-llama/Llama-3.2-3B", "qlora", shapes=_SHAPES_LONG),
+    Group("meta-llama/Llama-3.1-8B", "lora", shapes=_SHAPES_LONG),
+    Group("meta-llama/Llama-3.1-8B", "qlora", shapes=_SHAPES_LONG),
+    Group("meta-llama/Llama-3.1-8B", "lora", zero_stage=3, shapes=_SHAPES_LONG),
+    Group("meta-llama/Llama-3.1-8B", "full", zero_stage=3, offload="all", shapes=((1, 1024), (1, 2048))),
+]
+SMOKE_MATRIX = [
+    Group("tiny", "full", shapes=((1, 32), (2, 64)), gpu="cpu"),
+    Group("tiny", "lora", zero_stage=3, shapes=((1, 32), (2, 32)), gpu="cpu"),
+]
+_METHOD = {"full": Method.FULL, "lora": Method.LORA, "qlora": Method.QLORA}
+_OFFLOAD = {"none": Offload.NONE, "optimizer": Offload.OPTIMIZER, "all": Offload.ALL}
+_ATTENTION = {"sdpa": Attention.SDPA, "eager": Attention.EAGER, "flash": Attention.FLASH}
+
+
+@dataclass
+class Measurement:
+    micro_batch: int
+    sequence_length: int
+    status: str = "ok"
+    max_allocated_bytes: int = 0
+    max_reserved_bytes: int = 0
+    device_used_bytes: int = 0
+    step_time_s: float = 0.0
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def training_spec(g: Group, micro_batch: int, sequence_length: int) -> TrainingSpec:
+    return TrainingSpec(method=_METHOD[g.method], micro_batch_size=micro_batch, sequence_length=sequence_length,
+                        precision=Precision.BF16, zero_stage=g.zero_stage, offload=_OFFLOAD[g.offload],
+                        gradient_checkpointing=g.gradient_checkpointing, attention=_ATTENTION[g.attention],
+                        lora=LoraSpec(rank=g.lora_rank, alpha=2.0 * g.lora_rank, dropout=0.0))
+
+
+# --- one group, in its own process ------------------------------------------------------------------
+def _build(g: Group, device: str, workdir: Path) -> Any:
+    import torch
+    import transformers
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    from tests.fixtures.hf_configs import hf_config
+
+    if g.model == "tiny":
+        config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    else:
+        config = hf_config(default_catalog().model(g.model).architecture)
+    config._attn_implementation = {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[g.attention]
+    torch.manual_seed(0)
+    if g.method == "qlora":
+        # bitsandbytes quantises on load: save the random bf16 weights locally, load them back in NF4
+        transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(workdir)
+        quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16,
+                                                bnb_4bit_quant_storage=torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_pretrained(workdir, quantization_config=quant,
+                                                                  dtype=torch.bfloat16, device_map={"": 0})
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=g.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        if g.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    if g.method in ("lora", "qlora"):
+        model = get_peft_model(model, LoraConfig(r=g.lora_rank, lora_alpha=2 * g.lora_rank, lora_dropout=0.0,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+    return model, config.vocab_size
+
+
+def _engine(g: Group, model: Any, micro_batch: int) -> Any:
+    import deepspeed
+
+    t = training_spec(g, micro_batch, 1)
+    config = deepspeed_config(t, 1, warmup_steps=0)
+    config["optimizer"]["params"]["torch_adam"] = True  # no JIT-built fused kernel needed on the GPU host
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+                                      config=config)
+    return engine
+
+
+def _measure_shape(engine: Any, vocab: int, micro_batch: int, seq: int, device: str) -> Measurement:
+    import torch
+
+    m = Measurement(micro_batch, seq)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    try:
+        for step in range(WARMUP_STEPS + MEASURED_STEPS):
+            ids = torch.randint(0, vocab, (micro_batch, seq), device=engine.device)
+            if cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+            if cuda:
+                torch.cuda.synchronize()
+            if step >= WARMUP_STEPS:
+                times.append(time.perf_counter() - started)
+    except torch.OutOfMemoryError as e:
+        m.status, m.error = "oom", str(e).splitlines()[0][:200]
+    m.step_time_s = statistics.median(times) if times else 0.0
+    if cuda:
+        free, total = torch.cuda.mem_get_info()
+        m.max_allocated_bytes = torch.cuda.max_memory_allocated()
+        m.max_reserved_bytes = torch.cuda.max_memory_reserved()
+        m.device_used_bytes = total - free
+    else:
+        import resource
+
+        m.max_allocated_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return m
+
+
+def run_group(g: Group) -> list[Measurement]:
+    import deepspeed
+
+    device = "cuda" if g.gpu != "cpu" else "cpu"
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", os.environ.get("MASTER_PORT", "29511"))):
+        os.environ.setdefault(key, value)
+    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model, vocab = _build(g, device, Path(tmp))
+        # One engine for every shape: DeepSpeed takes whatever batch it is given; the configured micro-batch
+        # only enters its batch-size bookkeeping.
+        engine = _engine(g, model, 1)
+        for micro_batch, seq in g.shapes:
+            m = _measure_shape(engine, vocab, micro_batch, seq, device)
+            out.append(m)
+            print(json.dumps(asdict(m)), flush=True)
+            if m.status == "oom":
+                break
+    return out
+
+
+# --- the sweep, in the parent -------------------------------------------------------------------------
+def _versions() -> dict[str, str]:
+    code = ("import json, torch, transformers, peft, deepspeed\n"
+            "v = dict(torch=torch.__version__, transformers=transformers.__version__, peft=peft.__version__, "
+            "deepspeed=deepspeed.__version__, cuda=str(torch.version.cuda), "
+            "gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')\n"
+            "try:\n import bitsandbytes; v['bitsandbytes'] = bitsandbytes.__version__\n"
+            "except ImportError:\n v['bitsandbytes'] = ''\nprint(json.dumps(v))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def _prediction(g: Group, micro_batch: int, seq: int) -> tuple[int, int, float]:
+    """(total the card must hold, the allocated part, step time) as the planner predicts them."""
+    if g.model == "tiny":
+        return 0, 0, 0.0
+    catalog = default_catalog()
+    model, hw = catalog.model(g.model), Hardware(gpu=catalog.gpu(g.gpu), host_memory_bytes=2**40)
+    t = training_spec(g, micro_batch, seq)
+    m = per_gpu_memory(model, t, hw)
+    allocated = m.total_bytes - m.cuda_context_bytes - m.allocator_bytes
+    return m.total_bytes, allocated, step_time(model, t, hw).step_s
+
+
+def _selection(text: str, count: int) -> set[int]:
+    if not text:
+        return set(range(count))
+    chosen: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return chosen
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--matrix", choices=["default", "smoke"], default="default")
+    p.add_argument("--out", type=Path, default=RESULTS / "gpu_measurements.csv",
+                   help="CSV to write (make bench-accuracy reads every benchmarks/results/gpu_measurements*.csv)")
+    p.add_argument("--groups", default="", help="run only these groups of the matrix, e.g. 0-6 or 7,9 "
+                                                "(to split a sweep across several 10-minute commands)")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one:
+        run_group(Group(**{k: tuple(map(tuple, v)) if k == "shapes" else v for k, v in json.loads(a.one).items()}))
+        return
+    matrix = SMOKE_MATRIX if a.matrix == "smoke" else DEFAULT_MATRIX
+    selected = _selection(a.groups, len(matrix))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if a.matrix == "smoke":
+        env["DS_ACCELERATOR"] = "cpu"
+    versions = _versions()
+    rows = []
+    for index, g in enumerate(matrix):
+        if index not in selected:
+            continue
+        env["MASTER_PORT"] = str(29600 + index)
+        print(f"[{index + 1}/{len(matrix)}] {g.model} {g.method} ZeRO-{g.zero_stage} offload {g.offload} "
+              f"ckpt {g.gradient_checkpointing} {g.attention}", flush=True)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.measure_gpu", "--one", json.dumps(asdict(g))],
+                                  capture_output=True, text=True, env=env, timeout=GROUP_TIMEOUT_S)
+            lines, failure = proc.stdout.splitlines(), "" if proc.returncode == 0 else proc.stderr[-300:]
+        except subprocess.TimeoutExpired:
+            lines, failure = [], f"timed out after {GROUP_TIMEOUT_S} s"
+        measured = [json.loads(line) for line in lines if line.startswith("{")]
+        done = {(m["micro_batch"], m["sequence_length"]) for m in measured}
+        measured += [asdict(Measurement(mb, seq, status="error", error=failure.replace("\n", " ")))
+                     for mb, seq in g.shapes if (mb, seq) not in done]
+        for m in measured:
+            total, allocated, predicted_step_s = _prediction(g, m["micro_batch"], m["sequence_length"])
+            row = {**{k: v for k, v in asdict(g).items() if k != "shapes"}, **{k: v for k, v in m.items()
+                                                                                 if k != "extra"},
+                   "predicted_total_bytes": total, "predicted_allocated_bytes": allocated,
+                   "predicted_step_time_s": predicted_step_s, **versions, "python": platform.python_version()}
+            rows.append(row)
+            print(f"    mb {m['micro_batch']} x {m['sequence_length']}: {m['status']}, allocated "
+                  f"{m['max_allocated_bytes'] / 2**30:.2f} GiB (planned {allocated / 2**30:.2f}), reserved "
+                  f"{m['max_reserved_bytes'] / 2**30:.2f}, device {m['device_used_bytes'] / 2**30:.2f} "
+                  f"(planned {total / 2**30:.2f}), step {m['step_time_s']:.3f} s {m['error'][:120]}", flush=True)
+        _write(a.out, rows)  # after every group, so a cut-off sweep keeps what it measured
+    print(f"CSV: {a.out}")
+
+
+if __name__ == "__main__":
+    main()
