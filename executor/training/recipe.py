@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import transformers
 from google.protobuf import json_format
+from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import DoesNotFitError, ExecutorError, PlanError
@@ -110,10 +111,15 @@ class Trainer:
         tokenizer = load_tokenizer(cfg)
         examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
         order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, self.world_size, cfg.seed)
+        ds_config = cfg.deepspeed_config
+        # Under ZeRO-3 from_pretrained must see the DeepSpeed config, so that every rank loads only its shard
+        # (zero.Init) instead of the whole model in host RAM; the object has to stay alive while loading.
+        zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
         model = load_model(cfg, self.host)
         engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
                                                                          if p.requires_grad],
-                                          config=cfg.deepspeed_config)
+                                          config=ds_config)
+        del zero3_loading
         return Setup(tokenizer, examples, order,
                      data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps), engine)
 
