@@ -91,6 +91,11 @@ class RunConfig:
         return self.output_dir / "progress.jsonl"
 
     @property
+    def tokenized_path(self) -> Path:
+        """The dataset as token ids, written once by the launcher so every rank reads the same examples."""
+        return self.output_dir / "data" / "tokenized.npz"
+
+    @property
     def log_path(self) -> Path:
         return self.output_dir / "logs" / "train.log"
 

@@ -148,6 +148,29 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig
     return examples
 
 
+def save_examples(path: Path, examples: Sequence[Example]) -> None:
+    """Write tokenized examples for the ranks (one flat array and offsets), atomically."""
+    import numpy as np
+
+    lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)
+    partial = path.with_name(f".{path.name}.partial")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with partial.open("wb") as f:
+        np.savez(f, lengths=lengths, input_ids=np.fromiter((t for e in examples for t in e.input_ids), np.int64),
+                 labels=np.fromiter((t for e in examples for t in e.labels), np.int64))
+    partial.replace(path)
+
+
+def load_examples(path: Path) -> list[Example]:
+    import numpy as np
+
+    with np.load(path) as saved:
+        ends = np.cumsum(saved["lengths"])
+        ids, labels = saved["input_ids"].tolist(), saved["labels"].tolist()
+    starts = [0, *ends[:-1].tolist()]
+    return [Example(tuple(ids[a:b]), tuple(labels[a:b])) for a, b in zip(starts, ends.tolist(), strict=True)]
+
+
 @dataclass(frozen=True)
 class DataOrder:
     """Which examples each rank reads for every micro-batch of the run, as a pure function of the seed.

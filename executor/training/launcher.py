@@ -44,13 +44,15 @@ class RunResult:
         return self.exit_code == RANK_EXIT_REFUSED
 
 
-def check(cfg: RunConfig) -> None:
-    """Everything that can be refused without training: host, model modules, dataset, data order."""
+def check(cfg: RunConfig) -> list[data.Example]:
+    """Everything that can be refused without training: host, model modules, dataset, data order.
+    Returns the tokenized dataset."""
     check_host(cfg, detect_host())
     check_model(cfg)
     tokenizer = load_tokenizer(cfg)
     examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, cfg.training.sequence_length)
     data.DataOrder(tuple(len(e.input_ids) for e in examples), cfg.training.micro_batch_size, cfg.world_size, cfg.seed)
+    return examples
 
 
 def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
@@ -91,8 +93,9 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     """
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
-    check(cfg)
+    examples = check(cfg)
     saved = _save_plan(plan_bytes, cfg)
+    data.save_examples(cfg.tokenized_path, examples)
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
     seen = len(read_events(cfg.progress_path))
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -109,7 +109,10 @@ class Trainer:
         self.emit(progress_pb2.PHASE_LOADING, message=f"loading {cfg.model_path} on {self.world_size} rank(s)")
         transformers.set_seed(cfg.seed)
         tokenizer = load_tokenizer(cfg)
-        examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
+        if cfg.tokenized_path.is_file():  # written by the launcher from the data it checked
+            examples = data.load_examples(cfg.tokenized_path)
+        else:
+            examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
         order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, self.world_size, cfg.seed)
         ds_config = cfg.deepspeed_config
         # Under ZeRO-3 from_pretrained must see the DeepSpeed config, so that every rank loads only its shard

@@ -121,3 +121,12 @@ def test_a_dataset_by_name_loads_through_datasets(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="could not load") as info:
         data.load_records(DatasetConfig(hub_name=str(folder), split="validation"))
     assert info.value.field == "dataset.hub_name"
+
+
+def test_examples_round_trip_through_the_tokenized_file(tmp_path: Path) -> None:
+    examples = [data.Example((1, 2, 3), (data.IGNORE_INDEX, 2, 3)), data.Example((4,), (4,)),
+                data.Example((5, 6), (5, 6))]
+    path = tmp_path / "data" / "tokenized.npz"
+    data.save_examples(path, examples)
+    assert data.load_examples(path) == examples
+    assert [p.name for p in path.parent.iterdir()] == ["tokenized.npz"]
