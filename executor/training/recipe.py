@@ -97,6 +97,12 @@ class Trainer:
     def run(self) -> None:
         setup = self.setup()
         step, next_g = self._resume(setup.engine, setup.total_steps)
+        if step >= setup.total_steps and self.cfg.summary_path.is_file():
+            # a finished run started again: keep its artefacts and measurements as they are
+            self.emit(progress_pb2.PHASE_DONE, step=step, total_steps=setup.total_steps,
+                      message=f"already complete at step {step}; {self.cfg.final_dir} and "
+                              f"{self.cfg.summary_path} are unchanged")
+            return
         started = time.perf_counter()
         last = self.loop(setup, step, next_g, stop_step=setup.total_steps)
         loop_s = time.perf_counter() - started

@@ -222,3 +222,15 @@ def test_sigterm_cancels_cleanly_and_the_plan_resumes(tiny_model: Path, tmp_path
     assert events[-1].phase == progress_pb2.PHASE_CANCELLED, stderr
     assert proc.returncode == 1 and "cancelled" in stderr
     assert checkpoint.latest(out / "checkpoints") is not None
+
+
+def test_running_a_finished_plan_again_changes_nothing(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
+    plan_path = write_plan(make_plan(tiny_model, counting_data, tmp_path / "run", max_steps=3), tmp_path / "p.json")
+    assert train(plan_path, progress_interval_s=0).succeeded
+    summary = (tmp_path / "run" / "summary.json").read_text()
+    adapter = (tmp_path / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns
+
+    again = train(plan_path, progress_interval_s=0)
+    assert again.succeeded and "already complete at step 3" in again.last_event.message
+    assert (tmp_path / "run" / "summary.json").read_text() == summary
+    assert (tmp_path / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns == adapter
