@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                    help="seconds between training progress events (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
+    p.add_argument("--check", action="store_true",
+                   help="run every check (plan, host, model modules, dataset) and say what the run would be; "
+                        "train nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
 
     try:
-        from executor.training.launcher import train
+        from executor.training.launcher import check_plan, train
     except ImportError as e:
         print(f"tunefleet train: the training stack is not installed ({e.name} is missing); "
               "install it with: pip install 'tunefleet[train]'", file=sys.stderr)
@@ -55,6 +58,14 @@ def run(args: argparse.Namespace) -> int:
         print(event_to_json(event) if args.json else describe(event), flush=True)  # type: ignore[arg-type]
 
     try:
+        if args.check:
+            r = check_plan(args.plan, args.output)
+            t = r.config.training
+            where = f"{r.gpus} GPU(s)" if r.gpus else "the CPU (gloo)"
+            print(f"plan {r.config.plan_id} can run here: {r.examples:,} examples ({r.trained_tokens:,} tokens to "
+                  f"learn), {r.total_steps:,} steps of {t.micro_batch_size} x {r.config.world_size} rank(s) x "
+                  f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
+            return 0
         result = train(args.plan, args.output, args.progress_interval_s, on_event=show)
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)

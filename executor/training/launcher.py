@@ -55,6 +55,26 @@ def check(cfg: RunConfig) -> list[data.Example]:
     return examples
 
 
+@dataclass(frozen=True)
+class CheckReport:
+    config: RunConfig
+    examples: int
+    trained_tokens: int
+    total_steps: int
+    gpus: int
+
+
+def check_plan(plan_path: Path, output_dir: str | None = None) -> CheckReport:
+    """Run every check `train` runs before it starts, and say what the run would be; trains nothing."""
+    cfg = run_config_from_plan(parse_plan(plan_path.read_bytes(), str(plan_path)), output_dir)
+    examples = check(cfg)
+    t = cfg.training
+    order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, cfg.world_size, cfg.seed)
+    return CheckReport(cfg, len(examples), sum(e.trained_tokens for e in examples),
+                       data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps),
+                       detect_host().gpu_count)
+
+
 def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     path = cfg.output_dir / "plan.json"

@@ -180,6 +180,17 @@ def test_bad_plans_fail_before_training(tiny_model: Path, counting_data: Path, t
     assert not (tmp_path / "run" / "logs").exists(), "nothing may start before the plan is checked"
 
 
+def test_cli_check_says_what_the_run_would_be_and_trains_nothing(tiny_model: Path, counting_data: Path,
+                                                                  tmp_path: Path) -> None:
+    plan = make_plan(tiny_model, counting_data, tmp_path / "run", ranks=2, max_steps=5, grad_accum=2)
+    proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", "--check",
+                           str(write_plan(plan, tmp_path / "p.json"))], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "plan tiny-plan can run here: 64 examples" in proc.stdout
+    assert "5 steps of 2 x 2 rank(s) x 2 micro-batches" in proc.stdout
+    assert not (tmp_path / "run").exists()
+
+
 def test_cli_reports_a_bad_plan_and_exits_2(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
     plan = make_plan(tiny_model, counting_data, tmp_path / "run", target_modules=("gate",))
     proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", str(write_plan(plan, tmp_path / "p.json"))],
