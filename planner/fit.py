@@ -120,6 +120,18 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
     return tuple(fitting) if fitting else tuple(sorted(found, key=lambda s: s.per_gpu_total_bytes)[:3])
 
 
+def _kbit_amp_note(model: ModelSpec, t: TrainingSpec, layers: int) -> str:
+    """The figures are for tunefleet's executor, where DeepSpeed trains the whole module in bf16. The PEFT recipe
+    under HF Trainer AMP (prepare_model_for_kbit_training) upcasts the embeddings, so the residual stream and each
+    checkpointed layer's input are fp32: 2 more bytes per hidden unit, token and layer. Measured: fms-acceleration
+    baseline-peft-bnb rows 26/27/31/34 of benchmarks/data/public_measurements.csv, -14..-26 % on
+    max_memory_allocated without this term, within 4 % with it."""
+    tokens = t.micro_batch_size * t.sequence_length * t.sequences_per_example
+    extra = layers * 2 * model.architecture.hidden_size * tokens
+    return (f"trained with HF Trainer + PEFT prepare_model_for_kbit_training (AMP) instead of tunefleet's executor, "
+            f"the fp32 residual stream adds about {gib(extra)} per GPU")
+
+
 def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> FitResult:
     ok, gpu, host = _fits(model, t, hw)
     best = max_micro_batch(model, t, hw)
@@ -135,5 +147,7 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> Fi
         notes.append(f"{hw.gpu.display_name} has no bf16 support: use --precision fp16")
     if t.method is Method.QLORA and hw.gpu.vendor != "nvidia":
         notes.append("bitsandbytes 4-bit kernels target NVIDIA GPUs; QLoRA support elsewhere is experimental")
+    if t.method in (Method.QLORA, Method.LORA_8BIT) and t.gradient_checkpointing:
+        notes.append(_kbit_amp_note(model, t, split.trainable_decoder_layers))
     found = suggestions(model, t, hw, catalog, best) if not ok else ()
     return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw)
