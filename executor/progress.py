@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -84,26 +85,21 @@ class JsonlProgressSink:
         self._file.close()
 
 
+# The fields a terminal line shows, in order, each only when set.
+_DESCRIBED: tuple[tuple[str, Callable[[progress_pb2.ProgressEvent], str]], ...] = (
+    ("total_steps", lambda e: f"step {e.step}/{e.total_steps}"),
+    ("loss", lambda e: f"loss {e.loss:.4f}"),
+    ("learning_rate", lambda e: f"lr {e.learning_rate:.2e}"),
+    ("tokens_per_s", lambda e: f"{e.tokens_per_s:,.0f} tok/s"),
+    ("peak_gpu_memory_bytes", lambda e: f"gpu peak {e.peak_gpu_memory_bytes / 2**30:.2f} GiB"),
+    ("peak_host_memory_bytes", lambda e: f"host peak {e.peak_host_memory_bytes / 2**30:.2f} GiB"),
+    ("eta_s", lambda e: f"eta {e.eta_s:,.0f} s"),
+    ("checkpoint_path", lambda e: f"checkpoint {e.checkpoint_path}"),
+    ("message", lambda e: e.message),
+)
+
+
 def describe(event: progress_pb2.ProgressEvent) -> str:
     """One human line for a terminal."""
     phase = progress_pb2.Phase.Name(event.phase).removeprefix("PHASE_").lower()
-    parts = [f"[{phase}]"]
-    if event.total_steps:
-        parts.append(f"step {event.step}/{event.total_steps}")
-    if event.loss:
-        parts.append(f"loss {event.loss:.4f}")
-    if event.learning_rate:
-        parts.append(f"lr {event.learning_rate:.2e}")
-    if event.tokens_per_s:
-        parts.append(f"{event.tokens_per_s:,.0f} tok/s")
-    if event.peak_gpu_memory_bytes:
-        parts.append(f"gpu peak {event.peak_gpu_memory_bytes / 2**30:.2f} GiB")
-    if event.peak_host_memory_bytes:
-        parts.append(f"host peak {event.peak_host_memory_bytes / 2**30:.2f} GiB")
-    if event.eta_s:
-        parts.append(f"eta {event.eta_s:,.0f} s")
-    if event.checkpoint_path:
-        parts.append(f"checkpoint {event.checkpoint_path}")
-    if event.message:
-        parts.append(event.message)
-    return "  ".join(parts)
+    return "  ".join([f"[{phase}]", *(text(event) for name, text in _DESCRIBED if getattr(event, name))])

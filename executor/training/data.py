@@ -185,6 +185,10 @@ class DataOrder:
     world_size: int
     seed: int
 
+    @classmethod
+    def of(cls, examples: Sequence[Example], micro_batch: int, world_size: int, seed: int) -> DataOrder:
+        return cls(tuple(len(e.input_ids) for e in examples), micro_batch, world_size, seed)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "_permutations", {})
         if len(self.lengths) < self.global_micro_batch:

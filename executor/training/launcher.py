@@ -44,15 +44,18 @@ class RunResult:
         return self.exit_code == RANK_EXIT_REFUSED
 
 
-def check(cfg: RunConfig) -> list[data.Example]:
+def read_run_config(plan_path: Path, output_dir: str | None = None) -> RunConfig:
+    return run_config_from_plan(parse_plan(plan_path.read_bytes(), str(plan_path)), output_dir)
+
+
+def check(cfg: RunConfig) -> tuple[list[data.Example], data.DataOrder]:
     """Everything that can be refused without training: host, model modules, dataset, data order.
-    Returns the tokenized dataset."""
+    Returns the tokenized dataset and its order."""
     check_host(cfg, detect_host())
     check_model(cfg)
     tokenizer = load_tokenizer(cfg)
     examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, cfg.training.sequence_length)
-    data.DataOrder(tuple(len(e.input_ids) for e in examples), cfg.training.micro_batch_size, cfg.world_size, cfg.seed)
-    return examples
+    return examples, data.DataOrder.of(examples, cfg.training.micro_batch_size, cfg.world_size, cfg.seed)
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,9 @@ class CheckReport:
 
 def check_plan(plan_path: Path, output_dir: str | None = None) -> CheckReport:
     """Run every check `train` runs before it starts, and say what the run would be; trains nothing."""
-    cfg = run_config_from_plan(parse_plan(plan_path.read_bytes(), str(plan_path)), output_dir)
-    examples = check(cfg)
+    cfg = read_run_config(plan_path, output_dir)
+    examples, order = check(cfg)
     t = cfg.training
-    order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, cfg.world_size, cfg.seed)
     return CheckReport(cfg, len(examples), sum(e.trained_tokens for e in examples),
                        data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps),
                        detect_host().gpu_count)
@@ -79,7 +81,7 @@ def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     path = cfg.output_dir / "plan.json"
     if path.exists():
-        previous = run_config_from_plan(parse_plan(path.read_bytes(), str(path)), str(cfg.output_dir))
+        previous = read_run_config(path, str(cfg.output_dir))
         if previous.plan_id != cfg.plan_id:
             raise PlanError("output_uri", f"{cfg.output_dir} belongs to plan {previous.plan_id}; give plan "
                                           f"{cfg.plan_id} its own output directory")
@@ -113,7 +115,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     """
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
-    examples = check(cfg)
+    examples, _ = check(cfg)
     saved = _save_plan(plan_bytes, cfg)
     data.save_examples(cfg.tokenized_path, examples)
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,10 @@ from tunefleet.v1 import progress_pb2
 
 from executor.errors import DoesNotFitError, ExecutorError, PlanError
 from executor.progress import JsonlProgressSink, ProgressSink
-from executor.run_config import RunConfig, parse_plan, run_config_from_plan
+from executor.run_config import RunConfig
 from executor.training import checkpoint, data
-from executor.training.launcher import RANK_EXIT_REFUSED
+from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
+from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_tokenizer
 
@@ -119,7 +120,7 @@ class Trainer:
             examples = data.load_examples(cfg.tokenized_path)
         else:
             examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
-        order = data.DataOrder(tuple(len(e.input_ids) for e in examples), t.micro_batch_size, self.world_size, cfg.seed)
+        order = data.DataOrder.of(examples, t.micro_batch_size, self.world_size, cfg.seed)
         ds_config = cfg.deepspeed_config
         # Under ZeRO-3 from_pretrained must see the DeepSpeed config, so that every rank loads only its shard
         # (zero.Init) instead of the whole model in host RAM; the object has to stay alive while loading.
@@ -227,11 +228,7 @@ class Trainer:
         if self.rank == 0:
             final = self.cfg.final_dir
             final.mkdir(parents=True, exist_ok=True)
-            module = engine.module
-            if state_dict is None:
-                module.save_pretrained(final)
-            else:
-                module.save_pretrained(final, state_dict=state_dict)
+            engine.module.save_pretrained(final, state_dict=state_dict)  # None: the module's own weights
             tokenizer.save_pretrained(final)
         if dist.is_initialized():
             dist.barrier()
@@ -262,7 +259,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="one training rank (started by executor.training.launcher)")
     p.add_argument("plan", type=Path)
     p.add_argument("--output", required=True)
-    p.add_argument("--progress-interval-s", type=float, default=10.0)
+    p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S)
     return p.parse_args(argv)
 
 
@@ -270,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     transformers.utils.logging.disable_progress_bar()  # rank output goes to logs/train.log, not a terminal
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    cfg = run_config_from_plan(parse_plan(args.plan.read_bytes(), str(args.plan)), args.output)
+    cfg = read_run_config(args.plan, args.output)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
     sink: ProgressSink = JsonlProgressSink(cfg.progress_path, cfg.plan_id) if rank == 0 else _NullSink()
     try:
