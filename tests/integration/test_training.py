@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import transformers
@@ -26,6 +27,8 @@ from tests.fixtures.tiny_llama import LINEAR_MODULES, counting_text, make_plan, 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LORA, FULL = training_pb2.METHOD_LORA, training_pb2.METHOD_FULL
 _KILL_DEADLINE_S = 300.0
+_PROGRESS_POLL_S = 0.02
+_GROUP_EXIT_S = 60.0
 
 
 def _phases(events: list[progress_pb2.ProgressEvent]) -> list[int]:
@@ -94,21 +97,25 @@ def _wait_for(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> progress
         for event in read_events(path):
             if event.phase == phase:
                 return event
-        if proc.poll() is not None:
-            raise AssertionError(f"training exited with {proc.returncode} before phase {phase}")
-        time.sleep(0.02)  # polling the progress file for a condition, bounded by the deadline
+        try:  # wait on the run itself between looks at the progress file
+            proc.wait(timeout=_PROGRESS_POLL_S)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"training exited with {proc.returncode} before phase {phase}")
     raise AssertionError(f"no phase {phase} within {_KILL_DEADLINE_S} s")
 
 
 def _group_gone(pgid: int) -> bool:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    """Wait (bounded) for every process of the group to exit."""
+    members = []
+    for p in psutil.process_iter():
         try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)  # polling for the process group to empty, bounded by the deadline
-    return False
+            if os.getpgid(p.pid) == pgid:
+                members.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    _, alive = psutil.wait_procs(members, timeout=_GROUP_EXIT_S)
+    return not alive
 
 
 def test_sigkill_after_a_checkpoint_resumes_to_the_same_end(tiny_model: Path, tmp_path: Path) -> None:
