@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, as_single_rank
 from planner.catalog import default_catalog
 from planner.deepspeed_config import deepspeed_config
 from planner.memory import per_gpu_memory
@@ -190,9 +190,7 @@ def run_group(g: Group) -> list[Measurement]:
     import deepspeed
 
     device = "cuda" if g.gpu != "cpu" else "cpu"
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", os.environ.get("MASTER_PORT", "29511"))):
-        os.environ.setdefault(key, value)
+    as_single_rank()
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
     out = []
     with tempfile.TemporaryDirectory() as tmp:

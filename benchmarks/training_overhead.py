@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -23,7 +22,7 @@ import torch
 import transformers
 from tunefleet.v1 import training_pb2
 
-from benchmarks.common import print_table, write_csv
+from benchmarks.common import as_single_rank, print_table, write_csv
 from executor.progress import JsonlProgressSink
 from executor.run_config import parse_plan, run_config_from_plan
 from executor.training import checkpoint
@@ -35,12 +34,6 @@ WARMUP_STEPS = 3
 BLOCKS = 24
 STEPS_PER_BLOCK = 5
 HIDDEN_SIZE, LAYERS, SEQUENCE_LENGTH, MICRO_BATCH = 256, 4, 128, 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _bare(s: Setup, trainer: Trainer, next_g: int, steps: int) -> int:
@@ -79,9 +72,7 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()
     if os.environ.get("DS_ACCELERATOR") != "cpu":
         raise SystemExit("run with DS_ACCELERATOR=cpu: this benchmark measures the CPU loop (make bench sets it)")
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", str(_free_port()))):
-        os.environ.setdefault(key, value)
+    as_single_rank()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     deepspeed.init_distributed(dist_backend="gloo")
     rows = []

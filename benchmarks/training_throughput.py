@@ -20,7 +20,7 @@ from typing import Any
 
 from tunefleet.v1 import progress_pb2, training_pb2
 
-from benchmarks.common import print_table, write_csv
+from benchmarks.common import as_single_rank, print_table, write_csv
 from executor.progress import read_events
 from planner import convert
 from planner.catalog import default_catalog
@@ -105,10 +105,7 @@ def main() -> None:
     a = p.parse_args()
     if a.smoke:
         os.environ["DS_ACCELERATOR"] = "cpu"
-    # the Trainer runs in this process as a world of one (the executor starts its own ranks)
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", "29533")):
-        os.environ.setdefault(key, value)
+    as_single_rank()  # the Trainer runs in this process (the executor starts its own ranks)
     micro_batch, seq = (2, 32) if a.smoke else (4, 2048)
     catalog = default_catalog()
     gpu = catalog.gpu("h100-sxm-80gb")
