@@ -157,6 +157,11 @@ def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
     return 4 * h + 4 + normalised
 
 
+def _qkv_names(a: Architecture) -> tuple[str, ...]:
+    """The linears that read the attention input: Phi-3 fuses them into one."""
+    return ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+
+
 @dataclass(frozen=True)
 class _Linear:
     names: tuple[str, ...]
@@ -198,7 +203,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     else:
         norm_count = 4 if a.family is Family.GEMMA2 else 2
         norms = norm_count * _norm_bytes(a, b, full)
-        qkv = ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+        qkv = _qkv_names(a)
         gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
         groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like), _Linear(gate_up, h),
                   _Linear(("down_proj",), i)]
@@ -268,7 +273,7 @@ def _log_prob_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     return rows * a.vocab_size * 4
 
 
-def _outside_layers_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> float:
+def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> float:
     """Saved outside the decoder layers, the log-probs aside: labels (int64), RoPE cos/sin, the final norm,
     lm_head's input when lm_head trains, and Gemma 2's final soft-capping tanh.
 
@@ -287,17 +292,15 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> floa
     if not embeddings_train and not t.gradient_checkpointing:
         first_layer = _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
         if t.method.uses_adapters and t.lora.dropout > 0:
-            targets = lora_targets(a, t.lora.target_modules, "training.lora.target_modules")
-            split_names = {layer.name for layer in targets if layer.part == "decoder"}
-            qkv = ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
-            first_layer += sum(n in split_names for n in qkv) * k.DROPOUT_MASK_BYTES * h * tokens
+            adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
+            first_layer += sum(n in adapted for n in _qkv_names(a)) * k.DROPOUT_MASK_BYTES * h * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
     return ids + rope + final + softcap + scale - first_layer
 
 
-def outside_layers_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+def outside_layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
     """Everything the forward saves for backward outside the decoder layers."""
-    return int(_outside_layers_bytes(a, t, tokens) + _log_prob_bytes(a, t, tokens))
+    return int(_outside_layers_bytes(a, t, split, tokens) + _log_prob_bytes(a, t, tokens))
 
 
 def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
@@ -308,7 +311,7 @@ def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
     layers = split.trainable_decoder_layers
     h = a.hidden_size
     logits = logits_bytes(a, t, tokens)
-    outside = _outside_layers_bytes(a, t, tokens)  # the log-probs are part of the logits peak term
+    outside = _outside_layers_bytes(a, t, split, tokens)  # the log-probs are part of the logits peak term
     if t.gradient_checkpointing:
         # each layer keeps its input; backward recomputes one layer at a time
         body = layers * b * h * tokens + max(per_layer, logits) + outside

@@ -82,7 +82,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
     split = parameter_split(a, t.method, t.lora, False, 0)
     tokens = MICRO_BATCH * SEQ
     per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
-    outside = outside_layers_saved_bytes(a, t, tokens)
+    outside = outside_layers_saved_bytes(a, t, split, tokens)
     if dropout:
         # The planner models CUDA's native_dropout, which keeps a one-byte mask; the CPU kernel keeps the mask
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
