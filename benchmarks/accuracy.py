@@ -101,11 +101,10 @@ def _method(r: dict[str, str]) -> Method:
         raise NotExpressibleError("GPTQ-quantised base weights are not a tunefleet method")
     if method.startswith("qlora"):
         return Method.QLORA
-    return {"full": Method.FULL, "lora": Method.LORA}.get(method.strip()) or _unknown(method)
-
-
-def _unknown(method: str) -> Method:
-    raise NotExpressibleError(f"method {method!r}")
+    plain = {"full": Method.FULL, "lora": Method.LORA}
+    if method.strip() not in plain:
+        raise NotExpressibleError(f"method {method!r}")
+    return plain[method.strip()]
 
 
 def _targets(text: str) -> tuple[str, ...]:
