@@ -37,8 +37,8 @@ test: $(STAMP) protos-check ## install, check generated code is current, run the
 	$(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy
-	$(VENV)/bin/ruff check planner clients executor tests benchmarks
-	$(VENV)/bin/mypy planner clients executor
+	$(VENV)/bin/ruff check common planner clients executor tests benchmarks
+	$(VENV)/bin/mypy common planner clients executor
 
 protos: $(STAMP) ## regenerate Python code from protos/
 	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. tunefleet/v1/*.proto

@@ -14,7 +14,7 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 from benchmarks.common import pct, print_table, time_calls, write_csv
 from planner.catalog import default_catalog
 from planner.fit import fit
-from planner.rpc import shutdown
+from common.rpc import shutdown
 from planner.schema import Hardware, Method, TrainingSpec, Workload
 from planner.search import Constraints, recommend
 from planner.server import create_server

@@ -8,7 +8,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from planner.errors import InvalidFieldError, NotFoundError, PlannerError
+from common.errors import FieldError, MissingError, PreconditionError
 
 
 @dataclass
@@ -43,6 +43,10 @@ class Unauthenticated(TunefleetError):
     pass
 
 
+class ResourceExhausted(TunefleetError):
+    """A server limit was hit (too many concurrent calls or watchers); retry later."""
+
+
 class Unavailable(TunefleetError):
     """The server could not be reached or is shutting down."""
 
@@ -56,6 +60,7 @@ _BY_CODE = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
 }
@@ -75,9 +80,12 @@ def from_rpc_error(exc: grpc.RpcError) -> TunefleetError:
     return cls(exc.details() or code.name, code.name, violations)  # type: ignore[attr-defined]
 
 
-def from_domain_error(exc: PlannerError) -> TunefleetError:
-    if isinstance(exc, InvalidFieldError):
+def from_domain_error(exc: Exception) -> TunefleetError:
+    """The client error an in-process call raises for a domain error, as the server would map it."""
+    if isinstance(exc, FieldError):
         return InvalidArgument(str(exc), "INVALID_ARGUMENT", [FieldViolation(exc.field, exc.description)])
-    if isinstance(exc, NotFoundError):
+    if isinstance(exc, MissingError):
         return NotFound(str(exc), "NOT_FOUND")
+    if isinstance(exc, PreconditionError):
+        return FailedPrecondition(str(exc), "FAILED_PRECONDITION")
     return ServerError(str(exc), "INTERNAL")

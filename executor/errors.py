@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
+from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError
+
 
 class ExecutorError(Exception):
     """Base class of every error the executor raises on purpose."""
 
 
-class PlanError(ExecutorError):
-    """A plan field has a value the executor cannot run (gRPC INVALID_ARGUMENT)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.description = message
+class PlanError(ExecutorError, FieldError):
+    """A plan (or request) field has a value the executor cannot run (gRPC INVALID_ARGUMENT)."""
 
 
-class HostError(ExecutorError):
+class JobNotFoundError(ExecutorError, MissingError):
+    """No job has this id (NOT_FOUND)."""
+
+
+class HostError(ExecutorError, PreconditionError):
     """The plan is valid but this host cannot run it, e.g. QLoRA without a GPU (FAILED_PRECONDITION)."""
 
 
-class DoesNotFitError(ExecutorError):
+class DoesNotFitError(ExecutorError, ExhaustedError):
     """The preflight step ran out of memory (RESOURCE_EXHAUSTED)."""
 
 

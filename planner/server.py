@@ -7,7 +7,7 @@ from grpc_health.v1 import health
 from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
 from planner.catalog import Catalog, default_catalog
-from planner.rpc import ServerOptions, build_server, call_unary
+from common.rpc import ServerOptions, build_server, call_unary
 from planner.service import Planner
 
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name

@@ -7,7 +7,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from planner.rpc import ServerOptions, shutdown
+from common.rpc import ServerOptions, shutdown
 from planner.server import create_server
 
 TOKEN = "test-token"

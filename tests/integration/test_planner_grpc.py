@@ -13,7 +13,7 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 
 from clients.errors import InvalidArgument, Unauthenticated
 from clients.planner_client import PlannerClient
-from planner.rpc import shutdown
+from common.rpc import shutdown
 from planner.server import create_server
 from tests.conftest import TOKEN
 

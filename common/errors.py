@@ -1,0 +1,33 @@
+"""Error categories shared by the planner and the executor.
+
+Each package keeps its own error base class; its errors also derive from one of these categories, and
+`common.rpc` maps categories (not packages) to gRPC status codes.
+"""
+
+from __future__ import annotations
+
+
+class FieldError(Exception):
+    """A request field has a value that cannot be used (INVALID_ARGUMENT); names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.description = message
+
+
+class MissingError(Exception):
+    """Something the request refers to (a job, a provider) does not exist (NOT_FOUND)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.description = message
+
+
+class PreconditionError(Exception):
+    """The request is valid but the system's state forbids it now (FAILED_PRECONDITION)."""
+
+
+class ExhaustedError(Exception):
+    """A limit was hit (RESOURCE_EXHAUSTED)."""

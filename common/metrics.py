@@ -1,0 +1,45 @@
+"""Prometheus metrics both services expose (prometheus-client), and the HTTP endpoint that serves them.
+
+Metric objects live in the process's default registry, created once here; services add their own
+collectors (queue depth, jobs by phase) with `prometheus_client.REGISTRY.register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from wsgiref.simple_server import WSGIServer
+
+import prometheus_client
+from prometheus_client import Counter, Histogram
+
+RPC_TOTAL = Counter("tunefleet_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
+RPC_LATENCY_S = Histogram("tunefleet_rpc_duration_seconds", "gRPC call duration (a stream: until it ends)",
+                          ["method"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                               2.5, 10, 60, 600, 3600))
+
+
+def observe_rpc(method: str, code: str, duration_s: float) -> None:
+    RPC_TOTAL.labels(method, code).inc()
+    RPC_LATENCY_S.labels(method).observe(duration_s)
+
+
+def start_metrics_server(address: str) -> tuple[WSGIServer, int]:
+    """Serve /metrics on host:port (port 0 picks a free one); returns the server and its port."""
+    host, _, port = address.rpartition(":")
+    server, _thread = prometheus_client.start_http_server(int(port), addr=host or "0.0.0.0")
+    return server, server.server_port
+
+
+@contextmanager
+def metrics_endpoint(address: str) -> Iterator[int]:
+    """/metrics while the block runs; nothing when address is empty (yields 0)."""
+    if not address:
+        yield 0
+        return
+    server, port = start_metrics_server(address)
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,206 @@
+"""gRPC plumbing shared by the planner and executor servers: one error table, request ids, metrics,
+bearer-token auth, health, reflection and TLS."""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+
+from common import metrics
+from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError
+
+log = structlog.get_logger("tunefleet.rpc")
+REQUEST_ID_KEY = "x-request-id"
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+# gRPC's own default receive limit (4 MiB) stated explicitly, and a send limit: no response may grow past it.
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+def _status(code: int, message: str, details: list[Any]) -> status_pb2.Status:
+    packed = []
+    for d in details:
+        a = any_pb2.Any()
+        a.Pack(d)
+        packed.append(a)
+    return status_pb2.Status(code=code, message=message, details=packed)
+
+
+def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusCode, str]:
+    """The one table from error categories (common.errors) to gRPC status codes."""
+    if isinstance(exc, FieldError):
+        violation = error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=exc.description)
+        return (_status(code_pb2.INVALID_ARGUMENT, str(exc),
+                        [error_details_pb2.BadRequest(field_violations=[violation])]),
+                grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    for category, code, proto_code in ((MissingError, grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
+                                       (PreconditionError, grpc.StatusCode.FAILED_PRECONDITION,
+                                        code_pb2.FAILED_PRECONDITION),
+                                       (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                        code_pb2.RESOURCE_EXHAUSTED)):
+        if isinstance(exc, category):
+            return _status(proto_code, str(exc), []), code, str(exc)
+    return None, grpc.StatusCode.INTERNAL, "internal error; the server log has the details"
+
+
+def abort(context: grpc.ServicerContext, exc: Exception) -> None:
+    status, code, message = error_status(exc)
+    if status is None:
+        log.exception("rpc.internal_error")
+        context.abort(code, message)
+    else:
+        log.info("rpc.rejected", code=code.name, error=message)
+        context.abort_with_status(rpc_status.to_status(status))
+
+
+def call_unary(fn: Callable[[Any], Any], request: Any, context: grpc.ServicerContext) -> Any:
+    try:
+        return fn(request)
+    except Exception as exc:  # noqa: BLE001 - every error is mapped or reported as INTERNAL
+        abort(context, exc)
+
+
+def call_stream(fn: Callable[[Any], Iterator[Any]], request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    try:
+        yield from fn(request)
+    except Exception as exc:  # noqa: BLE001 - every error is mapped or reported as INTERNAL
+        abort(context, exc)
+
+
+def _code_name(context: grpc.ServicerContext, exc: BaseException | None) -> str:
+    code = context.code() if hasattr(context, "code") else None
+    if code is not None:
+        return code.name  # type: ignore[no-any-return]
+    return "OK" if exc is None else "UNKNOWN"
+
+
+class RequestContextInterceptor(grpc.ServerInterceptor):
+    """Binds a request id (from x-request-id or new) to every log line; counts and times each call."""
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or details.method.startswith(HEALTH_PREFIX):
+            return handler
+        method = details.method
+        metadata = dict(details.invocation_metadata or ())
+        request_id = metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex
+
+        def begin(context: grpc.ServicerContext) -> float:
+            structlog.contextvars.bind_contextvars(request_id=request_id, method=method)
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            return time.perf_counter()
+
+        def end(context: grpc.ServicerContext, start: float, exc: BaseException | None) -> None:
+            duration_s = time.perf_counter() - start
+            metrics.observe_rpc(method, _code_name(context, exc), duration_s)
+            log.debug("rpc.done", duration_ms=round(duration_s * 1e3, 3))
+            structlog.contextvars.clear_contextvars()
+
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                start, exc = begin(context), None
+                try:
+                    return inner(request, context)
+                except BaseException as e:
+                    exc = e
+                    raise
+                finally:
+                    end(context, start, exc)
+
+            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
+                                                       response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                start, exc = begin(context), None
+                try:
+                    yield from inner_stream(request, context)
+                except BaseException as e:
+                    exc = e
+                    raise
+                finally:
+                    end(context, start, exc)
+
+            return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+                                                        response_serializer=handler.response_serializer)
+        return handler
+
+
+class BearerTokenInterceptor(grpc.ServerInterceptor):
+    """Rejects calls without `authorization: Bearer <token>`; health checks stay open."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        if details.method.startswith(HEALTH_PREFIX):
+            return continuation(details)
+        given = dict(details.invocation_metadata or ()).get("authorization", "")
+        if hmac.compare_digest(given.encode(), self._expected):
+            return continuation(details)
+        handler = continuation(details)
+
+        def deny(request: Any, context: grpc.ServicerContext) -> Any:
+            metrics.observe_rpc(details.method, grpc.StatusCode.UNAUTHENTICATED.name, 0.0)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token: send "
+                                                           "'authorization: Bearer <token>' metadata")
+        if handler is not None and handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(deny)
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    max_workers: int = 8
+    # Calls beyond this are refused with RESOURCE_EXHAUSTED instead of queueing without bound.
+    max_concurrent_rpcs: int = 64
+    token: str = ""
+    tls_cert_chain: bytes = b""
+    tls_private_key: bytes = b""
+
+
+def build_server(address: str, register: Callable[[grpc.Server], None], service_names: list[str],
+                 options: ServerOptions) -> tuple[grpc.Server, int, health.HealthServicer]:
+    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor()]
+    if options.token:
+        interceptors.insert(0, BearerTokenInterceptor(options.token))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=options.max_workers), interceptors=interceptors,
+                         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
+                         options=[("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+                                  ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES)])
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in [*service_names, ""]:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    if options.tls_cert_chain:
+        creds = grpc.ssl_server_credentials([(options.tls_private_key, options.tls_cert_chain)])
+        port = server.add_secure_port(address, creds)
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not bind {address}")
+    return server, port, health_servicer
+
+
+def shutdown(server: grpc.Server, health_servicer: health.HealthServicer, grace_s: float) -> None:
+    """Graceful stop: report NOT_SERVING, refuse new calls, let running ones finish."""
+    health_servicer.enter_graceful_shutdown()
+    server.stop(grace_s).wait()

@@ -1,0 +1,66 @@
+"""The serve loop both services share: address, bearer token and TLS flags; run until SIGTERM/SIGINT,
+then drain in-flight calls."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import structlog
+from grpc_health.v1 import health
+
+from common.log import configure_logging
+from common.metrics import metrics_endpoint
+from common.rpc import ServerOptions, shutdown
+
+SHUTDOWN_GRACE_S = 10.0
+TOKEN_ENV = "TUNEFLEET_TOKEN"
+
+
+def add_server_arguments(parser: argparse.ArgumentParser, default_address: str, workers: int) -> None:
+    parser.add_argument("--address", default=default_address,
+                        help="host:port to bind; port 0 picks a free one (default %(default)s)")
+    parser.add_argument("--token-file", type=Path, help="require 'authorization: Bearer <token>' with this token "
+                        f"(or set {TOKEN_ENV})")
+    parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS with --tls-key")
+    parser.add_argument("--tls-key", type=Path, help="PEM private key")
+    parser.add_argument("--workers", type=int, default=workers, help="request threads (default %(default)s)")
+    parser.add_argument("--metrics-address", default="",
+                        help="serve Prometheus /metrics on host:port (e.g. 0.0.0.0:9100); off when empty")
+
+
+def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   max_concurrent_rpcs: int) -> ServerOptions:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    token = args.token_file.read_text().strip() if args.token_file else os.environ.get(TOKEN_ENV, "")
+    return ServerOptions(max_workers=args.workers, max_concurrent_rpcs=max_concurrent_rpcs, token=token,
+                         tls_cert_chain=args.tls_cert.read_bytes() if args.tls_cert else b"",
+                         tls_private_key=args.tls_key.read_bytes() if args.tls_key else b"")
+
+
+def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, health.HealthServicer]],
+                        options: ServerOptions, metrics_address: str,
+                        on_stop: Callable[[], None] = lambda: None) -> int:
+    """Start the server, log where it listens, wait for SIGTERM/SIGINT, then drain and stop."""
+    configure_logging()
+    log = structlog.get_logger(f"tunefleet.{name}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with metrics_endpoint(metrics_address) as metrics_port:
+        server, port, health_servicer = start()
+        server.start()
+        log.info(f"{name}.serving", port=port, tls=bool(options.tls_cert_chain), auth=bool(options.token),
+                 metrics_port=metrics_port or None)
+        stop.wait()
+        log.info(f"{name}.draining", grace_s=SHUTDOWN_GRACE_S)
+        on_stop()
+        shutdown(server, health_servicer, SHUTDOWN_GRACE_S)
+    log.info(f"{name}.stopped")
+    return 0
