@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q --no-build-isolation "deepspeed>=0.18,<1"
 	$(PIP) install -q -e '.[train,queue,dev]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
-	DS_ACCELERATOR=cpu $(PY) -c "from deepspeed.accelerator import get_accelerator as a; \
+	# executor.training points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
+	DS_ACCELERATOR=cpu $(PY) -c "import executor.training; from deepspeed.accelerator import get_accelerator as a; \
 		[a().create_op_builder(n).load(verbose=False) for n in ('ShareMemCommBuilder', 'FusedAdamBuilder')]"
 	touch $(STAMP)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
-from clients import render
+from clients import fleet_cli, render
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
 from executor.training import command as train_command
@@ -29,6 +29,8 @@ EXAMPLES = """examples:
   tunefleet recommend --model meta-llama/Llama-3.1-70B --method qlora --tokens 50M --budget 200
   tunefleet hardware
   tunefleet models
+  tunefleet submit plan.json --watch          # run a plan on the fleet and follow it
+  tunefleet jobs --feedback --json            # measured vs predicted, for calibration
 """
 METHODS = {"full": training_pb2.METHOD_FULL, "lora": training_pb2.METHOD_LORA, "qlora": training_pb2.METHOD_QLORA,
            "lora-8bit": training_pb2.METHOD_LORA_8BIT, "freeze": training_pb2.METHOD_FREEZE}
@@ -220,8 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="run a plan on this host with DeepSpeed (needs the 'train' extra)",
                         description=train_command.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     train_command.add_arguments(tr)
-    serve = sub.add_parser("serve", help="run a service: 'tunefleet serve planner'")
-    serve.add_argument("service", choices=["planner"])
+    fleet_cli.add_commands(sub)
+    wk = sub.add_parser("worker", help="run a fleet worker on this host (needs the 'queue' and 'train' extras)",
+                        add_help=False)
+    wk.add_argument("rest", nargs=argparse.REMAINDER, help="options of the worker (tunefleet worker --help)")
+    serve = sub.add_parser("serve", help="run a service: 'tunefleet serve planner' or 'tunefleet serve executor'")
+    serve.add_argument("service", choices=["planner", "executor"])
     serve.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to the service (see --help there)")
     return parser
 
@@ -272,13 +278,22 @@ def _dataset(a: argparse.Namespace) -> plan_pb2.DatasetRef:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:  # every option after 'worker' is the worker's own, --help included
+        from executor.worker import main as worker_main
+        return worker_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "train":
         return train_command.run(args)
+    if args.command == "serve" and args.service == "executor":
+        from executor.__main__ import serve as serve_executor
+        return serve_executor(args.rest)
     if args.command == "serve":
         from planner.__main__ import serve
         return serve(args.rest)
+    if args.command in fleet_cli.COMMANDS:
+        return fleet_cli.main(args)
     try:
         with PlannerClient(args.address or None, token=args.token) as client:
             print(run(args, client))

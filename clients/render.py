@@ -50,7 +50,7 @@ def gib(n: float) -> str:
     return f"{n / GiB:,.1f} GiB"
 
 
-def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)])
@@ -73,7 +73,7 @@ def fit_text(r: plan_pb2.FitResult) -> str:
             ("GPU capacity", gib(r.capacity_bytes)), ("headroom", gib(r.headroom_bytes)),
             ("host RAM per node", f"{gib(r.host.total_bytes)} of {gib(r.host.capacity_bytes)}"),
             ("largest micro-batch", str(r.max_micro_batch))]
-    text = head + "\n\n" + _table(rows, ("per-GPU memory", "bytes"))
+    text = head + "\n\n" + table(rows, ("per-GPU memory", "bytes"))
     for note in r.notes:
         text += f"\nnote: {note}"
     if r.suggestions:
@@ -95,7 +95,7 @@ def estimate_text(r: planner_pb2.EstimateResponse) -> str:
             ("wall time", f"{_hours(e.duration_s)} (range {_hours(e.duration_s_low)} - {_hours(e.duration_s_high)})"),
             ("GPU-hours", f"{e.gpu_hours:,.2f}"), ("price", f"${e.hourly_usd:,.2f}/h for the job's GPUs"),
             ("cost", f"${e.cost_usd:,.2f} (range ${e.cost_usd_low:,.2f} - ${e.cost_usd_high:,.2f})")]
-    text = fit_text(r.fit) + "\n\n" + _table(rows, ("estimate", "value"))
+    text = fit_text(r.fit) + "\n\n" + table(rows, ("estimate", "value"))
     if e.hourly_usd == 0:
         text += "\nnote: no price on record for this GPU; pass --price-per-hour for a cost"
     return text
@@ -112,7 +112,7 @@ def recommend_text(r: planner_pb2.RecommendResponse) -> str:
                      "on" if t.gradient_checkpointing else "off", str(t.micro_batch_size),
                      gib(c.fit.per_gpu.total_bytes), _hours(e.duration_s), f"${e.cost_usd:,.2f}",
                      "*" if c.pareto_optimal else ""))
-    text = _table(rows, ("#", "hardware", "layout", "ckpt", "mb", "per GPU", "time", "cost", "pareto"))
+    text = table(rows, ("#", "hardware", "layout", "ckpt", "mb", "per GPU", "time", "cost", "pareto"))
     text += f"\n\nevaluated {r.evaluated_count} configurations; plan {r.plan.plan_id} is ready (--json for the plan)"
     return text + "\n\n" + rejections_text(r, 8)
 
@@ -122,7 +122,7 @@ def rejections_text(r: planner_pb2.RecommendResponse, limit: int) -> str:
     rows = [(f"{x.gpu_count}x {x.gpu}", reasons.Name(x.reason).removeprefix("REJECTION_REASON_").lower(), x.detail)
             for x in r.rejections if x.reason != planner_pb2.REJECTION_REASON_NO_PRICE][:limit]
     no_price = sum(1 for x in r.rejections if x.reason == planner_pb2.REJECTION_REASON_NO_PRICE)
-    text = f"Rejected (first {len(rows)}):\n" + _table(rows, ("hardware", "reason", "detail")) if rows else ""
+    text = f"Rejected (first {len(rows)}):\n" + table(rows, ("hardware", "reason", "detail")) if rows else ""
     if no_price:
         text += f"\n{no_price} options have no price on record (pass --price-per-hour with --gpu to plan on them)"
     return text
@@ -132,7 +132,7 @@ def hardware_text(r: planner_pb2.ListHardwareResponse) -> str:
     rows = [(g.name, g.display_name, gib(g.memory_bytes), f"{g.bf16_flops_per_s / 1e12:,.0f}" if g.supports_bf16
              else f"{g.fp16_flops_per_s / 1e12:,.0f} (fp16)", f"{g.memory_bandwidth_bytes_per_s / 1e9:,.0f}",
              f"${g.on_demand_hourly_usd:.2f}" if g.on_demand_hourly_usd else "-") for g in r.gpus]
-    text = _table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h"))
+    text = table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h"))
     frows = [(f.name, f.provider, f"{f.gpu_count}x {f.gpu}" if f.gpu_count else "no GPU", gib(f.host_memory_bytes),
               f"${f.hourly_usd:.2f}") for f in r.flavors]
     return text + "\n\n" + _table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h"))
@@ -142,4 +142,4 @@ def models_text(r: planner_pb2.ListModelsResponse) -> str:
     rows = [(m.name, model_pb2.ModelFamily.Name(m.architecture.family).removeprefix("MODEL_FAMILY_").lower(),
              f"{m.parameter_count / 1e9:,.2f}B", str(m.architecture.num_layers), str(m.architecture.hidden_size))
             for m in r.models]
-    return _table(rows, ("model", "family", "params", "layers", "hidden"))
+    return table(rows, ("model", "family", "params", "layers", "hidden"))

@@ -19,8 +19,10 @@ TERMINAL_PHASES = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED,
 
 
 class ProgressSink(Protocol):
-    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
-        """Record one event; returns it with job id, sequence and time filled in."""
+    def emit(self, event: progress_pb2.ProgressEvent,
+             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
+        """Record one event (and, with the final one, the run's Feedback where the sink keeps it); returns the
+        event with job id, sequence and time filled in."""
         ...
 
     def close(self) -> None: ...
@@ -47,6 +49,41 @@ def read_events(path: Path) -> list[progress_pb2.ProgressEvent]:
     return events
 
 
+class ProgressTail:
+    """Reads a JSON-lines progress file incrementally: each call returns only the complete events written since
+    the last one (a line still being written is left for the next call), so following a run costs O(new bytes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def read_new(self) -> list[progress_pb2.ProgressEvent]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        events = []
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            try:
+                events.append(event_from_json(line))
+            except json_format.ParseError:
+                continue  # a line cut by a killed writer
+        return events
+
+
+def open_sink(path: Path, job_id: str, redis_url: str | None = None) -> ProgressSink:
+    """The JSON-lines sink; with a Redis URL (a fleet worker's run) it also publishes to the job's stream."""
+    if not redis_url:
+        return JsonlProgressSink(path, job_id)
+    from executor.events import RedisProgressSink
+
+    return RedisProgressSink(redis_url, path, job_id)
+
+
 def _ends_mid_line(path: Path) -> bool:
     with path.open("rb") as f:
         if f.seek(0, os.SEEK_END) == 0:
@@ -58,18 +95,19 @@ def _ends_mid_line(path: Path) -> bool:
 class JsonlProgressSink:
     """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted."""
 
-    def __init__(self, path: Path, job_id: str) -> None:
+    def __init__(self, path: Path, job_id: str, start_after: int = 0) -> None:
         self.path = path
         self.job_id = job_id
         path.parent.mkdir(parents=True, exist_ok=True)
-        previous = read_events(path)
-        self._sequence = previous[-1].sequence if previous else 0
+        previous = ProgressTail(path).read_new()
+        self._sequence = max(previous[-1].sequence if previous else 0, start_after)
         self._file = path.open("a", encoding="utf-8")
         if _ends_mid_line(path):
             self._file.write("\n")  # end a line cut by a killed writer, so the next event starts clean
 
-    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
-        self._sequence += 1
+    def emit(self, event: progress_pb2.ProgressEvent,
+             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
+        self._sequence += 1  # the Feedback of a local run is in its summary.json
         stamped = progress_pb2.ProgressEvent()
         stamped.CopyFrom(event)
         stamped.job_id, stamped.sequence = self.job_id, self._sequence

@@ -16,6 +16,7 @@ DEFAULT_PROGRESS_INTERVAL_S = 10.0
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
+EXIT_INTERRUPTED = 4
 
 DESCRIPTION = """\
 Run a plan on this host with DeepSpeed (one rank per GPU; CPU ranks with gloo where there is no GPU).
@@ -28,7 +29,11 @@ predicted memory and speed). Run the same plan again to resume from its last com
 
 Step 1 is the preflight: it trains on the longest batch and reports measured peak memory against the plan.
 
-exit status: 0 done, 1 training failed (see logs/train.log), 2 the plan cannot run here (message says why)."""
+SIGTERM or Ctrl-C cancels the run (the checkpoints stay); SIGUSR1 stops it without ending it, as a fleet
+worker does when it shuts down.
+
+exit status: 0 done, 1 training failed or cancelled (see logs/train.log), 2 the plan cannot run here (the
+message says why), 4 interrupted by SIGUSR1 (run the plan again to resume)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                    help="seconds between training progress events (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
+    p.add_argument("--redis-url", help=argparse.SUPPRESS)  # a fleet worker's run: events also go to Redis
     p.add_argument("--check", action="store_true",
                    help="run every check (plan, host, model modules, dataset) and say what the run would be; "
                         "train nothing")
@@ -66,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                   f"learn), {r.total_steps:,} steps of {t.micro_batch_size} x {r.config.world_size} rank(s) x "
                   f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
             return 0
-        result = train(args.plan, args.output, args.progress_interval_s, on_event=show)
+        result = train(args.plan, args.output, args.progress_interval_s, on_event=show, redis_url=args.redis_url)
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -75,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
             summary = json.loads(result.config.summary_path.read_text())
             print(f"done: {summary['final_dir']} (summary {result.config.summary_path})")
         return 0
+    if result.interrupted:
+        print(f"tunefleet train: interrupted at step {result.last_event.step}; run the plan again to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"tunefleet train: {result.last_event.message}", file=sys.stderr)
     return EXIT_REFUSED if result.refused else EXIT_FAILED
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import PlanError, TrainingFailedError
-from executor.progress import TERMINAL_PHASES, JsonlProgressSink, read_events
+from executor.progress import TERMINAL_PHASES, ProgressTail, open_sink, read_events
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
@@ -25,7 +25,10 @@ from executor.training.model import check_host, check_model, detect_host, load_t
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3
-_POLL_S = 0.5  # how often the launcher forwards new progress lines while it waits for the ranks
+# Stops the run without ending the job (a fleet worker shutting down): ranks stop, no terminal event is written,
+# and the plan resumes from its last checkpoint when run again. SIGTERM/SIGINT cancel the job instead.
+INTERRUPT_SIGNAL = signal.SIGUSR1
+_POLL_S = 0.2  # how often the launcher forwards new progress lines while it waits for the ranks
 _LOG_TAIL_LINES = 15
 
 
@@ -42,6 +45,10 @@ class RunResult:
     @property
     def refused(self) -> bool:
         return self.exit_code == RANK_EXIT_REFUSED
+
+    @property
+    def interrupted(self) -> bool:
+        return self.last_event.phase not in TERMINAL_PHASES
 
 
 def read_run_config(plan_path: Path, output_dir: str | None = None) -> RunConfig:
@@ -89,10 +96,11 @@ def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     return path
 
 
-def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float) -> list[str]:
+def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, redis_url: str | None) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
             f"--nproc-per-node={cfg.world_size}", "--max-restarts=0", "-m", "executor.training.recipe",
-            str(plan_path), "--output", str(cfg.output_dir), "--progress-interval-s", str(progress_interval_s)]
+            str(plan_path), "--output", str(cfg.output_dir), "--progress-interval-s", str(progress_interval_s),
+            *(["--redis-url", redis_url] if redis_url else [])]
 
 
 def _log_tail(path: Path) -> str:
@@ -100,18 +108,18 @@ def _log_tail(path: Path) -> str:
     return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
-def _forward_new(cfg: RunConfig, seen: int, on_event: Callable[[progress_pb2.ProgressEvent], None]) -> int:
-    events = read_events(cfg.progress_path)
-    for event in events[seen:]:
+def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEvent], None]) -> None:
+    for event in tail.read_new():
         on_event(event)
-    return len(events)
 
 
 def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
-          on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None) -> RunResult:
+          on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None,
+          redis_url: str | None = None) -> RunResult:
     """Check the plan, run it to the end (resuming from its last checkpoint), and return how it ended.
 
-    Raises PlanError / HostError before anything runs when the plan cannot run here.
+    Raises PlanError / HostError before anything runs when the plan cannot run here. With redis_url (a fleet
+    worker's run) every event is also published to the job's Redis stream.
     """
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
@@ -119,38 +127,40 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     saved = _save_plan(plan_bytes, cfg)
     data.save_examples(cfg.tokenized_path, examples)
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
-    seen = len(read_events(cfg.progress_path))
+    tail = ProgressTail(cfg.progress_path)
+    tail.read_new()  # events of earlier runs of this plan are not news
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if not detect_host().has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
-    cancelled = False
+    stop: signal.Signals | None = None
 
     with cfg.log_path.open("a") as log:
-        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s), stdout=log, stderr=subprocess.STDOUT,
-                                env=env)
+        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, redis_url), stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
 
-        def _cancel(signum: int, _frame: object) -> None:
-            nonlocal cancelled
-            cancelled = True
+        def _stop(signum: int, _frame: object) -> None:
+            nonlocal stop
+            stop = signal.Signals(signum)
             proc.send_signal(signal.SIGTERM)
 
-        previous = {s: signal.signal(s, _cancel) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT, INTERRUPT_SIGNAL)}
         try:
             while True:
                 try:
                     exit_code = proc.wait(timeout=_POLL_S)
                     break
                 except subprocess.TimeoutExpired:
-                    seen = _forward_new(cfg, seen, on_event)
+                    _forward_new(tail, on_event)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    _forward_new(cfg, seen, on_event)
+    _forward_new(tail, on_event)
     events = read_events(cfg.progress_path)
     last = events[-1] if events else progress_pb2.ProgressEvent()
-    if last.phase not in TERMINAL_PHASES or (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE):
-        sink = JsonlProgressSink(cfg.progress_path, cfg.plan_id)
-        if cancelled:
+    ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
+    if not ended and stop is not INTERRUPT_SIGNAL:
+        sink = open_sink(cfg.progress_path, cfg.plan_id, redis_url)
+        if stop is not None:
             last = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CANCELLED, step=last.step,
                                                         total_steps=last.total_steps,
                                                         message="cancelled; rerun the plan to resume"))

@@ -25,7 +25,7 @@ from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import DoesNotFitError, ExecutorError, PlanError
-from executor.progress import JsonlProgressSink, ProgressSink
+from executor.progress import ProgressSink, open_sink
 from executor.run_config import RunConfig
 from executor.training import checkpoint, data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
@@ -39,7 +39,8 @@ log = structlog.get_logger("executor.training")
 class _NullSink:
     """Ranks other than 0 report nothing."""
 
-    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+    def emit(self, event: progress_pb2.ProgressEvent,
+             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
         return event
 
     def close(self) -> None:
@@ -91,9 +92,9 @@ class Trainer:
         self.progress_interval_s = progress_interval_s
         self.frozen_excluded = cfg.training.method.uses_adapters
 
-    def emit(self, phase: int, **fields: Any) -> None:
+    def emit(self, phase: int, feedback: progress_pb2.Feedback | None = None, **fields: Any) -> None:
         if self.rank == 0:
-            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields))  # type: ignore[arg-type]
+            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields), feedback)  # type: ignore[arg-type]
 
     def run(self) -> None:
         setup = self.setup()
@@ -250,7 +251,7 @@ class Trainer:
                    "final_dir": str(self.cfg.final_dir), "peak_host_memory_bytes": peak.host_bytes,
                    "feedback": json_format.MessageToDict(feedback, preserving_proto_field_name=True)}
         self.cfg.summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True))
-        self.emit(progress_pb2.PHASE_DONE, step=last_step, total_steps=total,
+        self.emit(progress_pb2.PHASE_DONE, feedback, step=last_step, total_steps=total,
                   peak_gpu_memory_bytes=peak.gpu_reserved_bytes, peak_host_memory_bytes=peak.host_bytes,
                   message=f"saved {self.cfg.final_dir}")
 
@@ -260,6 +261,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("plan", type=Path)
     p.add_argument("--output", required=True)
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S)
+    p.add_argument("--redis-url", help="also publish rank 0's events to the job's Redis stream")
     return p.parse_args(argv)
 
 
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cfg = read_run_config(args.plan, args.output)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
-    sink: ProgressSink = JsonlProgressSink(cfg.progress_path, cfg.plan_id) if rank == 0 else _NullSink()
+    sink: ProgressSink = open_sink(cfg.progress_path, cfg.plan_id, args.redis_url) if rank == 0 else _NullSink()
     try:
         host = detect_host()
         check_host(cfg, host)

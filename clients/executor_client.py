@@ -1,0 +1,103 @@
+"""Typed Python client of the ExecutorService; Watch reconnects by itself from the last sequence it saw."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2
+
+from clients.errors import Unavailable, from_rpc_error
+from clients.planner_client import DEFAULT_TIMEOUT_S, channel_for
+
+# Watch gives up when it could not reconnect for this long; each retry waits twice as long as the last.
+DEFAULT_RECONNECT_TIMEOUT_S = 60.0
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.2, 5.0
+# Codes after which the same Watch may succeed: the service restarting or draining, or briefly at its limit.
+_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
+                        grpc.StatusCode.CANCELLED})
+
+
+class ExecutorClient:
+    def __init__(self, address: str, *, token: str = "", tls_ca: bytes | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.address = address
+        self._timeout_s = timeout_s
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = channel_for(address, tls_ca)
+        self._stub: Any = executor_pb2_grpc.ExecutorServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> ExecutorClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, rpc: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, rpc)(request, timeout=self._timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def submit(self, plan: plan_pb2.Plan, priority: int = executor_pb2.PRIORITY_NORMAL) -> executor_pb2.SubmitResponse:
+        return self._call("Submit", executor_pb2.SubmitRequest(plan=plan, priority=priority))  # type: ignore
+
+    def get(self, job_id: str) -> executor_pb2.Job:
+        return self._call("Get", executor_pb2.GetRequest(job_id=job_id)).job  # type: ignore[no-any-return]
+
+    def list(self, phases: list[int] | None = None, gpu_class: str = "", page_size: int = 0,
+             page_token: str = "") -> executor_pb2.ListResponse:
+        return self._call("List", executor_pb2.ListRequest(  # type: ignore[no-any-return]
+            phases=phases or [], gpu_class=gpu_class, page_size=page_size, page_token=page_token))
+
+    def jobs(self, phases: list[int] | None = None, gpu_class: str = "", limit: int = 0) -> Iterator[executor_pb2.Job]:
+        """Every job (newest first), page after page, up to limit (0: all)."""
+        token, seen = "", 0
+        while True:
+            page = self.list(phases, gpu_class, page_token=token)
+            for job in page.jobs:
+                yield job
+                seen += 1
+                if limit and seen >= limit:
+                    return
+            token = page.next_page_token
+            if not token:
+                return
+
+    def cancel(self, job_id: str, reason: str = "") -> executor_pb2.Job:
+        return self._call("Cancel", executor_pb2.CancelRequest(job_id=job_id, reason=reason)).job  # type: ignore
+
+    def fleet(self, gpu_class: str = "") -> executor_pb2.FleetResponse:
+        return self._call("Fleet", executor_pb2.FleetRequest(gpu_class=gpu_class))  # type: ignore[no-any-return]
+
+    def watch(self, job_id: str, after_sequence: int = 0,
+              reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> Iterator[executor_pb2.WatchResponse]:
+        """The job's events after after_sequence, then live ones, until a terminal event. A broken stream is
+        reopened from the last sequence received, so nothing is missed or repeated; raises Unavailable when the
+        service stays unreachable for reconnect_timeout_s, and typed errors (NotFound, ...) at once."""
+        last = after_sequence
+        wait_s, failing_since = _RETRY_FIRST_S, None
+        while True:
+            try:
+                for response in self._stub.Watch(executor_pb2.WatchRequest(job_id=job_id, after_sequence=last),
+                                                 metadata=self._metadata):
+                    failing_since, wait_s = None, _RETRY_FIRST_S
+                    if response.HasField("event"):
+                        last = response.event.sequence
+                    yield response
+                return
+            except grpc.RpcError as exc:
+                if exc.code() not in _TRANSIENT:  # type: ignore[attr-defined]
+                    raise from_rpc_error(exc) from exc
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > reconnect_timeout_s:
+                    raise Unavailable(f"lost the Watch of {job_id} at sequence {last} and could not reconnect to "
+                                      f"{self.address} for {reconnect_timeout_s:.0f} s: {exc.details()}",  # type: ignore
+                                      "UNAVAILABLE") from exc
+                time.sleep(wait_s)  # back off before reopening the stream from the last sequence
+                wait_s = min(wait_s * 2, _RETRY_MAX_S)

@@ -1,0 +1,162 @@
+"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet (ExecutorService over gRPC),
+and worker (run a worker on this host)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from google.protobuf import json_format
+from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
+
+from clients import fleet_render, render
+from clients.errors import InvalidArgument, NotFound, TunefleetError, Unavailable
+from clients.executor_client import ExecutorClient
+
+DEFAULT_EXECUTOR = "127.0.0.1:50052"
+PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
+              "low": executor_pb2.PRIORITY_LOW}
+PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if v}
+COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet")
+# Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
+_OUTCOME = {progress_pb2.PHASE_DONE: EXIT_OK, progress_pb2.PHASE_FAILED: EXIT_FAILED,
+            progress_pb2.PHASE_CANCELLED: EXIT_CANCELLED}
+EXIT_HELP = """exit status: 0 ok (watch: the job is done), 1 the job failed, 2 bad request (the message names the
+field), 3 executor unreachable, 4 no such job, 5 the job was cancelled."""
+
+
+def _add_executor_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("executor")
+    g.add_argument("--executor", default=os.environ.get("TUNEFLEET_EXECUTOR", DEFAULT_EXECUTOR),
+                   help="executor service host:port (env TUNEFLEET_EXECUTOR; default %(default)s)")
+    g.add_argument("--token", default=os.environ.get("TUNEFLEET_TOKEN", ""), help="bearer token (env TUNEFLEET_TOKEN)")
+    g.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    fmt = argparse.RawDescriptionHelpFormatter
+    s = sub.add_parser("submit", help="queue a plan on the fleet", formatter_class=fmt, epilog=EXIT_HELP,
+                       description="Queue a plan (from 'tunefleet recommend --save-plan FILE') on the queue of its "
+                                   "GPU class. The job id is the plan id: submitting the same plan again returns "
+                                   "the same job.")
+    s.add_argument("plan", type=Path, help="plan file (JSON or binary tunefleet.v1.Plan)")
+    s.add_argument("--priority", choices=PRIORITIES, default="normal", help="queue tier (default %(default)s)")
+    s.add_argument("--watch", action="store_true", help="then follow the job to its end, as 'tunefleet watch'")
+    _add_executor_args(s)
+    w = sub.add_parser("watch", help="follow a job's progress live", formatter_class=fmt, epilog=EXIT_HELP,
+                       description="Replay a job's events, then follow them live to the end with a progress bar "
+                                   "(one line per event when not on a terminal). A dropped connection is resumed "
+                                   "from the last event seen.")
+    w.add_argument("job_id")
+    w.add_argument("--after", type=int, default=0, help="only events after this sequence number")
+    _add_executor_args(w)
+    j = sub.add_parser("jobs", help="list the fleet's jobs, newest first", formatter_class=fmt, epilog=EXIT_HELP)
+    j.add_argument("--phase", action="append", choices=PHASES, default=[], help="only these phases (repeatable)")
+    j.add_argument("--gpu-class", default="", help="only jobs for this GPU class")
+    j.add_argument("--limit", type=int, default=50, help="at most this many (0: all; default %(default)s)")
+    j.add_argument("--feedback", action="store_true",
+                   help="finished jobs' measured vs predicted memory and speed (with --json: for calibration)")
+    _add_executor_args(j)
+    c = sub.add_parser("cancel", help="cancel a queued or running job (checkpoints are kept)", formatter_class=fmt,
+                       epilog=EXIT_HELP)
+    c.add_argument("job_id")
+    c.add_argument("--reason", default="", help="recorded with the job")
+    _add_executor_args(c)
+    f = sub.add_parser("fleet", help="hosts, queue depths and why pending jobs wait", formatter_class=fmt,
+                       epilog=EXIT_HELP)
+    f.add_argument("--gpu-class", default="")
+    _add_executor_args(f)
+
+
+def _read_plan(path: Path) -> plan_pb2.Plan:
+    from executor.run_config import parse_plan  # pure: no torch
+
+    if not path.is_file():
+        raise SystemExit(f"error: plan file {path} does not exist; write one with "
+                         "'tunefleet recommend ... --save-plan FILE'")
+    return parse_plan(path.read_bytes(), str(path))
+
+
+def _watch(client: ExecutorClient, job_id: str, after: int, as_json: bool) -> int:
+    predicted = client.get(job_id).plan.prediction.fit.per_gpu.total_bytes
+    if as_json:
+        last = progress_pb2.ProgressEvent()
+        for r in client.watch(job_id, after):
+            if r.HasField("event"):
+                last = r.event
+            print(render.dumps(r), flush=True)
+    else:
+        last = fleet_render.follow(client.watch(job_id, after), predicted)
+    if not as_json and last.phase != progress_pb2.PHASE_DONE:
+        print(f"job {job_id} {fleet_render.phase_name(last.phase)}: {last.message}", file=sys.stderr)
+    return _OUTCOME.get(last.phase, EXIT_FAILED)
+
+
+def _run(a: argparse.Namespace, client: ExecutorClient) -> int:
+    if a.command == "submit":
+        from executor.errors import PlanError
+
+        try:
+            plan = _read_plan(a.plan)
+        except PlanError as e:
+            raise SystemExit(f"error: {e}") from None
+        r = client.submit(plan, PRIORITIES[a.priority])
+        if a.json and not a.watch:
+            print(render.dumps(r))
+        elif not a.json:
+            print(f"{'queued' if r.created else 'already submitted'}: job {r.job.job_id} on {r.job.queue} "
+                  f"({fleet_render.phase_name(r.job.phase)}); follow it with: tunefleet watch {r.job.job_id}")
+        return _watch(client, r.job.job_id, 0, a.json) if a.watch else EXIT_OK
+    if a.command == "watch":
+        return _watch(client, a.job_id, a.after, a.json)
+    if a.command == "jobs":
+        phases = [PHASES[p] for p in a.phase]
+        if a.feedback:
+            phases = [progress_pb2.PHASE_DONE]
+        jobs = list(client.jobs(phases, a.gpu_class, a.limit))
+        if a.feedback:
+            jobs = [j for j in jobs if j.HasField("feedback")]
+            print(render.json.dumps([{"job_id": j.job_id, "gpu_class": j.queue.split(".")[1],
+                                      "feedback": render.to_dict(j.feedback)} for j in jobs], indent=1)
+                  if a.json else fleet_render.feedback_text(jobs))
+        else:
+            print(render.json.dumps([render.to_dict(j) for j in jobs], indent=1) if a.json
+                  else fleet_render.jobs_text(jobs))
+        return EXIT_OK
+    if a.command == "cancel":
+        job = client.cancel(a.job_id, a.reason)
+        print(render.dumps(job) if a.json else
+              f"job {job.job_id}: {fleet_render.phase_name(job.phase)}"
+              + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
+                                                                       "within a second)"))
+        return EXIT_OK
+    fleet = client.fleet(a.gpu_class)
+    print(render.dumps(fleet) if a.json else fleet_render.fleet_text(fleet))
+    return EXIT_OK
+
+
+def main(a: argparse.Namespace) -> int:
+    try:
+        with ExecutorClient(a.executor, token=a.token) as client:
+            return _run(a, client)
+    except InvalidArgument as exc:
+        for v in exc.violations or []:
+            print(f"error: {v.field}: {v.description}", file=sys.stderr)
+        if not exc.violations:
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_REQUEST
+    except NotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except Unavailable as exc:
+        print(f"error: executor at {a.executor} is unavailable ({exc}); start it with 'tunefleet serve executor' "
+              "or pass --executor host:port", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except TunefleetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130

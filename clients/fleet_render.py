@@ -1,0 +1,115 @@
+"""Human output of the fleet commands: job and fleet tables, the Feedback table, and Watch's live progress."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tunefleet.v1 import executor_pb2, progress_pb2
+
+from clients.render import gib, table
+from executor.progress import describe
+
+
+def phase_name(phase: int) -> str:
+    return progress_pb2.Phase.Name(phase).removeprefix("PHASE_").lower()
+
+
+def priority_name(priority: int) -> str:
+    return executor_pb2.Priority.Name(priority).removeprefix("PRIORITY_").lower()
+
+
+def _ago(job: executor_pb2.Job) -> str:
+    return job.submitted_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") if job.HasField("submitted_at") else ""
+
+
+def jobs_text(jobs: Iterable[executor_pb2.Job]) -> str:
+    rows = [(j.job_id, phase_name(j.phase), j.queue, j.host_id or "-",
+             f"{j.last_event.step}/{j.last_event.total_steps}" if j.last_event.total_steps else "-", _ago(j),
+             (j.error or j.last_event.message).splitlines()[0][:60] if (j.error or j.last_event.message) else "")
+            for j in jobs]
+    if not rows:
+        return "no jobs"
+    return table(rows, ("job", "phase", "queue", "host", "step", "submitted (UTC)", "last message"))
+
+
+def _error(measured: float, predicted: float) -> str:
+    return f"{(measured - predicted) / predicted:+.1%}" if predicted and measured else "-"
+
+
+def feedback_text(jobs: Iterable[executor_pb2.Job]) -> str:
+    rows = []
+    for j in jobs:
+        f = j.feedback
+        rows.append((j.job_id, gib(f.predicted_peak_gpu_memory_bytes) if f.predicted_peak_gpu_memory_bytes else "-",
+                     gib(f.measured_peak_gpu_memory_bytes) if f.measured_peak_gpu_memory_bytes else "- (no GPU)",
+                     _error(f.measured_peak_gpu_memory_bytes, f.predicted_peak_gpu_memory_bytes),
+                     f"{f.predicted_step_time_s:.3f}" if f.predicted_step_time_s else "-",
+                     f"{f.measured_step_time_s:.3f}", _error(f.measured_step_time_s, f.predicted_step_time_s),
+                     f"{f.measured_tokens_per_s:,.0f}"))
+    if not rows:
+        return "no finished jobs with feedback"
+    return table(rows, ("job", "predicted peak GPU", "measured peak GPU", "error", "predicted step s",
+                        "measured step s", "error", "measured tok/s"))
+
+
+def fleet_text(f: executor_pb2.FleetResponse) -> str:
+    hosts = [(h.host_id, h.gpu_class, str(h.gpu_count), gib(h.gpu_memory_bytes) if h.gpu_memory_bytes else "-",
+              h.running_job_id or "idle") for h in f.hosts]
+    parts = [table(hosts, ("host", "class", "GPUs", "GPU memory", "running")) if hosts else "no registered hosts"]
+    queues = [(q.queue, str(q.depth)) for q in f.queues]
+    parts.append(table(queues, ("queue", "waiting")) if queues else "no queues yet")
+    pending = [(p.job_id, p.queue, p.reason) for p in f.pending]
+    if pending:
+        parts.append(table(pending, ("pending job", "queue", "why it waits")))
+    return "\n\n".join(parts)
+
+
+def _memory(e: progress_pb2.ProgressEvent, predicted_bytes: int) -> str:
+    if e.peak_gpu_memory_bytes:
+        vs = f" / {gib(predicted_bytes)} planned" if predicted_bytes else ""
+        return f"gpu {gib(e.peak_gpu_memory_bytes)}{vs}"
+    if e.peak_host_memory_bytes:
+        return f"host {gib(e.peak_host_memory_bytes)}"
+    return ""
+
+
+def follow(responses: Iterator[executor_pb2.WatchResponse], predicted_bytes: int = 0,
+           out: TextIO = sys.stdout) -> progress_pb2.ProgressEvent:
+    """Show a Watch: a live bar on a terminal (step/total, loss, tokens/s, ETA, peak memory vs planned), one
+    line per event otherwise. Returns the last event."""
+    last = progress_pb2.ProgressEvent()
+    if not out.isatty():
+        for r in responses:
+            if r.HasField("history_trimmed"):
+                print(f"[history trimmed: events before {r.history_trimmed.first_available_sequence} are gone]",
+                      file=out, flush=True)
+            elif r.HasField("event"):
+                last = r.event
+                print(describe(r.event), file=out, flush=True)
+        return last
+    console = Console(file=out)
+    columns = (TextColumn("[bold]{task.fields[phase]:<13}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"),
+               TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[memory]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("job", total=None, phase="waiting", loss="-", speed="", eta="-", memory="")
+        for r in responses:
+            if r.HasField("history_trimmed"):
+                bar.console.print(f"history trimmed: events before {r.history_trimmed.first_available_sequence} "
+                                  "are gone")
+                continue
+            if not r.HasField("event"):
+                continue
+            e = last = r.event
+            if e.message and e.phase != progress_pb2.PHASE_TRAINING:
+                bar.console.print(f"[{phase_name(e.phase)}] {e.message}")
+            bar.update(task, total=e.total_steps or None, completed=e.step, phase=phase_name(e.phase),
+                       loss=f"{e.loss:.4f}" if e.loss else "-",
+                       speed=f"{e.tokens_per_s:,.0f} tok/s" if e.tokens_per_s else "",
+                       eta=f"{e.eta_s:,.0f}s" if e.phase == progress_pb2.PHASE_TRAINING else "-",
+                       memory=_memory(e, predicted_bytes))
+    return last

@@ -1,0 +1,146 @@
+"""Worker hosts: what GPUs a host has (NVML, never CUDA), which catalog class they are, and the host registry
+in Redis (a hash per host that expires unless its worker heartbeats)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+
+import redis
+from google.protobuf import timestamp_pb2
+from tunefleet.v1 import executor_pb2, hardware_pb2
+
+from executor.errors import PlanError
+from executor.store import PREFIX
+from planner.catalog import Catalog, normalise_gpu_name
+from planner.errors import InvalidFieldError
+
+CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
+HOSTS_INDEX = PREFIX + "hosts"
+# A worker refreshes its record every HEARTBEAT_INTERVAL_S; the record expires HOST_TTL_S after the last
+# refresh, so a host that died silently drops out of Fleet within HOST_TTL_S.
+HEARTBEAT_INTERVAL_S = 5.0
+HOST_TTL_S = 30
+
+
+def host_key(host_id: str) -> str:
+    return f"{PREFIX}host:{host_id}"
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    gpu_class: str
+    gpu_count: int
+    gpu_memory_bytes: int
+    device_name: str = ""
+
+
+def gpu_class_for(device_name: str, memory_bytes: int, catalog: Catalog) -> str:
+    """The catalog class of an NVML device: 'NVIDIA A100-SXM4-80GB' (79.2 GiB) -> 'a100-80gb'.
+
+    Exact names and aliases first; otherwise the catalog entries whose model number appears in the device name,
+    the one with the nearest memory size."""
+    try:
+        return catalog.gpu(device_name).name
+    except InvalidFieldError:
+        pass
+    key = normalise_gpu_name(device_name)
+    candidates = []
+    for gpu in catalog.gpus:
+        model = gpu.name.split("-")[0] if not gpu.name.startswith("rtx") else "-".join(gpu.name.split("-")[:2])
+        if re.search(rf"(^|-){re.escape(model)}($|-)", key):
+            candidates.append((abs(gpu.memory_bytes - memory_bytes), gpu.name))
+    if not candidates:
+        return key
+    return min(candidates)[1]
+
+
+def detect_gpus(catalog: Catalog) -> HostGpus:
+    """GPUs through NVML (nvidia-ml-py) without initialising CUDA in this process; no driver means class cpu."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no library, no driver or no device: a CPU host
+        return HostGpus(CPU_CLASS, 0, 0)
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if count == 0:
+            return HostGpus(CPU_CLASS, 0, 0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        return HostGpus(gpu_class_for(name, memory, catalog), count, memory, name)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def default_host_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def plan_gpu_class(hardware: hardware_pb2.HardwareSpec, catalog: Catalog) -> str:
+    """The queue class a plan asks for: its GPU (through its flavor if it names one), or cpu."""
+    if normalise_gpu_name(hardware.gpu) == CPU_CLASS and not hardware.flavor:
+        return CPU_CLASS
+    try:
+        if hardware.flavor:
+            return catalog.gpu(catalog.flavor(hardware.flavor).gpu).name
+        if not hardware.gpu:
+            raise PlanError("hardware.gpu", "is empty; name the GPU class the plan runs on (e.g. a100-80gb), "
+                                            f"or '{CPU_CLASS}' for CPU workers")
+        return catalog.gpu(hardware.gpu).name
+    except InvalidFieldError as e:
+        raise PlanError(e.field, e.description) from e
+
+
+class HostRegistry:
+    """Registered hosts of a fleet; a record lives HOST_TTL_S past its last heartbeat."""
+
+    def __init__(self, connection: redis.Redis, ttl_s: int = HOST_TTL_S) -> None:
+        self.redis = connection
+        self.ttl_s = ttl_s
+
+    def heartbeat(self, host_id: str, gpus: HostGpus, running_job_id: str, queues: list[str]) -> None:
+        now = time.time()
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(host_key(host_id), mapping={"gpu_class": gpus.gpu_class, "gpu_count": gpus.gpu_count,
+                                              "gpu_memory_bytes": gpus.gpu_memory_bytes,
+                                              "device_name": gpus.device_name, "running_job_id": running_job_id,
+                                              "queues": ",".join(queues), "last_heartbeat_s": now})
+        pipe.expire(host_key(host_id), self.ttl_s)
+        pipe.zadd(HOSTS_INDEX, {host_id: now})
+        pipe.execute()
+
+    def remove(self, host_id: str) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(host_key(host_id))
+        pipe.zrem(HOSTS_INDEX, host_id)
+        pipe.execute()
+
+    def hosts(self, gpu_class: str = "") -> list[executor_pb2.Host]:
+        """Live hosts (expired ones are dropped from the index as they are found)."""
+        ids = [m.decode() for m in self.redis.zrange(HOSTS_INDEX, 0, -1)]  # type: ignore[union-attr]
+        pipe = self.redis.pipeline(transaction=False)
+        for host_id in ids:
+            pipe.hgetall(host_key(host_id))
+        hosts, gone = [], []
+        for host_id, record in zip(ids, pipe.execute(), strict=True):
+            if not record:
+                gone.append(host_id)
+                continue
+            if gpu_class and record[b"gpu_class"].decode() != gpu_class:
+                continue
+            beat = timestamp_pb2.Timestamp()
+            beat.FromNanoseconds(int(float(record[b"last_heartbeat_s"]) * 1e9))
+            hosts.append(executor_pb2.Host(host_id=host_id, gpu_class=record[b"gpu_class"].decode(),
+                                           gpu_count=int(record[b"gpu_count"]),
+                                           gpu_memory_bytes=int(record[b"gpu_memory_bytes"]),
+                                           running_job_id=record[b"running_job_id"].decode(), last_heartbeat=beat))
+        if gone:
+            self.redis.zrem(HOSTS_INDEX, *gone)
+        return hosts

@@ -1,0 +1,113 @@
+"""The fleet's queues on rq — the only module that imports rq.
+
+One queue per GPU class and priority tier, `tunefleet.<gpu_class>.<tier>`; a worker listens on its class's
+queues in tier order (high, normal, low), so a higher tier is always taken first. rq jobs use the JSON
+serializer and carry only the job id: the plan itself is protobuf bytes in the job record (executor.store),
+never a pickle. The rq job id is the plan id, so a plan is queued at most once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from rq import Queue, SimpleWorker
+from rq.serializers import JSONSerializer
+from tunefleet.v1 import executor_pb2
+
+QUEUE_PREFIX = "tunefleet."
+TIERS = {executor_pb2.PRIORITY_HIGH: "high", executor_pb2.PRIORITY_NORMAL: "normal",
+         executor_pb2.PRIORITY_LOW: "low"}
+TIER_PRIORITY = {tier: priority for priority, tier in TIERS.items()}
+JOB_FUNCTION = "executor.worker.execute"
+# rq's default job timeout (180 s) would kill every real training job. A job may run for its predicted
+# duration × JOB_TIMEOUT_MARGIN plus JOB_TIMEOUT_STARTUP_S (model download and load, data tokenization);
+# the planner's upper bound is already ~1.3× its estimate, so 3× leaves room for slow hosts and resumes.
+JOB_TIMEOUT_MARGIN = 3.0
+JOB_TIMEOUT_STARTUP_S = 1800
+# A plan without a time prediction (written by hand) may run a week before the fleet stops it.
+DEFAULT_JOB_TIMEOUT_S = 7 * 24 * 3600
+# rq's own timeout is a backstop behind the worker's, which stops the run cleanly and records why.
+RQ_TIMEOUT_GRACE_S = 300
+# Keep rq's record of a finished job this long (ours lives in the job record).
+RQ_RESULT_TTL_S = 24 * 3600
+
+
+def job_timeout_s(predicted_duration_s: float) -> int:
+    """predicted × JOB_TIMEOUT_MARGIN + JOB_TIMEOUT_STARTUP_S, or DEFAULT_JOB_TIMEOUT_S without a prediction."""
+    if not predicted_duration_s > 0 or not math.isfinite(predicted_duration_s):
+        return DEFAULT_JOB_TIMEOUT_S
+    return min(int(predicted_duration_s * JOB_TIMEOUT_MARGIN) + JOB_TIMEOUT_STARTUP_S, 365 * 24 * 3600)
+
+
+def queue_name(gpu_class: str, priority: int) -> str:
+    return f"{QUEUE_PREFIX}{gpu_class}.{TIERS[priority]}"
+
+
+def class_queue_names(gpu_class: str) -> list[str]:
+    """A worker's queues, highest tier first."""
+    return [queue_name(gpu_class, p) for p in TIERS]
+
+
+def parse_queue_name(name: str) -> tuple[str, int] | None:
+    """'tunefleet.a100-80gb.high' -> ('a100-80gb', PRIORITY_HIGH); None for a queue that is not ours."""
+    if not name.startswith(QUEUE_PREFIX):
+        return None
+    gpu_class, _, tier = name.removeprefix(QUEUE_PREFIX).rpartition(".")
+    if not gpu_class or tier not in TIER_PRIORITY:
+        return None
+    return gpu_class, TIER_PRIORITY[tier]
+
+
+class JobQueues:
+    def __init__(self, connection: redis.Redis) -> None:
+        self.redis = connection
+
+    def _queue(self, name: str) -> Queue:
+        return Queue(name, connection=self.redis, serializer=JSONSerializer)
+
+    def enqueue(self, job_id: str, queue: str, timeout_s: int, pipeline: Any = None, at_front: bool = False) -> None:
+        """Queue the job (inside the caller's transaction when a pipeline is given)."""
+        self._queue(queue).enqueue_call(JOB_FUNCTION, args=[job_id], job_id=job_id,
+                                        timeout=timeout_s + RQ_TIMEOUT_GRACE_S, result_ttl=RQ_RESULT_TTL_S,
+                                        failure_ttl=RQ_RESULT_TTL_S, description=f"tunefleet job {job_id}",
+                                        pipeline=pipeline, at_front=at_front)
+
+    def remove(self, job_id: str, queue: str, pipeline: Any = None) -> None:
+        """Take a queued job out of its queue (Cancel before it started)."""
+        self._queue(queue).remove(job_id, pipeline=pipeline)
+        (pipeline or self.redis).delete(f"rq:job:{job_id}")
+
+    def depths(self) -> dict[str, int]:
+        """Jobs waiting in each of the fleet's queues."""
+        names = sorted(q.name for q in Queue.all(connection=self.redis, serializer=JSONSerializer)
+                       if parse_queue_name(q.name))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(f"rq:queue:{name}")
+        return dict(zip(names, pipe.execute(), strict=True))
+
+    def position(self, job_id: str, queue: str) -> int:
+        """0-based place of a job in its queue, or -1 when it is not there."""
+        ids = self._queue(queue).get_job_ids()
+        return ids.index(job_id) if job_id in ids else -1
+
+
+def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],
+         burst: bool = False) -> None:
+    """Run an rq worker on `queues` (in order) in this process until it is told to stop.
+
+    Jobs run in this process (rq's SimpleWorker: no fork — the job only supervises a training process tree).
+    SIGTERM/SIGINT call on_shutdown, so the running job can stop its tree and requeue; rq then exits after it.
+    """
+
+    class FleetWorker(SimpleWorker):
+        def handle_warm_shutdown_request(self) -> None:
+            super().handle_warm_shutdown_request()
+            on_shutdown()
+
+    worker = FleetWorker([Queue(q, connection=connection, serializer=JSONSerializer) for q in queues], name=name,
+                         connection=connection, serializer=JSONSerializer)
+    worker.work(burst=burst, logging_level="WARNING")

@@ -1,0 +1,193 @@
+"""Job records in Redis: the documented key layout, atomic state transitions and Job protos.
+
+Keys (schema version JOB_SCHEMA_VERSION; every key of the fleet starts with `tunefleet:v1:`):
+
+    tunefleet:v1:job:<job_id>      hash    the job record; fields below
+    tunefleet:v1:jobs              zset    job ids scored by submit time (ms), newest last: List pages over it
+    tunefleet:v1:events:<job_id>   stream  progress events, entry id "<sequence>-0", field "e" = ProgressEvent bytes
+                                           (executor.events); expires EVENTS_RETENTION_S after the job ends
+    tunefleet:v1:host:<host_id>    hash    a registered worker host (executor.hosts); expires without heartbeats
+    tunefleet:v1:hosts             zset    host ids scored by last heartbeat (s)
+    rq:queue:tunefleet.<class>.<tier>      rq's own queues (executor.job_queue)
+
+Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
+phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
+output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
+timeout_s.
+
+The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
+from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import redis
+from google.protobuf import timestamp_pb2
+from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
+
+from executor.errors import JobNotFoundError, PlanError
+from executor.progress import TERMINAL_PHASES
+
+JOB_SCHEMA_VERSION = "1"
+PREFIX = "tunefleet:v1:"
+JOBS_INDEX = PREFIX + "jobs"
+# Events kept per job stream (oldest trimmed first; the job record keeps the last event whatever is trimmed).
+# At the default of one training event per 10 s that is over a day of events.
+DEFAULT_EVENTS_MAX_LEN = 10_000
+# How long a finished job's event stream is kept; the job record (with its last event) stays.
+EVENTS_RETENTION_S = 7 * 24 * 3600
+RUNNING_PHASES = frozenset({progress_pb2.PHASE_LOADING, progress_pb2.PHASE_PREFLIGHT, progress_pb2.PHASE_TRAINING,
+                            progress_pb2.PHASE_CHECKPOINTING})
+
+
+def job_key(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}"
+
+
+def events_key(job_id: str) -> str:
+    return f"{PREFIX}events:{job_id}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    if ms:
+        ts.FromMilliseconds(ms)
+    return ts
+
+
+def _text(record: Mapping[bytes, bytes], name: str) -> str:
+    return record.get(name.encode(), b"").decode()
+
+
+def _int(record: Mapping[bytes, bytes], name: str) -> int:
+    return int(record.get(name.encode(), b"0") or 0)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What Submit stores for a validated plan."""
+
+    plan: plan_pb2.Plan
+    priority: int
+    queue: str
+    gpu_class: str
+    gpus: int
+    timeout_s: int
+    events_max_len: int = DEFAULT_EVENTS_MAX_LEN
+
+    def fields(self, first_event: progress_pb2.ProgressEvent, submitted_ms: int) -> dict[str, bytes | str | int]:
+        return {"schema": JOB_SCHEMA_VERSION, "plan": self.plan.SerializeToString(), "priority": self.priority,
+                "queue": self.queue, "gpu_class": self.gpu_class, "gpus": self.gpus,
+                "phase": first_event.phase, "submitted_at_ms": submitted_ms, "started_at_ms": 0,
+                "finished_at_ms": 0, "host_id": "", "error": "", "log_path": "", "output_dir": "",
+                "last_event": first_event.SerializeToString(), "last_sequence": first_event.sequence,
+                "cancel_requested": 0, "events_max_len": self.events_max_len, "timeout_s": self.timeout_s}
+
+
+def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
+    if _text(record, "schema") != JOB_SCHEMA_VERSION:
+        raise JobNotFoundError("job_id", f"job {job_id} has record schema {_text(record, 'schema')!r}; this "
+                                         f"executor reads schema {JOB_SCHEMA_VERSION}")
+    job = executor_pb2.Job(
+        job_id=job_id, phase=_int(record, "phase"), priority=_int(record, "priority"),  # type: ignore[arg-type]
+        queue=_text(record, "queue"), host_id=_text(record, "host_id"),
+        submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
+        log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"))
+    if _int(record, "started_at_ms"):
+        job.started_at.CopyFrom(_timestamp(_int(record, "started_at_ms")))
+    if _int(record, "finished_at_ms"):
+        job.finished_at.CopyFrom(_timestamp(_int(record, "finished_at_ms")))
+    if with_plan:
+        job.plan.ParseFromString(record.get(b"plan", b""))
+    job.last_event.ParseFromString(record.get(b"last_event", b""))
+    if record.get(b"feedback"):
+        job.feedback.ParseFromString(record[b"feedback"])
+    return job
+
+
+# Claim: QUEUED -> LOADING for one host, atomically. Returns "ok", the current phase, or "missing".
+_CLAIM = """
+local phase = redis.call('HGET', KEYS[1], 'phase')
+if not phase then return 'missing' end
+if tonumber(phase) ~= tonumber(ARGV[3]) then return phase end
+redis.call('HSET', KEYS[1], 'phase', ARGV[4], 'host_id', ARGV[1], 'started_at_ms', ARGV[2], 'cancel_requested', 0)
+return 'ok'
+"""
+
+
+class JobStore:
+    """The job records of one fleet."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.redis = connection
+        self._claim = connection.register_script(_CLAIM)
+
+    def raw(self, job_id: str) -> dict[bytes, bytes]:
+        record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))  # type: ignore[assignment]
+        if not record:
+            raise JobNotFoundError("job_id", f"no job {job_id!r}; 'tunefleet jobs' lists the fleet's jobs")
+        return record
+
+    def get(self, job_id: str, with_plan: bool = True) -> executor_pb2.Job:
+        return job_from_record(job_id, self.raw(job_id), with_plan)
+
+    def plan(self, job_id: str) -> plan_pb2.Plan:
+        plan = plan_pb2.Plan()
+        plan.ParseFromString(self.raw(job_id).get(b"plan", b""))
+        return plan
+
+    def claim(self, job_id: str, host_id: str) -> str:
+        """'ok' when this host now owns the job; otherwise why not (its phase name, or 'missing')."""
+        result = self._claim(keys=[job_key(job_id)], args=[host_id, now_ms(), progress_pb2.PHASE_QUEUED,
+                                                            progress_pb2.PHASE_LOADING]).decode()
+        if result in ("ok", "missing"):
+            return result
+        return progress_pb2.Phase.Name(int(result))
+
+    def cancel_request(self, job_id: str) -> str | None:
+        """The reason given with Cancel ('' when none) once Cancel was asked for a running job; else None."""
+        requested, reason = self.redis.hmget(job_key(job_id), ["cancel_requested", "cancel_reason"])
+        return (reason or b"").decode() if requested == b"1" else None
+
+    def update(self, job_id: str, **fields: str | int | bytes) -> None:
+        self.redis.hset(job_key(job_id), mapping=fields)  # type: ignore[arg-type]
+
+    def page(self, before: tuple[int, str] | None, batch: int) -> list[tuple[str, int]]:
+        """Up to `batch` (job id, submit ms) pairs, newest first, strictly older than `before`."""
+        high = "+inf" if before is None else before[0]
+        rows = self.redis.zrevrangebyscore(JOBS_INDEX, high, "-inf", start=0, num=batch + 64, withscores=True)
+        found = []
+        for member, score in rows:
+            job_id, ms = member.decode(), int(score)
+            if before is not None and (ms, job_id) >= before:
+                continue
+            found.append((job_id, ms))
+        return found[:batch]
+
+    def records(self, job_ids: list[str]) -> list[dict[bytes, bytes]]:
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(job_key(job_id))
+        return pipe.execute()  # type: ignore[no-any-return]
+
+
+def encode_page_token(ms: int, job_id: str) -> str:
+    return f"{ms}:{job_id}"
+
+
+def decode_page_token(token: str) -> tuple[int, str] | None:
+    if not token:
+        return None
+    ms, sep, job_id = token.partition(":")
+    if not sep or not ms.isdigit() or not job_id:
+        raise PlanError("page_token", "is not a token this service issued; pass next_page_token from the last "
+                                      "ListResponse, or leave it empty for the first page")
+    return int(ms), job_id
