@@ -6,7 +6,7 @@ BUF := node_modules/.bin/buf
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint protos protos-check buf-lint bench bench-accuracy serve clean
+.PHONY: help install redis run plan test lint protos protos-check buf-lint bench bench-accuracy serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -29,12 +29,18 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP) ## create .venv and install tunefleet with every extra
 
-run: $(STAMP) ## the main job on embedded defaults: will Llama-3.1-8B QLoRA fit a 4090, cost, cheapest hardware
+redis: ## install redis-server from Debian's packages if it is missing (tests start their own on a free port)
+	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+
+run: $(STAMP) redis ## the main job: Redis, planner, executor and a worker; plan, submit and watch a tiny job to DONE
+	$(PY) -m clients.demo
+
+plan: $(STAMP) ## planner answers: will Llama-3.1-8B QLoRA fit a 4090, cost, cheapest hardware
 	$(VENV)/bin/tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048
 	$(VENV)/bin/tunefleet estimate --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --tokens 10M
 	$(VENV)/bin/tunefleet recommend --model meta-llama/Llama-3.1-8B --method qlora --tokens 10M --limit 5
 
-test: $(STAMP) protos-check ## install, check generated code is current, run the whole test suite
+test: $(STAMP) redis protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy
@@ -70,4 +76,4 @@ serve: $(STAMP) ## serve the planner on 127.0.0.1:50051
 	$(VENV)/bin/tunefleet serve planner
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache node_modules .tunefleet

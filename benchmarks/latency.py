@@ -12,9 +12,9 @@ import grpc
 from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc, training_pb2
 
 from benchmarks.common import pct, print_table, time_calls, write_csv
+from common.rpc import shutdown
 from planner.catalog import default_catalog
 from planner.fit import fit
-from common.rpc import shutdown
 from planner.schema import Hardware, Method, TrainingSpec, Workload
 from planner.search import Constraints, recommend
 from planner.server import create_server

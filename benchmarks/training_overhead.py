@@ -28,7 +28,7 @@ from executor.run_config import parse_plan, run_config_from_plan
 from executor.training import checkpoint
 from executor.training.model import detect_host
 from executor.training.recipe import Setup, Trainer
-from tests.fixtures.tiny_llama import build_model, counting_text, make_plan, write_plan
+from executor.tiny import build_model, counting_text, make_plan, write_plan
 
 WARMUP_STEPS = 3
 BLOCKS = 24

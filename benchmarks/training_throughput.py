@@ -25,7 +25,7 @@ from executor.progress import read_events
 from planner import convert
 from planner.catalog import default_catalog
 from planner.throughput import flops_per_token
-from tests.fixtures.tiny_llama import build_model, make_plan, write_plan
+from executor.tiny import build_model, make_plan, write_plan
 
 WARMUP_STEPS = 3
 MODEL = "meta-llama/Llama-3.2-1B"

@@ -67,9 +67,9 @@ _BY_CODE = {
 
 
 def from_rpc_error(exc: grpc.RpcError) -> TunefleetError:
-    code = exc.code()  # type: ignore[attr-defined]
+    code = exc.code()
     violations: list[FieldViolation] = []
-    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    status = rpc_status.from_call(exc)
     if status is not None:
         for detail in status.details:
             if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
@@ -77,7 +77,7 @@ def from_rpc_error(exc: grpc.RpcError) -> TunefleetError:
                 detail.Unpack(bad)
                 violations += [FieldViolation(v.field, v.description) for v in bad.field_violations]
     cls = _BY_CODE.get(code, ServerError)
-    return cls(exc.details() or code.name, code.name, violations)  # type: ignore[attr-defined]
+    return cls(exc.details() or code.name, code.name, violations)
 
 
 def from_domain_error(exc: Exception) -> TunefleetError:

@@ -48,18 +48,18 @@ class ExecutorClient:
         return self._call("Submit", executor_pb2.SubmitRequest(plan=plan, priority=priority))  # type: ignore
 
     def get(self, job_id: str) -> executor_pb2.Job:
-        return self._call("Get", executor_pb2.GetRequest(job_id=job_id)).job  # type: ignore[no-any-return]
+        return self._call("Get", executor_pb2.GetRequest(job_id=job_id)).job
 
-    def list(self, phases: list[int] | None = None, gpu_class: str = "", page_size: int = 0,
+    def list_jobs(self, phases: list[int] | None = None, gpu_class: str = "", page_size: int = 0,
              page_token: str = "") -> executor_pb2.ListResponse:
-        return self._call("List", executor_pb2.ListRequest(  # type: ignore[no-any-return]
+        return self._call("List", executor_pb2.ListRequest(
             phases=phases or [], gpu_class=gpu_class, page_size=page_size, page_token=page_token))
 
     def jobs(self, phases: list[int] | None = None, gpu_class: str = "", limit: int = 0) -> Iterator[executor_pb2.Job]:
         """Every job (newest first), page after page, up to limit (0: all)."""
         token, seen = "", 0
         while True:
-            page = self.list(phases, gpu_class, page_token=token)
+            page = self.list_jobs(phases, gpu_class, page_token=token)
             for job in page.jobs:
                 yield job
                 seen += 1
@@ -73,7 +73,7 @@ class ExecutorClient:
         return self._call("Cancel", executor_pb2.CancelRequest(job_id=job_id, reason=reason)).job  # type: ignore
 
     def fleet(self, gpu_class: str = "") -> executor_pb2.FleetResponse:
-        return self._call("Fleet", executor_pb2.FleetRequest(gpu_class=gpu_class))  # type: ignore[no-any-return]
+        return self._call("Fleet", executor_pb2.FleetRequest(gpu_class=gpu_class))
 
     def watch(self, job_id: str, after_sequence: int = 0,
               reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> Iterator[executor_pb2.WatchResponse]:
@@ -83,16 +83,17 @@ class ExecutorClient:
         last = after_sequence
         wait_s, failing_since = _RETRY_FIRST_S, None
         while True:
+            call = self._stub.Watch(executor_pb2.WatchRequest(job_id=job_id, after_sequence=last),
+                                    metadata=self._metadata)
             try:
-                for response in self._stub.Watch(executor_pb2.WatchRequest(job_id=job_id, after_sequence=last),
-                                                 metadata=self._metadata):
+                for response in call:
                     failing_since, wait_s = None, _RETRY_FIRST_S
                     if response.HasField("event"):
                         last = response.event.sequence
                     yield response
                 return
             except grpc.RpcError as exc:
-                if exc.code() not in _TRANSIENT:  # type: ignore[attr-defined]
+                if exc.code() not in _TRANSIENT:
                     raise from_rpc_error(exc) from exc
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > reconnect_timeout_s:
@@ -101,3 +102,5 @@ class ExecutorClient:
                                       "UNAVAILABLE") from exc
                 time.sleep(wait_s)  # back off before reopening the stream from the last sequence
                 wait_s = min(wait_s * 2, _RETRY_MAX_S)
+            finally:
+                call.cancel()  # a caller that stops early ends the server's stream too

@@ -8,7 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-from google.protobuf import json_format
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from clients import fleet_render, render
@@ -36,7 +35,7 @@ def _add_executor_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_commands(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     s = sub.add_parser("submit", help="queue a plan on the fleet", formatter_class=fmt, epilog=EXIT_HELP,
                        description="Queue a plan (from 'tunefleet recommend --save-plan FILE') on the queue of its "

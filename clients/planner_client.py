@@ -61,18 +61,18 @@ class PlannerClient:
             raise from_rpc_error(exc) from exc
 
     def fit(self, request: planner_pb2.FitRequest) -> planner_pb2.FitResponse:
-        return self._call("Fit", "fit", request)  # type: ignore[no-any-return]
+        return self._call("Fit", "fit", request)
 
     def estimate(self, request: planner_pb2.EstimateRequest) -> planner_pb2.EstimateResponse:
-        return self._call("Estimate", "estimate", request)  # type: ignore[no-any-return]
+        return self._call("Estimate", "estimate", request)
 
     def recommend(self, request: planner_pb2.RecommendRequest) -> planner_pb2.RecommendResponse:
-        return self._call("Recommend", "recommend", request)  # type: ignore[no-any-return]
+        return self._call("Recommend", "recommend", request)
 
     def list_hardware(self, request: planner_pb2.ListHardwareRequest | None = None) -> planner_pb2.ListHardwareResponse:
-        return self._call("ListHardware", "list_hardware",  # type: ignore[no-any-return]
+        return self._call("ListHardware", "list_hardware",
                           request or planner_pb2.ListHardwareRequest())
 
     def list_models(self, request: planner_pb2.ListModelsRequest | None = None) -> planner_pb2.ListModelsResponse:
-        return self._call("ListModels", "list_models",  # type: ignore[no-any-return]
+        return self._call("ListModels", "list_models",
                           request or planner_pb2.ListModelsRequest())

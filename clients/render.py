@@ -135,7 +135,7 @@ def hardware_text(r: planner_pb2.ListHardwareResponse) -> str:
     text = table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h"))
     frows = [(f.name, f.provider, f"{f.gpu_count}x {f.gpu}" if f.gpu_count else "no GPU", gib(f.host_memory_bytes),
               f"${f.hourly_usd:.2f}") for f in r.flavors]
-    return text + "\n\n" + _table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h"))
+    return text + "\n\n" + table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h"))
 
 
 def models_text(r: planner_pb2.ListModelsResponse) -> str:

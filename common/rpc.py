@@ -80,10 +80,34 @@ def call_stream(fn: Callable[[Any], Iterator[Any]], request: Any, context: grpc.
         abort(context, exc)
 
 
+class _Malformed:
+    """A request whose bytes did not parse: answered INVALID_ARGUMENT, not gRPC's INTERNAL."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as e:  # noqa: BLE001 - any parse failure is the client's
+            return _Malformed(e)
+    return parse
+
+
+def _reject_malformed(request: Any, method: str) -> None:
+    if isinstance(request, _Malformed):
+        raise FieldError("request", f"is not a valid request message for {method}: {request.error}")
+
+
 def _code_name(context: grpc.ServicerContext, exc: BaseException | None) -> str:
     code = context.code() if hasattr(context, "code") else None
     if code is not None:
-        return code.name  # type: ignore[no-any-return]
+        return code.name
     return "OK" if exc is None else "UNKNOWN"
 
 
@@ -115,6 +139,10 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
                 start, exc = begin(context), None
                 try:
+                    try:
+                        _reject_malformed(request, method)
+                    except FieldError as e:
+                        abort(context, e)
                     return inner(request, context)
                 except BaseException as e:
                     exc = e
@@ -122,7 +150,8 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
                 finally:
                     end(context, start, exc)
 
-            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
+            return grpc.unary_unary_rpc_method_handler(unary,
+                                                       request_deserializer=_lenient(handler.request_deserializer),
                                                        response_serializer=handler.response_serializer)
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
@@ -130,6 +159,10 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
             def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
                 start, exc = begin(context), None
                 try:
+                    try:
+                        _reject_malformed(request, method)
+                    except FieldError as e:
+                        abort(context, e)
                     yield from inner_stream(request, context)
                 except BaseException as e:
                     exc = e
@@ -137,7 +170,8 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
                 finally:
                     end(context, start, exc)
 
-            return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+            return grpc.unary_stream_rpc_method_handler(stream,
+                                                        request_deserializer=_lenient(handler.request_deserializer),
                                                         response_serializer=handler.response_serializer)
         return handler
 

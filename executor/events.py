@@ -10,13 +10,14 @@ a terminal event — is always kept, and the job record keeps the last event eve
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import redis
 import structlog
 from tunefleet.v1 import progress_pb2
 
-from executor.progress import JsonlProgressSink
-from executor.store import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, TERMINAL_PHASES, events_key, job_key, now_ms
+from executor.progress import TERMINAL_PHASES, JsonlProgressSink
+from executor.store import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, events_key, job_key, now_ms
 
 log = structlog.get_logger("executor.events")
 EVENT_FIELD = b"e"
@@ -54,7 +55,7 @@ class EventLog:
     """Publish and read the event streams of a fleet's jobs."""
 
     def __init__(self, connection: redis.Redis) -> None:
-        self.redis = connection
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self._publish = connection.register_script(_PUBLISH)
 
     def publish(self, event: progress_pb2.ProgressEvent, feedback: progress_pb2.Feedback | None = None) -> bool:
@@ -69,18 +70,18 @@ class EventLog:
 
     def last_sequence(self, job_id: str) -> int:
         value = self.redis.hget(job_key(job_id), "last_sequence")
-        return int(value or 0)  # type: ignore[arg-type]
+        return int(value or 0)
 
     def read_after(self, job_id: str, after_sequence: int, count: int) -> list[progress_pb2.ProgressEvent]:
         """Up to `count` kept events with sequence > after_sequence, in order."""
         rows = self.redis.xrange(events_key(job_id), min=f"({after_sequence}-0" if after_sequence else "-",
                                  max="+", count=count)
-        return [decode_entry(fields) for _, fields in rows]  # type: ignore[union-attr]
+        return [decode_entry(fields) for _, fields in rows]
 
     def first_sequence(self, job_id: str) -> int:
         """The oldest sequence still kept, or 0 when the stream is empty or gone."""
         rows = self.redis.xrange(events_key(job_id), count=1)
-        return sequence_of(rows[0][0]) if rows else 0  # type: ignore[index]
+        return sequence_of(rows[0][0]) if rows else 0
 
 
 class RedisProgressSink:

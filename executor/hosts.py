@@ -8,6 +8,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from google.protobuf import timestamp_pb2
@@ -102,7 +103,7 @@ class HostRegistry:
     """Registered hosts of a fleet; a record lives HOST_TTL_S past its last heartbeat."""
 
     def __init__(self, connection: redis.Redis, ttl_s: int = HOST_TTL_S) -> None:
-        self.redis = connection
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self.ttl_s = ttl_s
 
     def heartbeat(self, host_id: str, gpus: HostGpus, running_job_id: str, queues: list[str]) -> None:
@@ -124,7 +125,7 @@ class HostRegistry:
 
     def hosts(self, gpu_class: str = "") -> list[executor_pb2.Host]:
         """Live hosts (expired ones are dropped from the index as they are found)."""
-        ids = [m.decode() for m in self.redis.zrange(HOSTS_INDEX, 0, -1)]  # type: ignore[union-attr]
+        ids = [m.decode() for m in self.redis.zrange(HOSTS_INDEX, 0, -1)]
         pipe = self.redis.pipeline(transaction=False)
         for host_id in ids:
             pipe.hgetall(host_key(host_id))

@@ -63,7 +63,7 @@ def parse_queue_name(name: str) -> tuple[str, int] | None:
 
 class JobQueues:
     def __init__(self, connection: redis.Redis) -> None:
-        self.redis = connection
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
 
     def _queue(self, name: str) -> Queue:
         return Queue(name, connection=self.redis, serializer=JSONSerializer)

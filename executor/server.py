@@ -24,22 +24,22 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
 
-    def Submit(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Submit(self, request, context):  # noqa: N802
         return call_unary(self._executor.submit, request, context)
 
-    def Get(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Get(self, request, context):  # noqa: N802
         return call_unary(self._executor.get, request, context)
 
-    def List(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        return call_unary(self._executor.list, request, context)
+    def List(self, request, context):  # noqa: N802
+        return call_unary(self._executor.list_jobs, request, context)
 
-    def Cancel(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Cancel(self, request, context):  # noqa: N802
         return call_unary(self._executor.cancel, request, context)
 
-    def Fleet(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Fleet(self, request, context):  # noqa: N802
         return call_unary(self._executor.fleet, request, context)
 
-    def Watch(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
             for response in self._executor.watch(r, is_active=context.is_active):
                 if response.HasField("event"):

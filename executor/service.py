@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from google.protobuf import timestamp_pb2
@@ -53,7 +54,7 @@ def _event(job_id: str, sequence: int, phase: int, message: str) -> progress_pb2
 
 class Executor:
     def __init__(self, connection: redis.Redis, catalog: Catalog, config: ExecutorConfig | None = None) -> None:
-        self.redis = connection
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self.catalog = catalog
         self.config = config or ExecutorConfig()
         self.store = JobStore(connection)
@@ -97,7 +98,7 @@ class Executor:
                     first = _event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
                                    f"queued on {new.queue}")
                     pipe.multi()
-                    pipe.hset(key, mapping=new.fields(first, submitted))  # type: ignore[arg-type]
+                    pipe.hset(key, mapping=new.fields(first, submitted))
                     pipe.zadd(JOBS_INDEX, {plan.plan_id: submitted})
                     pipe.xadd(events_key(plan.plan_id), {b"e": first.SerializeToString()}, id="1-0")
                     self.queues.enqueue(plan.plan_id, new.queue, new.timeout_s, pipeline=pipe)
@@ -112,7 +113,7 @@ class Executor:
         _require_id(request.job_id)
         return executor_pb2.GetResponse(job=self.store.get(request.job_id))
 
-    def list(self, request: executor_pb2.ListRequest) -> executor_pb2.ListResponse:
+    def list_jobs(self, request: executor_pb2.ListRequest) -> executor_pb2.ListResponse:
         if request.page_size > MAX_PAGE_SIZE:
             raise PlanError("page_size", f"is {request.page_size}; at most {MAX_PAGE_SIZE}")
         size = request.page_size or DEFAULT_PAGE_SIZE
@@ -192,7 +193,7 @@ class Executor:
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
                 continue
             response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=parsed[0],
-                                                           priority=parsed[1], depth=depth))  # type: ignore[arg-type]
+                                                           priority=parsed[1], depth=depth))
             for position, job_id in enumerate(self._queued_ids(name)):
                 response.pending.append(executor_pb2.PendingJob(
                     job_id=job_id, queue=name, reason=self._pending_reason(job_id, parsed[0], position, all_hosts)))

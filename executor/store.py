@@ -24,13 +24,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from executor.errors import JobNotFoundError, PlanError
-from executor.progress import TERMINAL_PHASES
 
 JOB_SCHEMA_VERSION = "1"
 PREFIX = "tunefleet:v1:"
@@ -97,7 +97,7 @@ def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool 
         raise JobNotFoundError("job_id", f"job {job_id} has record schema {_text(record, 'schema')!r}; this "
                                          f"executor reads schema {JOB_SCHEMA_VERSION}")
     job = executor_pb2.Job(
-        job_id=job_id, phase=_int(record, "phase"), priority=_int(record, "priority"),  # type: ignore[arg-type]
+        job_id=job_id, phase=_int(record, "phase"), priority=_int(record, "priority"),
         queue=_text(record, "queue"), host_id=_text(record, "host_id"),
         submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
         log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"))
@@ -127,11 +127,11 @@ class JobStore:
     """The job records of one fleet."""
 
     def __init__(self, connection: redis.Redis) -> None:
-        self.redis = connection
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self._claim = connection.register_script(_CLAIM)
 
     def raw(self, job_id: str) -> dict[bytes, bytes]:
-        record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))  # type: ignore[assignment]
+        record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))
         if not record:
             raise JobNotFoundError("job_id", f"no job {job_id!r}; 'tunefleet jobs' lists the fleet's jobs")
         return record
@@ -158,7 +158,7 @@ class JobStore:
         return (reason or b"").decode() if requested == b"1" else None
 
     def update(self, job_id: str, **fields: str | int | bytes) -> None:
-        self.redis.hset(job_key(job_id), mapping=fields)  # type: ignore[arg-type]
+        self.redis.hset(job_key(job_id), mapping=fields)
 
     def page(self, before: tuple[int, str] | None, batch: int) -> list[tuple[str, int]]:
         """Up to `batch` (job id, submit ms) pairs, newest first, strictly older than `before`."""
@@ -176,7 +176,7 @@ class JobStore:
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hgetall(job_key(job_id))
-        return pipe.execute()  # type: ignore[no-any-return]
+        return pipe.execute()
 
 
 def encode_page_token(ms: int, job_id: str) -> str:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 import structlog
@@ -44,7 +45,7 @@ class StreamHub:
     """Fans one blocking XREAD over every watched stream out to the watchers' queues."""
 
     def __init__(self, connection: redis.Redis) -> None:
-        self._redis = connection
+        self._redis: Any = connection
         self._lock = threading.Lock()
         self._subscribers: dict[str, list[_Subscriber]] = {}
         self._positions: dict[str, bytes] = {}
@@ -58,7 +59,7 @@ class StreamHub:
         with self._lock:
             if key not in self._positions:
                 last = self._redis.xrevrange(key, count=1)
-                self._positions[key] = last[0][0] if last else b"0-0"  # type: ignore[index]
+                self._positions[key] = last[0][0] if last else b"0-0"
             self._subscribers.setdefault(key, []).append(sub)
         return sub
 
@@ -88,12 +89,12 @@ class StreamHub:
                 self._stopped.wait(HUB_BLOCK_MS / 1000)
                 continue
             try:
-                rows = self._redis.xread(positions, count=HUB_READ_COUNT, block=HUB_BLOCK_MS)  # type: ignore[arg-type]
+                rows = self._redis.xread(positions, count=HUB_READ_COUNT, block=HUB_BLOCK_MS)
             except redis.RedisError as e:
                 log.warning("watch.hub_read_failed", error=str(e))
                 self._stopped.wait(1.0)
                 continue
-            for key, entries in rows or []:  # type: ignore[union-attr]
+            for key, entries in rows or []:
                 key_text = key.decode() if isinstance(key, bytes) else key
                 events = [decode_entry(fields) for _, fields in entries]
                 with self._lock:
@@ -136,7 +137,8 @@ class Watcher:
         sent = after
         first = self.events.first_sequence(job_id)
         if first and first > after + 1:
-            yield executor_pb2.WatchResponse(history_trimmed=executor_pb2.HistoryTrimmed(first_available_sequence=first))
+            yield executor_pb2.WatchResponse(
+                history_trimmed=executor_pb2.HistoryTrimmed(first_available_sequence=first))
         elif not first:
             last = self.store.get(job_id, with_plan=False).last_event
             if last.sequence > after:  # the stream expired; the job record keeps its last event

@@ -11,6 +11,7 @@ again (requeued at the front of its queue, to resume from its last checkpoint).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -102,10 +103,9 @@ class WorkerRuntime:
         plan_path = out / "plan.json"
         plan_path.write_text(json_format.MessageToJson(plan))
         self.store.update(job_id, output_dir=str(out), log_path=str(out / "logs" / "train.log"))
-        sink = RedisProgressSink(self.redis_url, out / "progress.jsonl", job_id)
         try:
-            sink.emit(progress_pb2.ProgressEvent(
-                phase=progress_pb2.PHASE_LOADING,
+            self._emit(out, progress_pb2.ProgressEvent(
+                job_id=job_id, phase=progress_pb2.PHASE_LOADING,
                 message=f"host {self.host_id} ({self.gpus.gpu_class}, {self.gpus.gpu_count} GPU(s)) took the job; "
                         f"output {out}"))
             wanted = plan.hardware.gpus_per_node or 1
@@ -117,9 +117,8 @@ class WorkerRuntime:
             else:
                 timeout_s = int(self.store.raw(job_id).get(b"timeout_s", b"0") or 0) or job_queue.DEFAULT_JOB_TIMEOUT_S
                 outcome = self._supervise(job_id, plan_path, out, timeout_s)
-            last = self._finish(job_id, out, outcome, sink)
+            last = self._finish(job_id, out, outcome)
         finally:
-            sink.close()
             structlog.contextvars.unbind_contextvars("job_id")
         return {"job_id": job_id, "phase": progress_pb2.Phase.Name(last.phase), "step": last.step}
 
@@ -208,11 +207,21 @@ class WorkerRuntime:
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
 
-    def _finish(self, job_id: str, out: Path, outcome: Outcome, sink: RedisProgressSink) -> progress_pb2.ProgressEvent:
+    def _emit(self, out: Path, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        """One event of the worker's own into progress.jsonl and the stream, numbered after everything before it
+        (the sink is opened afresh: the launcher and its ranks write between the worker's events)."""
+        sink = RedisProgressSink(self.redis_url, out / "progress.jsonl", event.job_id)
+        try:
+            return sink.emit(event)
+        finally:
+            sink.close()
+
+    def _finish(self, job_id: str, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
         last = self._last_event(job_id)
         if last.phase != outcome.phase or last.phase not in TERMINAL_PHASES:
-            last = sink.emit(progress_pb2.ProgressEvent(phase=outcome.phase, step=last.step,  # type: ignore[arg-type]
-                                                        total_steps=last.total_steps, message=outcome.message))
+            last = self._emit(out, progress_pb2.ProgressEvent(
+                job_id=job_id, phase=outcome.phase, step=last.step,
+                total_steps=last.total_steps, message=outcome.message))
         fields: dict[str, str | int | bytes] = {}
         if outcome.phase == progress_pb2.PHASE_FAILED:
             fields["error"] = outcome.message
@@ -241,10 +250,8 @@ def _tail(path: Path) -> str:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 _runtime: WorkerRuntime | None = None

@@ -69,7 +69,7 @@ REJECTED = {Rejected.DOES_NOT_FIT: planner_pb2.REJECTION_REASON_DOES_NOT_FIT,
             Rejected.DOMINATED: planner_pb2.REJECTION_REASON_DOMINATED}
 
 
-def _from_proto(table: dict, value: int, default: object, field: str) -> object:  # type: ignore[type-arg]
+def _from_proto(table: dict, value: int, default: object, field: str) -> object:
     if value == 0:
         return default
     for domain, proto in table.items():

@@ -6,8 +6,8 @@ import grpc
 from grpc_health.v1 import health
 from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
-from planner.catalog import Catalog, default_catalog
 from common.rpc import ServerOptions, build_server, call_unary
+from planner.catalog import Catalog, default_catalog
 from planner.service import Planner
 
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
@@ -17,19 +17,19 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def __init__(self, planner: Planner) -> None:
         self._planner = planner
 
-    def Fit(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Fit(self, request, context):  # noqa: N802
         return call_unary(self._planner.fit, request, context)
 
-    def Estimate(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Estimate(self, request, context):  # noqa: N802
         return call_unary(self._planner.estimate, request, context)
 
-    def Recommend(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Recommend(self, request, context):  # noqa: N802
         return call_unary(self._planner.recommend, request, context)
 
-    def ListHardware(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def ListHardware(self, request, context):  # noqa: N802
         return call_unary(self._planner.list_hardware, request, context)
 
-    def ListModels(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def ListModels(self, request, context):  # noqa: N802
         return call_unary(self._planner.list_models, request, context)
 
 

@@ -24,8 +24,8 @@ class Planner:
     def _resolve(self, model: model_pb2.ModelRef, training: object, hardware: object) -> tuple[
             ModelSpec, TrainingSpec, Hardware]:
         m = convert.model_from_proto(model, self.catalog)
-        hw = convert.hardware_from_proto(hardware, self.catalog)  # type: ignore[arg-type]
-        t = convert.training_from_proto(training, hw.world_size)  # type: ignore[arg-type]
+        hw = convert.hardware_from_proto(hardware, self.catalog)
+        t = convert.training_from_proto(training, hw.world_size)
         convert.validate_against_model(t, m)
         return m, t, hw
 

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +15,7 @@ from common.rpc import ServerOptions, shutdown
 from planner.server import create_server
 
 TOKEN = "test-token"
+REDIS_START_S = 20.0
 # Nothing in the suite may come from the Hugging Face hub: models and data are built locally.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -43,13 +48,58 @@ def channel(planner_address: str) -> Iterator[grpc.Channel]:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised two-layer Llama and a word-level tokenizer with a chat template, built locally."""
-    from tests.fixtures.tiny_llama import build_model
+    from executor.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture()
 def counting_data(tmp_path: Path) -> Path:
-    from tests.fixtures.tiny_llama import counting_text
+    from executor.tiny import counting_text
 
     return counting_text(tmp_path / "data.jsonl", records=64)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of our own on a free loopback port (never one we did not start), with nothing on disk."""
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed: 'make test' installs it (apt-get install redis-server)")
+    port = _free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path_factory.mktemp("redis"))], stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + REDIS_START_S
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"redis-server on port {port} did not start")
+            try:  # wait on the server process between pings, bounded by REDIS_START_S
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                continue
+    yield url
+    client.shutdown(nosave=True)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture()
+def redis_url(redis_server: str) -> str:
+    """The session's Redis, emptied for this test (it is ours: started by redis_server)."""
+    import redis
+
+    redis.Redis.from_url(redis_server).flushall()
+    return redis_server

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
 
     def show(event: object) -> None:
-        print(event_to_json(event) if args.json else describe(event), flush=True)  # type: ignore[arg-type]
+        print(event_to_json(event) if args.json else describe(event), flush=True)
 
     try:
         if args.check:

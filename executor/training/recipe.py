@@ -94,7 +94,7 @@ class Trainer:
 
     def emit(self, phase: int, feedback: progress_pb2.Feedback | None = None, **fields: Any) -> None:
         if self.rank == 0:
-            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields), feedback)  # type: ignore[arg-type]
+            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields), feedback)
 
     def run(self) -> None:
         setup = self.setup()
@@ -178,7 +178,7 @@ class Trainer:
                 f"preflight: micro-batch {t.micro_batch_size} × {batch.tensors['input_ids'].shape[1]} tokens ran out "
                 f"of GPU memory (planned {self.cfg.predicted.peak_gpu_memory_bytes / 2**30:.1f} GiB per GPU); lower "
                 "training.micro_batch_size, turn on gradient_checkpointing, or raise the ZeRO stage") from e
-        return loss.detach()  # type: ignore[no-any-return]  # the graph is not kept alive past backward
+        return loss.detach()  # the graph is not kept alive past backward
 
     def _resume(self, engine: Any, total: int) -> tuple[int, int]:
         found = checkpoint.latest(self.cfg.checkpoint_dir)

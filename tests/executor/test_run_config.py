@@ -11,7 +11,7 @@ from tunefleet.v1 import plan_pb2, training_pb2
 
 from executor.errors import PlanError
 from executor.run_config import DatasetFormat, parse_plan, run_config_from_plan
-from tests.fixtures.tiny_llama import make_plan
+from executor.tiny import make_plan
 
 
 def _plan() -> plan_pb2.Plan:

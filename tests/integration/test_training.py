@@ -22,7 +22,7 @@ from executor.errors import HostError, PlanError
 from executor.progress import read_events
 from executor.training import checkpoint
 from executor.training.launcher import train
-from tests.fixtures.tiny_llama import LINEAR_MODULES, counting_text, make_plan, write_plan
+from executor.tiny import LINEAR_MODULES, counting_text, make_plan, write_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LORA, FULL = training_pb2.METHOD_LORA, training_pb2.METHOD_FULL

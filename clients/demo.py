@@ -1,0 +1,176 @@
+"""`make run`: the whole stack on this machine, on embedded defaults, then everything it started is stopped.
+
+Redis (the one on 127.0.0.1:6379 if it answers, else a redis-server started here with its data under
+.tunefleet/redis), the planner, the executor service and one worker (class cpu without a GPU). It builds a
+tiny Llama and a dataset locally (nothing downloaded), asks the planner whether the job fits, submits the plan,
+follows it to DONE with the progress bar, and prints the job's Feedback (measured vs predicted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import grpc
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, progress_pb2
+
+from clients import fleet_render, render
+from clients.executor_client import ExecutorClient
+from clients.planner_client import PlannerClient
+
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
+STATE_DIR = Path(".tunefleet")
+DEMO_STEPS = 120
+PLANNED_GPU = "rtx-4090"  # what the planner sizes the job for; the demo worker runs it on the CPU
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _say(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+@contextmanager
+def _process(name: str, command: list[str], log_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A child in its own process group, stopped with SIGTERM (then SIGKILL) when the block ends."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with (log_dir / f"{name}.log").open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # anything of its tree that outlived it
+        except ProcessLookupError:
+            pass
+
+
+def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"{name} exited with status {proc.returncode}; see {STATE_DIR / 'logs' / name}.log")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == \
+                        health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.2)  # not up yet: poll again, bounded by START_TIMEOUT_S
+    raise SystemExit(f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s")
+
+
+def _redis(stack: ExitStack, logs: Path) -> str:
+    try:
+        redis.Redis.from_url(DEFAULT_REDIS, socket_timeout=1).ping()
+        _say(f"using the Redis at {DEFAULT_REDIS}")
+        return DEFAULT_REDIS
+    except redis.RedisError:
+        pass
+    port = _free_port()
+    data = (STATE_DIR / "redis").resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    stack.enter_context(_process("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                                           str(data), "--appendonly", "yes", "--save", ""], logs))
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise SystemExit("redis-server did not start; is it installed? (apt-get install redis-server)")
+            time.sleep(0.1)  # not up yet, bounded by START_TIMEOUT_S
+    _say(f"started redis-server on port {port} (data in {data})")
+    return url
+
+
+def run(steps: int) -> int:
+    from executor.tiny import build_model, counting_text, make_plan
+
+    logs = (STATE_DIR / "logs").resolve()
+    cli = [sys.executable, "-m", "clients.cli"]
+    with ExitStack() as stack:
+        redis_url = _redis(stack, logs)
+        planner_address, executor_address = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+        planner = stack.enter_context(_process("planner", [*cli, "serve", "planner", "--address", planner_address],
+                                               logs))
+        executor = stack.enter_context(_process("executor", [*cli, "serve", "executor", "--address", executor_address,
+                                                             "--redis", redis_url], logs))
+        host_id = f"demo-{socket.gethostname()}"
+        stack.enter_context(_process("worker", [*cli, "worker", "--redis", redis_url, "--gpu-class", "cpu",
+                                                "--host-id", host_id, "--work-dir", str(STATE_DIR / "runs"),
+                                                "--progress-interval-s", "1"], logs))
+        _wait_healthy(planner_address, planner, "planner")
+        _wait_healthy(executor_address, executor, "executor")
+        _say(f"planner on {planner_address}, executor on {executor_address}, worker {host_id}; logs in {logs}")
+
+        demo = (STATE_DIR / "demo").resolve()
+        model_dir = demo / "tiny-llama"
+        if not (model_dir / "config.json").is_file():
+            build_model(model_dir)
+        data = counting_text(demo / "data.jsonl", records=256)
+        job_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+        plan = make_plan(model_dir, data, Path(job_id), max_steps=steps, checkpoint_every=10, plan_id=job_id)
+        with PlannerClient(planner_address) as planner_client:
+            fit = planner_client.fit(planner_pb2.FitRequest(
+                model=model_pb2.ModelRef(config_json=(model_dir / "config.json").read_text()),
+                training=plan.training, hardware=hardware_pb2.HardwareSpec(gpu=PLANNED_GPU))).result
+        plan.prediction.fit.CopyFrom(fit)
+        _say(f"planner: {'fits' if fit.fits else 'does NOT fit'} on one {PLANNED_GPU}, "
+             f"{render.gib(fit.per_gpu.total_bytes)} per GPU; this demo runs it on the worker's CPU")
+
+        with ExecutorClient(executor_address) as client:
+            submitted = client.submit(plan)
+            _say(f"submitted job {job_id} to {submitted.job.queue}; watching it")
+            last = fleet_render.follow(client.watch(job_id), fit.per_gpu.total_bytes)
+            job = client.get(job_id)
+            print()
+            print(fleet_render.jobs_text([job]))
+            print()
+            print(fleet_render.feedback_text([job]))
+            print()
+            print(fleet_render.fleet_text(client.fleet()))
+        _say(f"outputs in {job.output_uri}; stopping what this run started")
+    if last.phase != progress_pb2.PHASE_DONE:
+        print(f"demo job ended {fleet_render.phase_name(last.phase)}: {last.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m clients.demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=DEMO_STEPS, help="optimizer steps of the demo job (default %(default)s)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return run(args.steps)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

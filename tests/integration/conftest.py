@@ -1,0 +1,101 @@
+"""Fleet fixtures: a real executor service on loopback over the test's own Redis, and real worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from common.rpc import ServerOptions, shutdown
+from executor.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
+from executor.service import Executor, ExecutorConfig
+
+HEARTBEAT_S = 0.5
+WORKER_STOP_S = 90.0
+
+
+@dataclass
+class Service:
+    address: str
+    executor: Executor
+
+
+def _start(redis_url: str, config: ExecutorConfig, token: str = "") -> tuple[Service, Callable[[], None]]:
+    executor = connect(redis_url, config)
+    server, port, health_servicer = create_server(
+        "127.0.0.1:0", executor,
+        ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS, token=token))
+    server.start()
+
+    def stop() -> None:
+        shutdown(server, health_servicer, 1.0)
+        executor.close()
+    return Service(f"127.0.0.1:{port}", executor), stop
+
+
+@pytest.fixture()
+def executor_service(redis_url: str) -> Iterator[Service]:
+    service, stop = _start(redis_url, ExecutorConfig(heartbeat_interval_s=HEARTBEAT_S))
+    yield service
+    stop()
+
+
+@pytest.fixture()
+def start_service(redis_url: str) -> Iterator[Callable[..., Service]]:
+    """Start executor services with other settings (event bound, bearer token)."""
+    stops: list[Callable[[], None]] = []
+
+    def start(events_max_len: int = 10_000, token: str = "") -> Service:
+        service, stop = _start(redis_url, ExecutorConfig(heartbeat_interval_s=HEARTBEAT_S,
+                                                         events_max_len=events_max_len), token)
+        stops.append(stop)
+        return service
+    yield start
+    for stop in stops:
+        stop()
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    host_id: str
+    work_dir: Path
+    log: Path
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=WORKER_STOP_S)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture()
+def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Real `tunefleet worker` processes (class cpu, events every step); stopped with SIGTERM at the end."""
+    workers: list[Worker] = []
+
+    def start(host_id: str = "host-a", gpu_class: str = "cpu") -> Worker:
+        work_dir = tmp_path / f"work-{host_id}"
+        work_dir.mkdir()
+        log = tmp_path / f"{host_id}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "worker", "--redis", redis_url,
+                                     "--gpu-class", gpu_class, "--host-id", host_id, "--work-dir", str(work_dir),
+                                     "--progress-interval-s", "0"], stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        worker = Worker(proc, host_id, work_dir, log)
+        workers.append(worker)
+        return worker
+    yield start
+    for worker in workers:
+        worker.stop()

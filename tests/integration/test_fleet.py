@@ -1,0 +1,240 @@
+"""The fleet end to end: real redis-server, real executor gRPC service on loopback, real `tunefleet worker`
+processes (rq), real DeepSpeed + PEFT training of a tiny Llama on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
+
+from clients.errors import InvalidArgument, NotFound, Unauthenticated
+from clients.executor_client import ExecutorClient
+from executor.events import EventLog
+from executor.training import checkpoint
+from tests.conftest import TOKEN
+from executor.tiny import make_plan
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+TERMINAL = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)
+RUN_S = 300.0  # bound on any wait for a training run's events
+
+
+def _events(responses: Iterator[executor_pb2.WatchResponse]) -> list[progress_pb2.ProgressEvent]:
+    return [r.event for r in responses if r.HasField("event")]
+
+
+def _plan(tiny_model: Path, data: Path, plan_id: str, **kw: object) -> plan_pb2.Plan:
+    return make_plan(tiny_model, data, Path(plan_id), plan_id=plan_id, **kw)  # type: ignore[arg-type]
+
+
+def _until(client: ExecutorClient, job_id: str, phase: int) -> list[progress_pb2.ProgressEvent]:
+    """Watch until the first event of `phase` (or the end); the events seen, in order."""
+    seen = []
+    for r in client.watch(job_id):
+        if r.HasField("event"):
+            seen.append(r.event)
+            if r.event.phase in (phase, *TERMINAL):
+                break
+    return seen
+
+
+def _run_processes(out_dir: Path) -> list[psutil.Process]:
+    """Live processes training into out_dir (launcher, torchrun, ranks)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(out_dir) in part for part in p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_submit_watch_to_done_every_event_once_in_order(executor_service, start_worker, tiny_model, counting_data,
+                                                        tmp_path):
+    worker = start_worker("host-a")
+    plan = _plan(tiny_model, counting_data, "fleet-done", max_steps=6, checkpoint_every=3)
+    with ExecutorClient(executor_service.address, timeout_s=RUN_S) as client:
+        first = client.submit(plan)
+        again = client.submit(plan)
+        assert first.created and not again.created
+        assert again.job.job_id == first.job.job_id == "fleet-done" and first.job.queue == "tunefleet.cpu.normal"
+
+        streams: list[list[progress_pb2.ProgressEvent]] = [[], []]
+
+        def watch(i: int) -> None:
+            streams[i] = _events(ExecutorClient(executor_service.address).watch("fleet-done"))
+        watchers = [threading.Thread(target=watch, args=(i,)) for i in range(2)]
+        for t in watchers:
+            t.start()
+        # A third watcher leaves after the preflight and comes back from the last sequence it saw.
+        head = _until(client, "fleet-done", progress_pb2.PHASE_PREFLIGHT)
+        rest = _events(client.watch("fleet-done", after_sequence=head[-1].sequence))
+        for t in watchers:
+            t.join(RUN_S)
+
+        events = streams[0]
+        assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+        assert streams[1] == events
+        assert head + rest == events
+        phases = [e.phase for e in events]
+        assert phases[0] == progress_pb2.PHASE_QUEUED and phases[-1] == progress_pb2.PHASE_DONE
+        assert progress_pb2.PHASE_PREFLIGHT in phases and phases.count(progress_pb2.PHASE_TRAINING) == 6
+        assert "host host-a (cpu" in events[1].message
+
+        job = client.get("fleet-done")
+        assert job.phase == progress_pb2.PHASE_DONE and job.host_id == "host-a"
+        assert job.feedback.measured_step_time_s > 0 and job.feedback.measured_tokens_per_s > 0
+        out = worker.work_dir / "fleet-done"
+        assert job.output_uri == str(out) and (out / "final" / "adapter_model.safetensors").is_file()
+        # the run's local record holds the same events as the stream, all but the service's QUEUED
+        local = [int(json.loads(line)["sequence"]) for line in (out / "progress.jsonl").read_text().splitlines()]
+        assert local == [e.sequence for e in events[1:]]
+        assert client.submit(plan).job.phase == progress_pb2.PHASE_DONE  # still one job
+
+    cli = subprocess.run([sys.executable, "-m", "clients.cli", "jobs", "--feedback", "--json", "--executor",
+                          executor_service.address], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    exported = json.loads(cli.stdout)
+    assert [row["job_id"] for row in exported] == ["fleet-done"]
+    assert exported[0]["feedback"]["measured_step_time_s"] == pytest.approx(job.feedback.measured_step_time_s)
+    watch = subprocess.run([sys.executable, "-m", "clients.cli", "watch", "fleet-done", "--executor",
+                            executor_service.address], capture_output=True, text=True, timeout=60)
+    assert watch.returncode == 0 and watch.stdout.splitlines()[-1].startswith("[done]"), watch.stderr
+
+
+def test_cancel_a_running_job_stops_its_whole_tree_and_keeps_the_checkpoint(executor_service, start_worker,
+                                                                              tiny_model, counting_data):
+    worker = start_worker("host-a")
+    plan = _plan(tiny_model, counting_data, "fleet-cancel", max_steps=2000, checkpoint_every=5)
+    with ExecutorClient(executor_service.address, timeout_s=60) as client:
+        client.submit(plan)
+        seen = _until(client, "fleet-cancel", progress_pb2.PHASE_CHECKPOINTING)
+        assert seen[-1].phase == progress_pb2.PHASE_CHECKPOINTING
+        out = worker.work_dir / "fleet-cancel"
+        assert _run_processes(out), "the run should be alive before Cancel"
+
+        requested = client.cancel("fleet-cancel", reason="test")
+        assert requested.phase in (progress_pb2.PHASE_TRAINING, progress_pb2.PHASE_CHECKPOINTING,
+                                   progress_pb2.PHASE_CANCELLED)
+        tail = _events(client.watch("fleet-cancel", after_sequence=seen[-1].sequence))
+        assert tail[-1].phase == progress_pb2.PHASE_CANCELLED and "cancelled: test" in tail[-1].message
+        assert client.get("fleet-cancel").phase == progress_pb2.PHASE_CANCELLED
+    _, alive = psutil.wait_procs(_run_processes(out), timeout=30)
+    assert not alive, f"processes of the cancelled run survived: {[p.pid for p in alive]}"
+    assert checkpoint.latest(out / "checkpoints") is not None
+    assert worker.proc.poll() is None, "the worker goes on serving after a cancel"
+
+
+def test_a_job_no_worker_serves_waits_with_a_reason_and_cancels_while_queued(executor_service, start_worker,
+                                                                               tiny_model, counting_data):
+    start_worker("host-a")  # serves cpu only
+    plan = _plan(tiny_model, counting_data, "fleet-a100")
+    plan.hardware.gpu = "a100-80gb"
+    with ExecutorClient(executor_service.address) as client:
+        job = client.submit(plan, executor_pb2.PRIORITY_HIGH).job
+        assert job.queue == "tunefleet.a100-80gb.high" and job.phase == progress_pb2.PHASE_QUEUED
+        fleet = client.fleet()
+        waiting = [p for p in fleet.pending if p.job_id == "fleet-a100"]
+        assert waiting and "no registered host has a100-80gb" in waiting[0].reason
+        assert {(q.queue, q.depth) for q in fleet.queues} >= {("tunefleet.a100-80gb.high", 1)}
+        assert client.get("fleet-a100").phase == progress_pb2.PHASE_QUEUED
+
+        cancelled = client.cancel("fleet-a100")
+        assert cancelled.phase == progress_pb2.PHASE_CANCELLED
+        assert [e.phase for e in _events(client.watch("fleet-a100"))] == [progress_pb2.PHASE_QUEUED,
+                                                                         progress_pb2.PHASE_CANCELLED]
+        assert not [p for p in client.fleet().pending if p.job_id == "fleet-a100"]
+        assert client.cancel("fleet-a100").phase == progress_pb2.PHASE_CANCELLED  # idempotent
+
+
+def test_watch_on_trimmed_history_says_so_then_replays_what_is_kept(start_service, tiny_model, counting_data):
+    service = start_service(events_max_len=3)
+    plan = _plan(tiny_model, counting_data, "fleet-trim")
+    plan.hardware.gpu = "a100-80gb"  # no worker: the test publishes the run's events itself, as rank 0 would
+    with ExecutorClient(service.address) as client:
+        client.submit(plan)
+        log = EventLog(service.executor.redis)
+        for seq in range(2, 9):
+            phase = progress_pb2.PHASE_DONE if seq == 8 else progress_pb2.PHASE_TRAINING
+            assert log.publish(progress_pb2.ProgressEvent(job_id="fleet-trim", sequence=seq, phase=phase, step=seq))
+        assert not log.publish(progress_pb2.ProgressEvent(job_id="fleet-trim", sequence=5, step=5))  # no repeats
+        responses = list(client.watch("fleet-trim"))
+        assert responses[0].WhichOneof("kind") == "history_trimmed"
+        assert responses[0].history_trimmed.first_available_sequence == 6
+        assert [r.event.sequence for r in responses[1:]] == [6, 7, 8]
+        assert [r.event.sequence for r in client.watch("fleet-trim", after_sequence=6)] == [7, 8]  # not trimmed
+
+
+def test_watch_sends_heartbeats_on_an_idle_stream(executor_service, tiny_model, counting_data):
+    plan = _plan(tiny_model, counting_data, "fleet-idle")
+    plan.hardware.gpu = "a100-80gb"
+    with ExecutorClient(executor_service.address) as client:
+        client.submit(plan)
+        kinds = []
+        for r in client.watch("fleet-idle"):
+            kinds.append(r.WhichOneof("kind"))
+            if kinds.count("heartbeat") == 2:
+                break
+        assert kinds == ["event", "heartbeat", "heartbeat"]
+
+
+def _violation(exc: grpc.RpcError) -> str:
+    status = rpc_status.from_call(exc)
+    assert status is not None
+    bad = error_details_pb2.BadRequest()
+    status.details[0].Unpack(bad)
+    return bad.field_violations[0].field
+
+
+def test_bad_requests_get_clear_status_codes(executor_service, tiny_model, counting_data):
+    channel = grpc.insecure_channel(executor_service.address)
+    raw_submit = channel.unary_unary("/tunefleet.v1.ExecutorService/Submit")
+    with pytest.raises(grpc.RpcError) as malformed:
+        raw_submit(b"\x0a\xff\xff\xff\xff\x0f", timeout=10)
+    assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    stub = executor_pb2_grpc.ExecutorServiceStub(channel)
+    plan = _plan(tiny_model, counting_data, "fleet-bad")
+    plan.training.sequence_length = 0
+    with pytest.raises(grpc.RpcError) as invalid:
+        stub.Submit(executor_pb2.SubmitRequest(plan=plan), timeout=10)
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _violation(invalid.value) == "training.sequence_length"
+
+    plan = _plan(tiny_model, counting_data, "fleet-bad")
+    plan.hardware.gpu = "no-such-gpu"
+    with pytest.raises(grpc.RpcError) as gpu:
+        stub.Submit(executor_pb2.SubmitRequest(plan=plan), timeout=10)
+    assert gpu.value.code() == grpc.StatusCode.INVALID_ARGUMENT and _violation(gpu.value) == "hardware.gpu"
+
+    with ExecutorClient(executor_service.address) as client:
+        for call in (lambda: client.get("nope"), lambda: client.cancel("nope"), lambda: list(client.watch("nope"))):
+            with pytest.raises(NotFound, match="no job 'nope'"):
+                call()
+        with pytest.raises(InvalidArgument) as token:
+            client.list_jobs(page_token="garbage")
+        assert token.value.violations[0].field == "page_token"
+    channel.close()
+
+
+def test_calls_without_the_token_are_unauthenticated(start_service, tiny_model, counting_data):
+    service = start_service(token=TOKEN)
+    plan = _plan(tiny_model, counting_data, "fleet-auth")
+    with ExecutorClient(service.address) as anonymous:
+        with pytest.raises(Unauthenticated):
+            anonymous.submit(plan)
+        with pytest.raises(Unauthenticated):
+            list(anonymous.watch("fleet-auth"))
+    with ExecutorClient(service.address, token=TOKEN) as client:
+        assert client.submit(plan).created
