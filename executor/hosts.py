@@ -39,6 +39,9 @@ class HostGpus:
     device_name: str = ""
 
 
+_NAMED_VARIANTS = frozenset({"pcie", "nvl"})
+
+
 def gpu_class_for(device_name: str, memory_bytes: int, catalog: Catalog) -> str:
     """The catalog class of an NVML device: 'NVIDIA A100-SXM4-80GB' (79.2 GiB) -> 'a100-80gb'.
 
@@ -49,14 +52,17 @@ def gpu_class_for(device_name: str, memory_bytes: int, catalog: Catalog) -> str:
     except InvalidFieldError:
         pass
     key = normalise_gpu_name(device_name)
+    words = set(key.split("-"))
     candidates = []
     for gpu in catalog.gpus:
         model = gpu.name.split("-")[0] if not gpu.name.startswith("rtx") else "-".join(gpu.name.split("-")[:2])
         if re.search(rf"(^|-){re.escape(model)}($|-)", key):
-            candidates.append((abs(gpu.memory_bytes - memory_bytes), gpu.name))
+            # NVML names SXM parts without saying so ("NVIDIA H100 80GB HBM3"), but PCIe and NVL parts by name
+            other_variant = bool(set(gpu.name.split("-")) & _NAMED_VARIANTS - words)
+            candidates.append((other_variant, abs(gpu.memory_bytes - memory_bytes), gpu.name))
     if not candidates:
         return key
-    return min(candidates)[1]
+    return min(candidates)[2]
 
 
 def detect_gpus(catalog: Catalog) -> HostGpus:
@@ -90,7 +96,8 @@ def plan_gpu_class(hardware: hardware_pb2.HardwareSpec, catalog: Catalog) -> str
         return CPU_CLASS
     try:
         if hardware.flavor:
-            return catalog.gpu(catalog.flavor(hardware.flavor).gpu).name
+            flavor = catalog.flavor(hardware.flavor)
+            return catalog.gpu(flavor.gpu).name if flavor.gpu_count else CPU_CLASS
         if not hardware.gpu:
             raise PlanError("hardware.gpu", "is empty; name the GPU class the plan runs on (e.g. a100-80gb), "
                                             f"or '{CPU_CLASS}' for CPU workers")

@@ -1,0 +1,99 @@
+"""Pure parts of the fleet: queue names and timeouts, GPU classes from NVML names, plan routing, incremental
+progress reading, page tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tunefleet.v1 import executor_pb2, hardware_pb2, progress_pb2
+
+from executor import job_queue
+from executor.errors import PlanError
+from executor.hosts import gpu_class_for, plan_gpu_class
+from executor.progress import JsonlProgressSink, ProgressTail, event_to_json
+from executor.store import decode_page_token, encode_page_token
+from planner.catalog import default_catalog
+
+GiB = 1024**3
+
+
+@pytest.mark.parametrize(("predicted_s", "expected_s"), [
+    (0.0, job_queue.DEFAULT_JOB_TIMEOUT_S), (float("nan"), job_queue.DEFAULT_JOB_TIMEOUT_S),
+    (-5.0, job_queue.DEFAULT_JOB_TIMEOUT_S), (float("inf"), job_queue.DEFAULT_JOB_TIMEOUT_S),
+    (3600.0, 3 * 3600 + job_queue.JOB_TIMEOUT_STARTUP_S), (10.0, 30 + job_queue.JOB_TIMEOUT_STARTUP_S),
+])
+def test_job_timeout_is_the_prediction_times_the_margin_plus_startup(predicted_s: float, expected_s: int) -> None:
+    assert job_queue.job_timeout_s(predicted_s) == expected_s
+    assert job_queue.job_timeout_s(predicted_s) > 180, "rq's default would kill real jobs"
+
+
+def test_queue_names_round_trip_and_a_worker_listens_highest_tier_first() -> None:
+    assert job_queue.queue_name("a100-80gb", executor_pb2.PRIORITY_HIGH) == "tunefleet.a100-80gb.high"
+    assert job_queue.class_queue_names("cpu") == ["tunefleet.cpu.high", "tunefleet.cpu.normal", "tunefleet.cpu.low"]
+    for priority in job_queue.TIERS:
+        assert job_queue.parse_queue_name(job_queue.queue_name("h100-sxm-80gb", priority)) == ("h100-sxm-80gb",
+                                                                                             priority)
+    assert job_queue.parse_queue_name("default") is None
+    assert job_queue.parse_queue_name("tunefleet.cpu.urgent") is None
+
+
+@pytest.mark.parametrize(("nvml_name", "memory_gib", "gpu_class"), [
+    ("NVIDIA GeForce RTX 4090", 23.99, "rtx-4090-24gb"),
+    ("NVIDIA A100-SXM4-80GB", 79.15, "a100-80gb"),
+    ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"),
+    ("NVIDIA H100 80GB HBM3", 79.6, "h100-sxm-80gb"),
+    ("NVIDIA H100 PCIe", 79.6, "h100-pcie-80gb"),
+    ("NVIDIA H100 NVL", 93.0, "h100-nvl-94gb"),
+    ("Tesla T4", 15.0, "t4-16gb"),
+    ("NVIDIA L4", 22.5, "l4-24gb"),
+    ("NVIDIA A10G", 22.5, "a10g-24gb"),
+    ("Some Future GPU", 100.0, "some-future-gpu"),
+])
+def test_gpu_class_from_the_nvml_device_name_and_memory(nvml_name: str, memory_gib: float, gpu_class: str) -> None:
+    assert gpu_class_for(nvml_name, int(memory_gib * GiB), default_catalog()) == gpu_class
+
+
+def test_a_plan_is_routed_to_its_gpu_class_or_refused_naming_the_field() -> None:
+    catalog = default_catalog()
+    assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="cpu"), catalog) == "cpu"
+    assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="A100 80GB"), catalog) == "a100-80gb"
+    assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="h100"), catalog) == "h100-sxm-80gb"
+    flavor = next(f for f in catalog.flavors if f.gpu_count)
+    assert plan_gpu_class(hardware_pb2.HardwareSpec(flavor=flavor.name), catalog) == catalog.gpu(flavor.gpu).name
+    cpu_flavor = next(f for f in catalog.flavors if not f.gpu_count)
+    assert plan_gpu_class(hardware_pb2.HardwareSpec(flavor=cpu_flavor.name), catalog) == "cpu"
+    with pytest.raises(PlanError) as unknown:
+        plan_gpu_class(hardware_pb2.HardwareSpec(gpu="a1000-80gb"), catalog)
+    assert unknown.value.field == "hardware.gpu"
+    with pytest.raises(PlanError) as empty:
+        plan_gpu_class(hardware_pb2.HardwareSpec(), catalog)
+    assert empty.value.field == "hardware.gpu"
+
+
+def test_progress_tail_returns_only_new_complete_events(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    tail = ProgressTail(path)
+    assert tail.read_new() == []
+    sink = JsonlProgressSink(path, "job", start_after=7)
+    sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_LOADING))
+    assert [e.sequence for e in tail.read_new()] == [8]
+    assert tail.read_new() == []
+    sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=1))
+    sink.close()
+    half = event_to_json(progress_pb2.ProgressEvent(job_id="job", sequence=10, step=2))
+    with path.open("a") as f:
+        f.write(half[: len(half) // 2])  # a writer caught mid-line
+    assert [e.sequence for e in tail.read_new()] == [9]
+    with path.open("a") as f:
+        f.write(half[len(half) // 2:] + "\n")
+    assert [(e.sequence, e.step) for e in tail.read_new()] == [(10, 2)]
+
+
+def test_page_tokens_round_trip_and_foreign_ones_name_the_field() -> None:
+    assert decode_page_token(encode_page_token(1700000000123, "plan-a")) == (1700000000123, "plan-a")
+    assert decode_page_token("") is None
+    for bad in ("garbage", "12:", "x1:plan", ":plan"):
+        with pytest.raises(PlanError) as e:
+            decode_page_token(bad)
+        assert e.value.field == "page_token"
