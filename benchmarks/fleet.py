@@ -23,7 +23,7 @@ from pathlib import Path
 
 import redis
 from google.protobuf import timestamp_pb2
-from tunefleet.v1 import executor_pb2, progress_pb2
+from tunefleet.v1 import progress_pb2
 
 from benchmarks.common import _free_port, pct, print_table, write_csv
 from clients.executor_client import ExecutorClient

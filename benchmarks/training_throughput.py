@@ -22,10 +22,10 @@ from tunefleet.v1 import progress_pb2, training_pb2
 
 from benchmarks.common import as_single_rank, print_table, write_csv
 from executor.progress import read_events
+from executor.tiny import build_model, make_plan, write_plan
 from planner import convert
 from planner.catalog import default_catalog
 from planner.throughput import flops_per_token
-from executor.tiny import build_model, make_plan, write_plan
 
 WARMUP_STEPS = 3
 MODEL = "meta-llama/Llama-3.2-1B"

@@ -104,7 +104,7 @@ def _redis(stack: ExitStack, logs: Path) -> str:
             break
         except redis.ConnectionError:
             if time.monotonic() > deadline:
-                raise SystemExit("redis-server did not start; is it installed? (apt-get install redis-server)")
+                raise SystemExit("redis-server did not start; is it installed? (apt-get install redis-server)") from None
             time.sleep(0.1)  # not up yet, bounded by START_TIMEOUT_S
     _say(f"started redis-server on port {port} (data in {data})")
     return url
@@ -166,7 +166,8 @@ def run(steps: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m clients.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=DEMO_STEPS, help="optimizer steps of the demo job (default %(default)s)")
+    p.add_argument("--steps", type=int, default=DEMO_STEPS,
+                   help="optimizer steps of the demo job (default %(default)s)")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return run(args.steps)

@@ -20,9 +20,9 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 from clients.errors import InvalidArgument, NotFound, Unauthenticated
 from clients.executor_client import ExecutorClient
 from executor.events import EventLog
+from executor.tiny import make_plan
 from executor.training import checkpoint
 from tests.conftest import TOKEN
-from executor.tiny import make_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TERMINAL = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)

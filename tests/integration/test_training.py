@@ -20,9 +20,9 @@ from tunefleet.v1 import plan_pb2, progress_pb2, training_pb2
 
 from executor.errors import HostError, PlanError
 from executor.progress import read_events
+from executor.tiny import LINEAR_MODULES, counting_text, make_plan, write_plan
 from executor.training import checkpoint
 from executor.training.launcher import train
-from executor.tiny import LINEAR_MODULES, counting_text, make_plan, write_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LORA, FULL = training_pb2.METHOD_LORA, training_pb2.METHOD_FULL
