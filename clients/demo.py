@@ -9,6 +9,7 @@ follows it to DONE with the progress bar, and prints the job's Feedback (measure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -62,10 +63,8 @@ def _process(name: str, command: list[str], log_dir: Path) -> Iterator[subproces
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # anything of its tree that outlived it
-        except ProcessLookupError:
-            pass
 
 
 def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str) -> None:
@@ -104,7 +103,8 @@ def _redis(stack: ExitStack, logs: Path) -> str:
             break
         except redis.ConnectionError:
             if time.monotonic() > deadline:
-                raise SystemExit("redis-server did not start; is it installed? (apt-get install redis-server)") from None
+                raise SystemExit("redis-server did not start; is it installed? "
+                                 "(apt-get install redis-server)") from None
             time.sleep(0.1)  # not up yet, bounded by START_TIMEOUT_S
     _say(f"started redis-server on port {port} (data in {data})")
     return url

@@ -99,11 +99,6 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-def _reject_malformed(request: Any, method: str) -> None:
-    if isinstance(request, _Malformed):
-        raise FieldError("request", f"is not a valid request message for {method}: {request.error}")
-
-
 def _code_name(context: grpc.ServicerContext, exc: BaseException | None) -> str:
     code = context.code() if hasattr(context, "code") else None
     if code is not None:
@@ -122,10 +117,12 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
         metadata = dict(details.invocation_metadata or ())
         request_id = metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex
 
-        def begin(context: grpc.ServicerContext) -> float:
+        def begin(request: Any, context: grpc.ServicerContext) -> None:
             structlog.contextvars.bind_contextvars(request_id=request_id, method=method)
             context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
-            return time.perf_counter()
+            if isinstance(request, _Malformed):
+                abort(context, FieldError("request", f"is not a valid request message for {method}: "
+                                                     f"{request.error}"))
 
         def end(context: grpc.ServicerContext, start: float, exc: BaseException | None) -> None:
             duration_s = time.perf_counter() - start
@@ -137,12 +134,9 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
             inner = handler.unary_unary
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
-                start, exc = begin(context), None
+                start, exc = time.perf_counter(), None
                 try:
-                    try:
-                        _reject_malformed(request, method)
-                    except FieldError as e:
-                        abort(context, e)
+                    begin(request, context)
                     return inner(request, context)
                 except BaseException as e:
                     exc = e
@@ -157,12 +151,9 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                start, exc = begin(context), None
+                start, exc = time.perf_counter(), None
                 try:
-                    try:
-                        _reject_malformed(request, method)
-                    except FieldError as e:
-                        abort(context, e)
+                    begin(request, context)
                     yield from inner_stream(request, context)
                 except BaseException as e:
                     exc = e

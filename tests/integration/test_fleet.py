@@ -238,3 +238,72 @@ def test_calls_without_the_token_are_unauthenticated(start_service, tiny_model, 
             list(anonymous.watch("fleet-auth"))
     with ExecutorClient(service.address, token=TOKEN) as client:
         assert client.submit(plan).created
+
+
+def test_list_pages_through_every_job_once_and_filters(executor_service, tiny_model, counting_data):
+    with ExecutorClient(executor_service.address) as client:
+        for i in range(5):
+            plan = _plan(tiny_model, counting_data, f"fleet-list-{i}")
+            plan.hardware.gpu = "a100-80gb" if i % 2 else "l4"
+            client.submit(plan)
+        client.cancel("fleet-list-0")
+        pages, token = [], ""
+        while True:
+            page = client.list_jobs(page_size=2, page_token=token)
+            pages.append([j.job_id for j in page.jobs])
+            token = page.next_page_token
+            if not token:
+                break
+        assert [len(p) for p in pages] == [2, 2, 1]
+        assert sum(pages, []) == [f"fleet-list-{i}" for i in reversed(range(5))]  # newest first, each once
+        assert not any(j.HasField("plan") for j in client.list_jobs().jobs), "List leaves the plans out"
+        a100 = [j.job_id for j in client.jobs(gpu_class="a100-80gb")]
+        assert a100 == ["fleet-list-3", "fleet-list-1"]
+        assert [j.job_id for j in client.jobs(phases=[progress_pb2.PHASE_CANCELLED])] == ["fleet-list-0"]
+        with pytest.raises(InvalidArgument) as big:
+            client.list_jobs(page_size=100_000)
+        assert big.value.violations[0].field == "page_size"
+
+
+def test_the_service_exposes_prometheus_metrics(executor_service, tiny_model, counting_data):
+    import urllib.request
+
+    from common.metrics import metrics_endpoint
+
+    plan = _plan(tiny_model, counting_data, "fleet-metrics")
+    plan.hardware.gpu = "a100-80gb"
+    with ExecutorClient(executor_service.address) as client:
+        client.submit(plan)
+        with pytest.raises(NotFound):
+            client.get("missing")
+    with metrics_endpoint("127.0.0.1:0") as port:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'tunefleet_rpc_total{code="OK",method="/tunefleet.v1.ExecutorService/Submit"}' in text
+    assert 'tunefleet_rpc_total{code="NOT_FOUND",method="/tunefleet.v1.ExecutorService/Get"}' in text
+    assert 'tunefleet_queue_depth{queue="tunefleet.a100-80gb.normal"} 1.0' in text
+    assert 'tunefleet_jobs{phase="queued"} 1.0' in text
+
+
+def test_a_stopping_worker_requeues_its_job_and_another_resumes_it(executor_service, start_worker, tiny_model,
+                                                                  counting_data, tmp_path):
+    first = start_worker("host-a")
+    out = tmp_path / "shared" / "fleet-requeue"  # storage both hosts see
+    plan = _plan(tiny_model, counting_data, "fleet-requeue", max_steps=200, checkpoint_every=5)
+    plan.output_uri = str(out)
+    with ExecutorClient(executor_service.address, timeout_s=60) as client:
+        client.submit(plan)
+        seen = _until(client, "fleet-requeue", progress_pb2.PHASE_CHECKPOINTING)
+        assert seen[-1].phase == progress_pb2.PHASE_CHECKPOINTING
+        assert first.stop() == 0, first.log.read_text()[-2000:]  # SIGTERM: interrupt, requeue, exit
+        job = client.get("fleet-requeue")
+        assert job.phase == progress_pb2.PHASE_QUEUED and "shutting down" in job.last_event.message
+        assert not _run_processes(out), "the run outlived its stopped worker"
+        saved = checkpoint.latest(out / "checkpoints")
+        assert saved is not None
+
+        second = start_worker("host-b")
+        rest = _events(client.watch("fleet-requeue", after_sequence=job.last_event.sequence))
+        assert client.get("fleet-requeue").host_id == "host-b"
+    resumed = [e for e in rest if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message]
+    assert rest[-1].phase == progress_pb2.PHASE_DONE and rest[-1].step == 200, rest[-1].message
+    assert resumed and resumed[0].step >= saved[0].step
