@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from google.protobuf import timestamp_pb2
@@ -85,7 +86,7 @@ def submit_to_first_step(address: str, redis_url: str, work: Path, runs: int) ->
     return rows
 
 
-def _watchers(address: str, job_id: str, count: int, out: multiprocessing.Queue, ready: multiprocessing.Event) -> None:
+def _watchers(address: str, job_id: str, count: int, out: Any, ready: Any) -> None:
     latencies: list[float] = []
     lock = threading.Lock()
     started = threading.Barrier(count + 1)
@@ -113,12 +114,13 @@ def _watchers(address: str, job_id: str, count: int, out: multiprocessing.Queue,
 
 
 def event_latency(address: str, log: EventLog, watchers: int, events: int, job_id: str) -> list[float]:
-    out: multiprocessing.Queue = multiprocessing.Queue()
+    mp = multiprocessing.get_context("spawn")  # gRPC's threads do not survive fork()
+    out = mp.Queue()
     procs, readies = [], []
     for n in [WATCHERS_PER_PROCESS] * (watchers // WATCHERS_PER_PROCESS) + (
             [watchers % WATCHERS_PER_PROCESS] if watchers % WATCHERS_PER_PROCESS else []):
-        ready = multiprocessing.Event()
-        p = multiprocessing.Process(target=_watchers, args=(address, job_id, n, out, ready))
+        ready = mp.Event()
+        p = mp.Process(target=_watchers, args=(address, job_id, n, out, ready))
         p.start()
         procs.append(p)
         readies.append(ready)

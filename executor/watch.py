@@ -1,7 +1,9 @@
 """Watch: replay a job's kept events after a sequence, then tail live ones, with heartbeats on an idle stream.
 
 One background thread per service (the StreamHub) reads every watched stream with a single blocking XREAD
-and hands new events to each watcher's bounded queue, so 200 watchers cost one Redis connection, not 200.
+and hands new events to each watcher's bounded queue, so 200 watchers cost one Redis connection, not 200;
+the hub's own wake-up stream (tunefleet:v1:hub:<id>, expiring) is part of every read, so a newly watched
+stream joins at once.
 A watcher subscribes before it replays and drops anything at or below the last sequence it sent, so the
 hand-over from history to live events can neither lose nor repeat an event. A watcher that falls more than
 WATCHER_QUEUE_MAX events behind is moved back to reading history, so a slow client cannot grow the server.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +26,14 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 
 from executor.events import EventLog, decode_entry
 from executor.progress import TERMINAL_PHASES
-from executor.store import JobStore, events_key
+from executor.store import PREFIX, JobStore, events_key
 
 log = structlog.get_logger("executor.watch")
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 REPLAY_PAGE = 500  # events per XRANGE while replaying history
 WATCHER_QUEUE_MAX = 2_000
-HUB_BLOCK_MS = 100  # a newly watched stream joins the shared XREAD within this long
+HUB_BLOCK_MS = 1_000  # longest a shared XREAD blocks; a newly watched stream wakes it at once
+HUB_WAKE_TTL_S = 3600
 HUB_READ_COUNT = 1_000
 
 
@@ -48,7 +52,9 @@ class StreamHub:
         self._redis: Any = connection
         self._lock = threading.Lock()
         self._subscribers: dict[str, list[_Subscriber]] = {}
-        self._positions: dict[str, bytes] = {}
+        # A stream of this hub's own, always in the XREAD: a write to it wakes the read to add a new stream.
+        self._wake_key = f"{PREFIX}hub:{uuid.uuid4().hex}"
+        self._positions: dict[str, bytes] = {self._wake_key: b"0-0"}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stream-hub", daemon=True)
         self._thread.start()
@@ -57,10 +63,16 @@ class StreamHub:
         sub = _Subscriber(job_id)
         key = events_key(job_id)
         with self._lock:
-            if key not in self._positions:
+            new = key not in self._positions
+            if new:
                 last = self._redis.xrevrange(key, count=1)
                 self._positions[key] = last[0][0] if last else b"0-0"
             self._subscribers.setdefault(key, []).append(sub)
+        if new:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.xadd(self._wake_key, {b"w": b"1"}, maxlen=1)
+            pipe.expire(self._wake_key, HUB_WAKE_TTL_S)
+            pipe.execute()
         return sub
 
     def unsubscribe(self, sub: _Subscriber) -> None:
@@ -73,21 +85,15 @@ class StreamHub:
                 self._subscribers.pop(key, None)
                 self._positions.pop(key, None)
 
-    def watcher_count(self) -> int:
-        with self._lock:
-            return sum(len(s) for s in self._subscribers.values())
-
     def close(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=5)
+        self._redis.delete(self._wake_key)
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
             with self._lock:
                 positions = dict(self._positions)
-            if not positions:
-                self._stopped.wait(HUB_BLOCK_MS / 1000)
-                continue
             try:
                 rows = self._redis.xread(positions, count=HUB_READ_COUNT, block=HUB_BLOCK_MS)
             except redis.RedisError as e:
@@ -96,6 +102,10 @@ class StreamHub:
                 continue
             for key, entries in rows or []:
                 key_text = key.decode() if isinstance(key, bytes) else key
+                if key_text == self._wake_key:
+                    with self._lock:
+                        self._positions[key_text] = entries[-1][0]
+                    continue
                 events = [decode_entry(fields) for _, fields in entries]
                 with self._lock:
                     if key_text in self._positions:
