@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
-from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2
+from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
 from clients.errors import Unavailable, from_rpc_error
 from clients.planner_client import DEFAULT_TIMEOUT_S, channel_for
@@ -15,6 +15,7 @@ from clients.planner_client import DEFAULT_TIMEOUT_S, channel_for
 # Watch gives up when it could not reconnect for this long; each retry waits twice as long as the last.
 DEFAULT_RECONNECT_TIMEOUT_S = 60.0
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.2, 5.0
+_TERMINAL_PHASES = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)
 # Codes after which the same Watch may succeed: the service restarting or draining, or briefly at its limit.
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
                         grpc.StatusCode.CANCELLED})
@@ -80,7 +81,7 @@ class ExecutorClient:
         """The job's events after after_sequence, then live ones, until a terminal event. A broken stream is
         reopened from the last sequence received, so nothing is missed or repeated; raises Unavailable when the
         service stays unreachable for reconnect_timeout_s, and typed errors (NotFound, ...) at once."""
-        last = after_sequence
+        last, ended = after_sequence, False
         wait_s, failing_since = _RETRY_FIRST_S, None
         while True:
             call = self._stub.Watch(executor_pb2.WatchRequest(job_id=job_id, after_sequence=last),
@@ -90,8 +91,14 @@ class ExecutorClient:
                     failing_since, wait_s = None, _RETRY_FIRST_S
                     if response.HasField("event"):
                         last = response.event.sequence
+                        ended = response.event.phase in _TERMINAL_PHASES
                     yield response
-                return
+                if ended:
+                    return
+                # the stream closed before the job ended (a draining service): reopen it from the last sequence
+                failing_since = failing_since or time.monotonic()
+                time.sleep(wait_s)
+                wait_s = min(wait_s * 2, _RETRY_MAX_S)
             except grpc.RpcError as exc:
                 if exc.code() not in _TRANSIENT:
                     raise from_rpc_error(exc) from exc

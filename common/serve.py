@@ -47,7 +47,7 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
 def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, health.HealthServicer]],
                         options: ServerOptions, metrics_address: str,
                         on_stop: Callable[[], None] = lambda: None) -> int:
-    """Start the server, log where it listens, wait for SIGTERM/SIGINT, then drain and stop."""
+    """Start the server, log where it listens, wait for SIGTERM/SIGINT, then drain, stop, and call on_stop."""
     configure_logging()
     log = structlog.get_logger(f"tunefleet.{name}")
     stop = threading.Event()
@@ -60,7 +60,7 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
                  metrics_port=metrics_port or None)
         stop.wait()
         log.info(f"{name}.draining", grace_s=SHUTDOWN_GRACE_S)
-        on_stop()
         shutdown(server, health_servicer, SHUTDOWN_GRACE_S)
+        on_stop()
     log.info(f"{name}.stopped")
     return 0

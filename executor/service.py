@@ -188,21 +188,25 @@ class Executor:
         hosts = self.hosts.hosts(request.gpu_class)
         all_hosts = hosts if not request.gpu_class else self.hosts.hosts()
         response = executor_pb2.FleetResponse(hosts=hosts)
-        for name, depth in self.queues.depths().items():
+        depths = self.queues.depths()
+        for name, depth in depths.items():
             parsed = job_queue.parse_queue_name(name)
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
                 continue
-            response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=parsed[0],
-                                                           priority=parsed[1], depth=depth))
+            gpu_class, priority = parsed
+            response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=gpu_class,
+                                                           priority=priority, depth=depth))  # type: ignore[arg-type]
+            # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
+            higher = sum(depths.get(job_queue.queue_name(gpu_class, p), 0) for p in job_queue.TIERS if p < priority)
             for position, job_id in enumerate(self._queued_ids(name)):
                 response.pending.append(executor_pb2.PendingJob(
-                    job_id=job_id, queue=name, reason=self._pending_reason(job_id, parsed[0], position, all_hosts)))
+                    job_id=job_id, queue=name, reason=self._pending_reason(gpu_class, higher + position, all_hosts)))
         return response
 
     def _queued_ids(self, queue: str) -> list[str]:
         return [m.decode() for m in self.redis.lrange(f"rq:queue:{queue}", 0, MAX_PAGE_SIZE - 1)]  # type: ignore
 
-    def _pending_reason(self, job_id: str, gpu_class: str, position: int, hosts: list[executor_pb2.Host]) -> str:
+    def _pending_reason(self, gpu_class: str, ahead: int, hosts: list[executor_pb2.Host]) -> str:
         of_class = [h for h in hosts if h.gpu_class == gpu_class]
         if not of_class:
             return f"no registered host has {gpu_class}; start 'tunefleet worker' on one (or re-plan for a class " \
@@ -210,8 +214,8 @@ class Executor:
         busy = [h for h in of_class if h.running_job_id]
         if len(busy) == len(of_class):
             return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(h.running_job_id for h in busy)})"
-        if position:
-            return f"{position} job(s) ahead of it in its queue"
+        if ahead:
+            return f"{ahead} job(s) of {gpu_class} ahead of it (its queue and higher tiers)"
         return "next in its queue; a free host picks it up within seconds"
 
 

@@ -35,6 +35,7 @@ from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegist
 from executor.progress import TERMINAL_PHASES, ProgressTail
 from executor.store import JobStore
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
+from planner.catalog import default_catalog
 
 log = structlog.get_logger("executor.worker")
 SUPERVISE_POLL_S = 0.2  # how often a running job checks for Cancel, shutdown, timeout and new events
@@ -296,8 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     args = p.parse_args(argv)
     configure_logging()
-    from planner.catalog import default_catalog
-
     gpus = detect_gpus(default_catalog())
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
