@@ -301,9 +301,52 @@ def test_a_stopping_worker_requeues_its_job_and_another_resumes_it(executor_serv
         saved = checkpoint.latest(out / "checkpoints")
         assert saved is not None
 
-        second = start_worker("host-b")
+        start_worker("host-b")
         rest = _events(client.watch("fleet-requeue", after_sequence=job.last_event.sequence))
         assert client.get("fleet-requeue").host_id == "host-b"
     resumed = [e for e in rest if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message]
     assert rest[-1].phase == progress_pb2.PHASE_DONE and rest[-1].step == 200, rest[-1].message
     assert resumed and resumed[0].step >= saved[0].step
+
+
+def test_the_watch_client_reconnects_across_a_service_restart_and_misses_nothing(redis_url, tiny_model,
+                                                                                   counting_data):
+    from executor.server import connect, create_server
+    from executor.service import ExecutorConfig
+
+    def serve(address: str):  # type: ignore[no-untyped-def]
+        executor = connect(redis_url, ExecutorConfig(heartbeat_interval_s=0.2))
+        server, port, _ = create_server(address, executor)
+        server.start()
+        return server, port, executor
+
+    server, port, executor = serve("127.0.0.1:0")
+    address = f"127.0.0.1:{port}"
+    plan = _plan(tiny_model, counting_data, "fleet-restart")
+    plan.hardware.gpu = "a100-80gb"  # no worker: the test publishes the run's events as rank 0 would
+    client = ExecutorClient(address)
+    client.submit(plan)
+    log = EventLog(executor.redis)
+    received: list[progress_pb2.ProgressEvent] = []
+    got_two = threading.Event()
+
+    def watch() -> None:
+        for r in client.watch("fleet-restart", reconnect_timeout_s=60):
+            if r.HasField("event"):
+                received.append(r.event)
+                if r.event.sequence == 2:
+                    got_two.set()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    log.publish(progress_pb2.ProgressEvent(job_id="fleet-restart", sequence=2, phase=progress_pb2.PHASE_LOADING))
+    assert got_two.wait(30)
+    server.stop(0).wait()
+    executor.close()
+    log.publish(progress_pb2.ProgressEvent(job_id="fleet-restart", sequence=3, phase=progress_pb2.PHASE_TRAINING))
+    server, _, executor = serve(address)  # the same address again
+    log.publish(progress_pb2.ProgressEvent(job_id="fleet-restart", sequence=4, phase=progress_pb2.PHASE_DONE))
+    watcher.join(60)
+    server.stop(0).wait()
+    executor.close()
+    assert not watcher.is_alive()
+    assert [e.sequence for e in received] == [1, 2, 3, 4]
