@@ -150,6 +150,9 @@ def run(steps: int) -> int:
             _say(f"submitted job {job_id} to {submitted.job.queue}; watching it")
             last = fleet_render.follow(client.watch(job_id), fit.per_gpu.total_bytes)
             job = client.get(job_id)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while any(h.running_job_id == job_id for h in client.fleet().hosts) and time.monotonic() < deadline:
+                time.sleep(0.2)  # the worker finishes its bookkeeping; bounded by STOP_TIMEOUT_S
             print()
             print(fleet_render.jobs_text([job]))
             print()

@@ -92,24 +92,36 @@ def follow(responses: Iterator[executor_pb2.WatchResponse], predicted_bytes: int
                 print(describe(r.event), file=out, flush=True)
         return last
     console = Console(file=out)
-    columns = (TextColumn("[bold]{task.fields[phase]:<13}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"),
-               TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[memory]}"), TimeElapsedColumn())
+    columns = (TextColumn("{task.fields[phase]:<13}", markup=False), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}", markup=False), TextColumn("{task.fields[speed]}", markup=False),
+               TextColumn("eta {task.fields[eta]}", markup=False), TextColumn("{task.fields[memory]}", markup=False),
+               TextColumn("{task.fields[checkpoint]}", markup=False), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task("job", total=None, phase="waiting", loss="-", speed="", eta="-", memory="")
+        task = bar.add_task("job", total=None, phase="waiting", loss="-", speed="", eta="-", memory="", checkpoint="")
         for r in responses:
             if r.HasField("history_trimmed"):
                 bar.console.print(f"history trimmed: events before {r.history_trimmed.first_available_sequence} "
-                                  "are gone")
+                                  "are gone", markup=False, highlight=False)
                 continue
             if not r.HasField("event"):
                 continue
             e = last = r.event
-            if e.message and e.phase != progress_pb2.PHASE_TRAINING:
-                bar.console.print(f"[{phase_name(e.phase)}] {e.message}")
-            bar.update(task, total=e.total_steps or None, completed=e.step, phase=phase_name(e.phase),
-                       loss=f"{e.loss:.4f}" if e.loss else "-",
-                       speed=f"{e.tokens_per_s:,.0f} tok/s" if e.tokens_per_s else "",
-                       eta=f"{e.eta_s:,.0f}s" if e.phase == progress_pb2.PHASE_TRAINING else "-",
-                       memory=_memory(e, predicted_bytes))
+            if e.message and e.phase not in (progress_pb2.PHASE_TRAINING, progress_pb2.PHASE_CHECKPOINTING):
+                bar.console.print(f"[{phase_name(e.phase)}] {e.message}", markup=False, highlight=False)
+            fields: dict[str, object] = {"phase": phase_name(e.phase), "completed": e.step}
+            if e.total_steps:
+                fields["total"] = e.total_steps
+            if e.loss:
+                fields["loss"] = f"{e.loss:.4f}"
+            if e.tokens_per_s:
+                fields["speed"] = f"{e.tokens_per_s:,.0f} tok/s"
+            if e.phase == progress_pb2.PHASE_TRAINING:
+                fields["eta"] = f"{e.eta_s:,.0f}s"
+            elif e.phase in (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED):
+                fields["eta"] = "-"
+            if _memory(e, predicted_bytes):
+                fields["memory"] = _memory(e, predicted_bytes)
+            if e.checkpoint_path:
+                fields["checkpoint"] = f"ckpt @ {e.step}"
+            bar.update(task, **fields)  # type: ignore[arg-type]
     return last
