@@ -232,6 +232,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
+    constraints = planner_pb2.Constraints(
+        allowed_gpus=a.allow_gpu, allowed_providers=a.provider, max_gpus=a.max_gpus, allow_spot=a.spot,
+        rank_by=RANKS[a.rank_by],
+        allowed_methods=[METHODS[m.strip()] for m in a.methods.split(",") if m.strip() in METHODS])
+    bad = [m for m in a.methods.split(",") if m.strip() and m.strip() not in METHODS]
+    if bad:
+        raise SystemExit(f"error: --methods: unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
+    if a.budget:
+        constraints.max_cost_usd = a.budget
+    if a.deadline_hours:
+        constraints.max_duration_s = a.deadline_hours * 3600
+    return planner_pb2.RecommendRequest(model=model_ref(a.model), training=_training(a), workload=_workload(a),
+                                        constraints=constraints, limit=a.limit, dataset=_dataset(a))
+
+
+def recommended_plan(argv: list[str]) -> plan_pb2.Plan:
+    """The plan `tunefleet recommend ARGV` would save: for `tunefleet submit --from-recommend ARGV`."""
+    a = build_parser().parse_args(["recommend", *argv])
+    with PlannerClient(a.address or None, token=a.token) as client:
+        rec = client.recommend(_recommend_request(a))
+    if not rec.HasField("plan"):
+        raise SystemExit("error: --from-recommend: no option meets the constraints; run 'tunefleet recommend' with "
+                         "the same options to see why each was rejected")
+    return rec.plan
+
+
 def run(a: argparse.Namespace, client: PlannerClient) -> str:
     if a.command == "fit":
         fit_resp = client.fit(planner_pb2.FitRequest(model=model_ref(a.model), training=_training(a),
@@ -242,20 +269,7 @@ def run(a: argparse.Namespace, client: PlannerClient) -> str:
                                                           hardware=_hardware(a), workload=_workload(a)))
         return render.dumps(est) if a.json else render.estimate_text(est)
     if a.command == "recommend":
-        constraints = planner_pb2.Constraints(
-            allowed_gpus=a.allow_gpu, allowed_providers=a.provider, max_gpus=a.max_gpus, allow_spot=a.spot,
-            rank_by=RANKS[a.rank_by],
-            allowed_methods=[METHODS[m.strip()] for m in a.methods.split(",") if m.strip() in METHODS])
-        bad = [m for m in a.methods.split(",") if m.strip() and m.strip() not in METHODS]
-        if bad:
-            raise SystemExit(f"error: --methods: unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
-        if a.budget:
-            constraints.max_cost_usd = a.budget
-        if a.deadline_hours:
-            constraints.max_duration_s = a.deadline_hours * 3600
-        rec = client.recommend(planner_pb2.RecommendRequest(model=model_ref(a.model), training=_training(a),
-                                                            workload=_workload(a), constraints=constraints,
-                                                            limit=a.limit, dataset=_dataset(a)))
+        rec = client.recommend(_recommend_request(a))
         text = render.dumps(rec) if a.json else render.recommend_text(rec)
         if a.save_plan and rec.HasField("plan"):
             a.save_plan.write_text(json_format.MessageToJson(rec.plan))
@@ -293,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         from planner.__main__ import serve
         return serve(args.rest)
     if args.command in fleet_cli.COMMANDS:
-        return fleet_cli.main(args)
+        return fleet_cli.main(args, recommended_plan)
     try:
         with PlannerClient(args.address or None, token=args.token) as client:
             print(run(args, client))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
@@ -41,10 +42,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        description="Queue a plan (from 'tunefleet recommend --save-plan FILE') on the queue of its "
                                    "GPU class. The job id is the plan id: submitting the same plan again returns "
                                    "the same job.")
-    s.add_argument("plan", type=Path, help="plan file (JSON or binary tunefleet.v1.Plan)")
+    s.add_argument("plan", type=Path, nargs="?", help="plan file (JSON or binary tunefleet.v1.Plan)")
     s.add_argument("--priority", choices=PRIORITIES, default="normal", help="queue tier (default %(default)s)")
     s.add_argument("--watch", action="store_true", help="then follow the job to its end, as 'tunefleet watch'")
     _add_executor_args(s)
+    s.add_argument("--from-recommend", nargs=argparse.REMAINDER, metavar="RECOMMEND-OPTIONS",
+                   help="instead of a plan file: submit the best option of 'tunefleet recommend RECOMMEND-OPTIONS' "
+                        "(last on the line, e.g. --from-recommend --model M --method lora --tokens 5M --dataset "
+                        "d.jsonl)")
     w = sub.add_parser("watch", help="follow a job's progress live", formatter_class=fmt, epilog=EXIT_HELP,
                        description="Replay a job's events, then follow them live to the end with a progress bar "
                                    "(one line per event when not on a terminal). A dropped connection is resumed "
@@ -94,14 +99,30 @@ def _watch(client: ExecutorClient, job_id: str, after: int, as_json: bool) -> in
     return _OUTCOME.get(last.phase, EXIT_FAILED)
 
 
-def _run(a: argparse.Namespace, client: ExecutorClient) -> int:
-    if a.command == "submit":
-        from executor.errors import PlanError
+PlanSource = Callable[[list[str]], plan_pb2.Plan]
 
-        try:
-            plan = _read_plan(a.plan)
-        except PlanError as e:
-            raise SystemExit(f"error: {e}") from None
+
+def _plan_to_submit(a: argparse.Namespace, recommended: PlanSource) -> plan_pb2.Plan:
+    from executor.errors import PlanError
+
+    if (a.plan is None) == (a.from_recommend is None):
+        raise SystemExit("error: give a plan file, or --from-recommend with the options of 'tunefleet recommend'")
+    if a.from_recommend is not None:
+        plan = recommended(a.from_recommend)
+        if not a.json:
+            print(f"recommended: {plan.hardware.gpus_per_node}x {plan.hardware.gpu or plan.hardware.flavor}, "
+                  f"{render.gib(plan.prediction.fit.per_gpu.total_bytes)} per GPU, "
+                  f"${plan.prediction.estimate.cost_usd:,.2f} predicted")
+        return plan
+    try:
+        return _read_plan(a.plan)
+    except PlanError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource) -> int:
+    if a.command == "submit":
+        plan = _plan_to_submit(a, recommended)
         r = client.submit(plan, PRIORITIES[a.priority])
         if a.json and not a.watch:
             print(render.dumps(r))
@@ -137,10 +158,11 @@ def _run(a: argparse.Namespace, client: ExecutorClient) -> int:
     return EXIT_OK
 
 
-def main(a: argparse.Namespace) -> int:
+def main(a: argparse.Namespace, recommended: PlanSource) -> int:
+    """Run a fleet command; `recommended` turns recommend options into a plan (submit --from-recommend)."""
     try:
         with ExecutorClient(a.executor, token=a.token) as client:
-            return _run(a, client)
+            return _run(a, client, recommended)
     except InvalidArgument as exc:
         for v in exc.violations or []:
             print(f"error: {v.field}: {v.description}", file=sys.stderr)
@@ -159,3 +181,8 @@ def main(a: argparse.Namespace) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except SystemExit as exc:  # a message about the command line: what to change
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return EXIT_BAD_REQUEST

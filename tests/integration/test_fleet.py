@@ -350,3 +350,17 @@ def test_the_watch_client_reconnects_across_a_service_restart_and_misses_nothing
     executor.close()
     assert not watcher.is_alive()
     assert [e.sequence for e in received] == [1, 2, 3, 4]
+
+
+def test_submit_from_recommend_queues_the_cheapest_option_on_its_gpu_class(executor_service, tiny_model,
+                                                                           counting_data):
+    cli = [sys.executable, "-m", "clients.cli", "submit", "--executor", executor_service.address, "--json"]
+    proc = subprocess.run([*cli, "--from-recommend", "--model", str(tiny_model), "--method", "lora", "--tokens",
+                           "100k", "--dataset", str(counting_data)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(proc.stdout)["job"]
+    assert json.loads(proc.stdout)["created"] and job["phase"] == "PHASE_QUEUED"
+    assert job["queue"].startswith("tunefleet.") and job["queue"].endswith(".normal")
+    assert job["queue"] != "tunefleet.cpu.normal", "a recommended plan names a catalog GPU class"
+    neither = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert neither.returncode == 2 and "give a plan file" in neither.stderr
