@@ -4,6 +4,7 @@ and worker (run a worker on this host)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -139,11 +140,11 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         jobs = list(client.jobs(phases, a.gpu_class, a.limit))
         if a.feedback:
             jobs = [j for j in jobs if j.HasField("feedback")]
-            print(render.json.dumps([{"job_id": j.job_id, "gpu_class": j.queue.split(".")[1],
+            print(json.dumps([{"job_id": j.job_id, "gpu_class": j.queue.split(".")[1],
                                       "feedback": render.to_dict(j.feedback)} for j in jobs], indent=1)
                   if a.json else fleet_render.feedback_text(jobs))
         else:
-            print(render.json.dumps([render.to_dict(j) for j in jobs], indent=1) if a.json
+            print(json.dumps([render.to_dict(j) for j in jobs], indent=1) if a.json
                   else fleet_render.jobs_text(jobs))
         return EXIT_OK
     if a.command == "cancel":

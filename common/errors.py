@@ -7,22 +7,21 @@ Each package keeps its own error base class; its errors also derive from one of 
 from __future__ import annotations
 
 
-class FieldError(Exception):
+class _FieldNamingError(Exception):
+    """An error about one request field: `field` names it, `description` says what to change."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.description = message
+
+
+class FieldError(_FieldNamingError):
     """A request field has a value that cannot be used (INVALID_ARGUMENT); names the field."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.description = message
 
-
-class MissingError(Exception):
+class MissingError(_FieldNamingError):
     """Something the request refers to (a job, a provider) does not exist (NOT_FOUND)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.description = message
 
 
 class PreconditionError(Exception):

@@ -58,12 +58,17 @@ class EventLog:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self._publish = connection.register_script(_PUBLISH)
 
-    def publish(self, event: progress_pb2.ProgressEvent, feedback: progress_pb2.Feedback | None = None) -> bool:
-        """Append a stamped event (job_id and sequence set); False when it was already there."""
+    def publish(self, event: progress_pb2.ProgressEvent, feedback: progress_pb2.Feedback | None = None,
+                pipeline: Any = None) -> bool:
+        """Append a stamped event (job_id and sequence set); False when it was already there. With a pipeline
+        (the caller's transaction) the publish is queued there and True returned."""
         result = self._publish(keys=[job_key(event.job_id), events_key(event.job_id)],
                                args=[event.sequence, event.SerializeToString(), event.phase,
                                      int(event.phase in TERMINAL_PHASES), now_ms(), EVENTS_RETENTION_S,
-                                     feedback.SerializeToString() if feedback is not None else b""])
+                                     feedback.SerializeToString() if feedback is not None else b""],
+                               client=pipeline)
+        if pipeline is not None:
+            return True
         if result == -1:
             raise KeyError(f"no job {event.job_id}")
         return bool(result == 1)

@@ -10,9 +10,9 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import json_format
 from tunefleet.v1 import progress_pb2
 
 TERMINAL_PHASES = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
@@ -38,15 +38,23 @@ def event_from_json(line: str) -> progress_pb2.ProgressEvent:
 
 def read_events(path: Path) -> list[progress_pb2.ProgressEvent]:
     """Every complete event in a JSON-lines progress file; a line cut by a crash is skipped."""
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(event_from_json(line))
-        except json_format.ParseError:
-            continue
-    return events
+    return ProgressTail(path).read_new()
+
+
+def new_event(job_id: str, sequence: int, phase: int, **fields: Any) -> progress_pb2.ProgressEvent:
+    """An event stamped with its job, sequence and the current time."""
+    event = progress_pb2.ProgressEvent(job_id=job_id, sequence=sequence, phase=phase, **fields)  # type: ignore
+    event.time.GetCurrentTime()
+    return event
+
+
+def log_tail(path: Path, lines: int) -> str:
+    """The last non-blank lines of a run's log ('' when it cannot be read), for error messages."""
+    try:
+        kept = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return "\n".join(kept[-lines:])
 
 
 class ProgressTail:
@@ -99,7 +107,7 @@ class JsonlProgressSink:
         self.path = path
         self.job_id = job_id
         path.parent.mkdir(parents=True, exist_ok=True)
-        previous = ProgressTail(path).read_new()
+        previous = read_events(path)
         self._sequence = max(previous[-1].sequence if previous else 0, start_after)
         self._file = path.open("a", encoding="utf-8")
         if _ends_mid_line(path):
@@ -111,9 +119,7 @@ class JsonlProgressSink:
         stamped = progress_pb2.ProgressEvent()
         stamped.CopyFrom(event)
         stamped.job_id, stamped.sequence = self.job_id, self._sequence
-        now = timestamp_pb2.Timestamp()
-        now.GetCurrentTime()
-        stamped.time.CopyFrom(now)
+        stamped.time.GetCurrentTime()
         self._file.write(event_to_json(stamped) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from executor import job_queue
 from executor.errors import PlanError
 from executor.events import EventLog
 from executor.hosts import HostRegistry, plan_gpu_class
-from executor.progress import TERMINAL_PHASES
+from executor.progress import TERMINAL_PHASES, new_event
 from executor.run_config import run_config_from_plan
 from executor.store import (
     DEFAULT_EVENTS_MAX_LEN,
@@ -24,7 +23,6 @@ from executor.store import (
     NewJob,
     decode_page_token,
     encode_page_token,
-    events_key,
     job_from_record,
     job_key,
     now_ms,
@@ -43,13 +41,6 @@ _LIST_SCAN_LIMIT = 5_000  # records one List call may read while filtering, so a
 class ExecutorConfig:
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
-
-
-def _event(job_id: str, sequence: int, phase: int, message: str) -> progress_pb2.ProgressEvent:
-    now = timestamp_pb2.Timestamp()
-    now.GetCurrentTime()
-    return progress_pb2.ProgressEvent(job_id=job_id, sequence=sequence, phase=phase, message=message,  # type: ignore
-                                      time=now)
 
 
 class Executor:
@@ -95,12 +86,11 @@ class Executor:
                                                             "plan; give this plan a new plan_id")
                         return executor_pb2.SubmitResponse(job=existing, created=False)
                     submitted = now_ms()
-                    first = _event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
-                                   f"queued on {new.queue}")
                     pipe.multi()
-                    pipe.hset(key, mapping=new.fields(first, submitted))
+                    pipe.hset(key, mapping=new.fields(submitted))
                     pipe.zadd(JOBS_INDEX, {plan.plan_id: submitted})
-                    pipe.xadd(events_key(plan.plan_id), {b"e": first.SerializeToString()}, id="1-0")
+                    self.events.publish(new_event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
+                                                  message=f"queued on {new.queue}"), pipeline=pipe)
                     self.queues.enqueue(plan.plan_id, new.queue, new.timeout_s, pipeline=pipe)
                     pipe.execute()
                     return executor_pb2.SubmitResponse(job=self.store.get(plan.plan_id), created=True)
@@ -159,13 +149,10 @@ class Executor:
                         break
                     pipe.multi()
                     if phase == progress_pb2.PHASE_QUEUED:
-                        event = _event(request.job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_CANCELLED,
-                                       f"cancelled before it started{': ' + reason if reason else ''}")
                         self.queues.remove(request.job_id, record[b"queue"].decode(), pipeline=pipe)
-                        pipe.xadd(events_key(request.job_id), {b"e": event.SerializeToString()},
-                                  id=f"{event.sequence}-0")
-                        pipe.hset(key, mapping={"phase": event.phase, "last_event": event.SerializeToString(),
-                                                "last_sequence": event.sequence, "finished_at_ms": now_ms()})
+                        self.events.publish(new_event(
+                            request.job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_CANCELLED,
+                            message=f"cancelled before it started{': ' + reason if reason else ''}"), pipeline=pipe)
                     elif phase in RUNNING_PHASES:
                         pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
                     pipe.execute()

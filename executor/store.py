@@ -83,13 +83,14 @@ class NewJob:
     timeout_s: int
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
 
-    def fields(self, first_event: progress_pb2.ProgressEvent, submitted_ms: int) -> dict[str, bytes | str | int]:
+    def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
+        """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""
         return {"schema": JOB_SCHEMA_VERSION, "plan": self.plan.SerializeToString(), "priority": self.priority,
                 "queue": self.queue, "gpu_class": self.gpu_class, "gpus": self.gpus,
-                "phase": first_event.phase, "submitted_at_ms": submitted_ms, "started_at_ms": 0,
+                "phase": progress_pb2.PHASE_QUEUED, "submitted_at_ms": submitted_ms, "started_at_ms": 0,
                 "finished_at_ms": 0, "host_id": "", "error": "", "log_path": "", "output_dir": "",
-                "last_event": first_event.SerializeToString(), "last_sequence": first_event.sequence,
-                "cancel_requested": 0, "events_max_len": self.events_max_len, "timeout_s": self.timeout_s}
+                "last_event": b"", "last_sequence": 0, "cancel_requested": 0,
+                "events_max_len": self.events_max_len, "timeout_s": self.timeout_s}
 
 
 def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
@@ -138,11 +139,6 @@ class JobStore:
 
     def get(self, job_id: str, with_plan: bool = True) -> executor_pb2.Job:
         return job_from_record(job_id, self.raw(job_id), with_plan)
-
-    def plan(self, job_id: str) -> plan_pb2.Plan:
-        plan = plan_pb2.Plan()
-        plan.ParseFromString(self.raw(job_id).get(b"plan", b""))
-        return plan
 
     def claim(self, job_id: str, host_id: str) -> str:
         """'ok' when this host now owns the job; otherwise why not (its phase name, or 'missing')."""

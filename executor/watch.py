@@ -6,7 +6,7 @@ the hub's own wake-up stream (tunefleet:v1:hub:<id>, expiring) is part of every 
 stream joins at once.
 A watcher subscribes before it replays and drops anything at or below the last sequence it sent, so the
 hand-over from history to live events can neither lose nor repeat an event. A watcher that falls more than
-WATCHER_QUEUE_MAX events behind is moved back to reading history, so a slow client cannot grow the server.
+WATCHER_QUEUE_MAX events behind goes back to reading history, so a slow client cannot grow the server.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ HUB_READ_COUNT = 1_000
 @dataclass
 class _Subscriber:
     job_id: str
-    events: queue.Queue[progress_pb2.ProgressEvent | None] = field(
+    events: queue.Queue[progress_pb2.ProgressEvent] = field(
         default_factory=lambda: queue.Queue(maxsize=WATCHER_QUEUE_MAX))
     overflowed: bool = False
 
@@ -158,21 +158,14 @@ class Watcher:
                 sent = last.sequence
                 if last.phase in TERMINAL_PHASES:
                     return
-        while True:  # history, page by page
-            page = self.events.read_after(job_id, sent, REPLAY_PAGE)
-            for event in page:
-                yield executor_pb2.WatchResponse(event=event)
-                sent = event.sequence
-                if event.phase in TERMINAL_PHASES:
-                    return
-            if len(page) < REPLAY_PAGE:
-                break
-        idle_since = time.monotonic()
+        # History first, then live events; history again whenever this watcher fell behind the hub. Draining the
+        # queue before reading history loses nothing: history reaches at least as far as anything queued.
+        catch_up, idle_since = True, time.monotonic()
         while self.is_active():
-            if sub.overflowed:  # fell behind: catch up from history, then go on live
-                sub.overflowed = False
+            if catch_up or sub.overflowed:
+                catch_up, sub.overflowed = False, False
                 _drain(sub)
-                for event in self.events.read_after(job_id, sent, WATCHER_QUEUE_MAX):
+                for event in self._history(job_id, sent):
                     yield executor_pb2.WatchResponse(event=event)
                     sent = event.sequence
                     if event.phase in TERMINAL_PHASES:
@@ -186,13 +179,22 @@ class Watcher:
                     yield _heartbeat()
                     idle_since = time.monotonic()
                 continue
-            if event is None or event.sequence <= sent:
+            if event.sequence <= sent:
                 continue
             yield executor_pb2.WatchResponse(event=event)
             sent = event.sequence
             idle_since = time.monotonic()
             if event.phase in TERMINAL_PHASES:
                 return
+
+    def _history(self, job_id: str, after: int) -> Iterator[progress_pb2.ProgressEvent]:
+        """Every kept event after `after`, page by page."""
+        while True:
+            page = self.events.read_after(job_id, after, REPLAY_PAGE)
+            yield from page
+            if len(page) < REPLAY_PAGE:
+                return
+            after = page[-1].sequence
 
 
 def _drain(sub: _Subscriber) -> None:

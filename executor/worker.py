@@ -25,14 +25,14 @@ from typing import Any
 
 import redis
 import structlog
-from google.protobuf import json_format, timestamp_pb2
-from tunefleet.v1 import progress_pb2
+from google.protobuf import json_format
+from tunefleet.v1 import plan_pb2, progress_pb2
 
 from common.log import configure_logging
 from executor import job_queue
 from executor.events import EventLog, RedisProgressSink
 from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegistry, default_host_id, detect_gpus
-from executor.progress import TERMINAL_PHASES, ProgressTail
+from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
 from executor.store import JobStore
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from planner.catalog import default_catalog
@@ -98,7 +98,9 @@ class WorkerRuntime:
 
     def _run_claimed(self, job_id: str) -> dict[str, Any]:
         structlog.contextvars.bind_contextvars(job_id=job_id)
-        plan = self.store.plan(job_id)
+        record = self.store.raw(job_id)  # read once: the plan, its queue and its timeout
+        plan = plan_pb2.Plan.FromString(record[b"plan"])
+        queue, timeout_s = record[b"queue"].decode(), int(record.get(b"timeout_s") or 0)
         out = self.output_dir(plan.output_uri, job_id)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         plan_path = out / "plan.json"
@@ -116,9 +118,8 @@ class WorkerRuntime:
                                   f"{self.gpus.gpu_count}. Re-plan with hardware.gpus_per_node <= "
                                   f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
             else:
-                timeout_s = int(self.store.raw(job_id).get(b"timeout_s", b"0") or 0) or job_queue.DEFAULT_JOB_TIMEOUT_S
-                outcome = self._supervise(job_id, plan_path, out, timeout_s)
-            last = self._finish(job_id, out, outcome)
+                outcome = self._supervise(job_id, plan_path, out, timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
+            last = self._finish(job_id, out, outcome, queue, timeout_s)
         finally:
             structlog.contextvars.unbind_contextvars("job_id")
         return {"job_id": job_id, "phase": progress_pb2.Phase.Name(last.phase), "step": last.step}
@@ -167,7 +168,7 @@ class WorkerRuntime:
             return Outcome(last.phase, last.message)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {proc.returncode} before the run "
                                                   f"ended; its last lines ({out / 'logs' / 'launcher.log'}):\n"
-                                                  f"{_tail(out / 'logs' / 'launcher.log')}")
+                                                  f"{log_tail(out / 'logs' / 'launcher.log', LOG_TAIL_LINES)}")
 
     def _stop_reason(self, job_id: str, deadline: float, timeout_s: int, out: Path) -> Outcome | None:
         why = self.store.cancel_request(job_id)
@@ -190,11 +191,8 @@ class WorkerRuntime:
             last = self._last_event(job_id)
             if last.phase in TERMINAL_PHASES:
                 return
-            now = timestamp_pb2.Timestamp()
-            now.GetCurrentTime()
-            self.events.publish(progress_pb2.ProgressEvent(job_id=job_id, sequence=last.sequence + 1, time=now,
-                                                           phase=progress_pb2.PHASE_FAILED, step=last.step,
-                                                           total_steps=last.total_steps, message=message))
+            self.events.publish(new_event(job_id, last.sequence + 1, progress_pb2.PHASE_FAILED, step=last.step,
+                                          total_steps=last.total_steps, message=message))
             self.store.update(job_id, error=message)
         except (redis.RedisError, KeyError) as e:
             log.warning("job.fail_record_failed", error=str(e))
@@ -217,7 +215,8 @@ class WorkerRuntime:
         finally:
             sink.close()
 
-    def _finish(self, job_id: str, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
+    def _finish(self, job_id: str, out: Path, outcome: Outcome, queue: str,
+                timeout_s: int) -> progress_pb2.ProgressEvent:
         last = self._last_event(job_id)
         if last.phase != outcome.phase or last.phase not in TERMINAL_PHASES:
             last = self._emit(out, progress_pb2.ProgressEvent(
@@ -235,19 +234,9 @@ class WorkerRuntime:
         if fields:
             self.store.update(job_id, **fields)
         if outcome.requeue:
-            record = self.store.raw(job_id)
-            job_queue.JobQueues(self.redis).enqueue(job_id, record[b"queue"].decode(),
-                                                    int(record[b"timeout_s"]), at_front=True)
+            job_queue.JobQueues(self.redis).enqueue(job_id, queue, timeout_s, at_front=True)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last
-
-
-def _tail(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
 def _kill_group(pgid: int) -> None:

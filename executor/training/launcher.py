@@ -17,7 +17,7 @@ from pathlib import Path
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import PlanError, TrainingFailedError
-from executor.progress import TERMINAL_PHASES, ProgressTail, open_sink, read_events
+from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, open_sink
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
@@ -103,14 +103,13 @@ def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, r
             *(["--redis-url", redis_url] if redis_url else [])]
 
 
-def _log_tail(path: Path) -> str:
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return "\n".join(lines[-_LOG_TAIL_LINES:])
-
-
-def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEvent], None]) -> None:
+def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEvent], None],
+                 last: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+    """Hand new events to on_event; returns the latest event of the file."""
     for event in tail.read_new():
         on_event(event)
+        last = event
+    return last
 
 
 def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
@@ -128,7 +127,8 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     data.save_examples(cfg.tokenized_path, examples)
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
     tail = ProgressTail(cfg.progress_path)
-    tail.read_new()  # events of earlier runs of this plan are not news
+    earlier = tail.read_new()  # events of earlier runs of this plan are not news
+    last = earlier[-1] if earlier else progress_pb2.ProgressEvent()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if not detect_host().has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
@@ -150,13 +150,11 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
                     exit_code = proc.wait(timeout=_POLL_S)
                     break
                 except subprocess.TimeoutExpired:
-                    _forward_new(tail, on_event)
+                    last = _forward_new(tail, on_event, last)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    _forward_new(tail, on_event)
-    events = read_events(cfg.progress_path)
-    last = events[-1] if events else progress_pb2.ProgressEvent()
+    last = _forward_new(tail, on_event, last)
     ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
     if not ended and stop is not INTERRUPT_SIGNAL:
         sink = open_sink(cfg.progress_path, cfg.plan_id, redis_url)
@@ -166,7 +164,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
                                                         message="cancelled; rerun the plan to resume"))
         else:
             failure = TrainingFailedError(f"training ranks exited with status {exit_code}; the last log lines "
-                                          f"({cfg.log_path}):\n{_log_tail(cfg.log_path)}")
+                                          f"({cfg.log_path}):\n{log_tail(cfg.log_path, _LOG_TAIL_LINES)}")
             last = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
                                                         total_steps=last.total_steps, message=str(failure)))
         sink.close()
