@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import csv
 import os
-import socket
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common.net import free_port
+
 RESULTS = Path(__file__).parent / "results"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def as_single_rank() -> None:
@@ -24,7 +19,7 @@ def as_single_rank() -> None:
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     if "MASTER_PORT" not in os.environ:
-        os.environ["MASTER_PORT"] = str(_free_port())
+        os.environ["MASTER_PORT"] = str(free_port())
 
 
 def time_calls(fn: Callable[[], object], n: int, warmup: int = 20) -> list[float]:

@@ -26,10 +26,11 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import progress_pb2
 
-from benchmarks.common import _free_port, pct, print_table, write_csv
+from benchmarks.common import pct, print_table, write_csv
 from clients.executor_client import ExecutorClient
 from common.rpc import shutdown
 from executor.events import EventLog
+from executor.local_redis import start_redis_server, stop_redis_server
 from executor.server import connect, create_server
 from executor.service import ExecutorConfig
 from executor.tiny import build_model, counting_text, make_plan
@@ -37,22 +38,6 @@ from executor.tiny import build_model, counting_text, make_plan
 WATCHERS_PER_PROCESS = 50
 EVENT_INTERVAL_S = 0.05
 JOB_WAIT_S = 300.0
-
-
-def _redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(directory)], stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # bounded wait for the server to listen
 
 
 def _s(ts: timestamp_pb2.Timestamp) -> float:
@@ -144,7 +129,7 @@ def main() -> None:
     p.add_argument("--events", type=int, default=200, help="events per latency measurement (default %(default)s)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tunefleet-bench-"))
-    redis_proc, url = _redis(work)
+    redis_proc, url = start_redis_server(work)
     executor = connect(url, ExecutorConfig())
     server, port, health = create_server("127.0.0.1:0", executor)
     server.start()
@@ -171,8 +156,7 @@ def main() -> None:
     finally:
         shutdown(server, health, 1.0)
         executor.close()
-        redis_proc.terminate()
-        redis_proc.wait()
+        stop_redis_server(redis_proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

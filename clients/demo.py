@@ -28,6 +28,8 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, progress_pb2
 from clients import fleet_render, render
 from clients.executor_client import ExecutorClient
 from clients.planner_client import PlannerClient
+from common.net import free_port
+from executor.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 START_TIMEOUT_S = 120.0
@@ -35,12 +37,6 @@ STOP_TIMEOUT_S = 60.0
 STATE_DIR = Path(".tunefleet")
 DEMO_STEPS = 120
 PLANNED_GPU = "rtx-4090"  # what the planner sizes the job for; the demo worker runs it on the CPU
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _say(text: str) -> None:
@@ -90,23 +86,16 @@ def _redis(stack: ExitStack, logs: Path) -> str:
         return DEFAULT_REDIS
     except redis.RedisError:
         pass
-    port = _free_port()
     data = (STATE_DIR / "redis").resolve()
     data.mkdir(parents=True, exist_ok=True)
-    stack.enter_context(_process("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir",
-                                           str(data), "--appendonly", "yes", "--save", ""], logs))
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "redis.log").open("wb") as log:
         try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise SystemExit("redis-server did not start; is it installed? "
-                                 "(apt-get install redis-server)") from None
-            time.sleep(0.1)  # not up yet, bounded by START_TIMEOUT_S
-    _say(f"started redis-server on port {port} (data in {data})")
+            proc, url = start_redis_server(data, appendonly=True, log=log)
+        except RedisServerError as e:
+            raise SystemExit(f"error: {e}") from None
+    stack.callback(stop_redis_server, proc)
+    _say(f"started redis-server at {url} (data in {data})")
     return url
 
 
@@ -117,7 +106,7 @@ def run(steps: int) -> int:
     cli = [sys.executable, "-m", "clients.cli"]
     with ExitStack() as stack:
         redis_url = _redis(stack, logs)
-        planner_address, executor_address = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+        planner_address, executor_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         planner = stack.enter_context(_process("planner", [*cli, "serve", "planner", "--address", planner_address],
                                                logs))
         executor = stack.enter_context(_process("executor", [*cli, "serve", "executor", "--address", executor_address,

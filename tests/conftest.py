@@ -1,10 +1,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +11,6 @@ from common.rpc import ServerOptions, shutdown
 from planner.server import create_server
 
 TOKEN = "test-token"
-REDIS_START_S = 20.0
 # Nothing in the suite may come from the Hugging Face hub: models and data are built locally.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -60,40 +55,17 @@ def counting_data(tmp_path: Path) -> Path:
     return counting_text(tmp_path / "data.jsonl", records=64)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server of our own on a free loopback port (never one we did not start), with nothing on disk."""
-    import redis
+    from executor.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: 'make test' installs it (apt-get install redis-server)")
-    port = _free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path_factory.mktemp("redis"))], stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + REDIS_START_S
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"redis-server on port {port} did not start")
-            try:  # wait on the server process between pings, bounded by REDIS_START_S
-                proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                continue
+    try:
+        proc, url = start_redis_server(tmp_path_factory.mktemp("redis"))
+    except RedisServerError as e:
+        pytest.fail(str(e))
     yield url
-    client.shutdown(nosave=True)
-    proc.wait(timeout=10)
+    stop_redis_server(proc)
 
 
 @pytest.fixture()
