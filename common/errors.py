@@ -30,3 +30,7 @@ class PreconditionError(Exception):
 
 class ExhaustedError(Exception):
     """A limit was hit (RESOURCE_EXHAUSTED)."""
+
+
+class UnavailableError(Exception):
+    """A backing service (the fleet's Redis) cannot be reached now; the client may retry (UNAVAILABLE)."""

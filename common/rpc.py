@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from common import metrics
-from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError
+from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
 
 log = structlog.get_logger("tunefleet.rpc")
 REQUEST_ID_KEY = "x-request-id"
@@ -50,7 +50,8 @@ def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusC
                                        (PreconditionError, grpc.StatusCode.FAILED_PRECONDITION,
                                         code_pb2.FAILED_PRECONDITION),
                                        (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                        code_pb2.RESOURCE_EXHAUSTED)):
+                                        code_pb2.RESOURCE_EXHAUSTED),
+                                       (UnavailableError, grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE)):
         if isinstance(exc, category):
             return _status(proto_code, str(exc), []), code, str(exc)
     return None, grpc.StatusCode.INTERNAL, "internal error; the server log has the details"

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 import redis
 
 from common.serve import add_server_arguments, run_until_signalled, server_options
+from executor import redis_conn
 from executor.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
 from executor.service import ExecutorConfig
 from executor.store import DEFAULT_EVENTS_MAX_LEN
+from executor.sweeper import DEFAULT_RETRY_BACKOFF_S, DEFAULT_RETRY_LIMIT, MAX_RETRY_BACKOFF_S, FleetPolicy
 from executor.watch import DEFAULT_HEARTBEAT_INTERVAL_S
 
 DEFAULT_ADDRESS = "127.0.0.1:50052"
@@ -30,11 +33,34 @@ def serve(argv: list[str] | None = None) -> int:
                         help="Watch sends a heartbeat after this many idle seconds (default %(default)s)")
     parser.add_argument("--events-max-len", type=int, default=DEFAULT_EVENTS_MAX_LEN,
                         help="events kept per job stream, oldest trimmed first (default %(default)s)")
+    policy = parser.add_argument_group(
+        "fleet policy", "stored in the fleet's Redis for every worker and service; a flag left out keeps the "
+                        "fleet's current setting")
+    policy.add_argument("--preemption", choices=("on", "off"),
+                        help="on: a high-priority job waiting on a busy GPU class makes a lower-priority job "
+                             "checkpoint and yield its host (it resumes later); off: strict queue order "
+                             "(default off)")
+    policy.add_argument("--retry-limit", type=int,
+                        help=f"lost hosts a job survives (requeued from its checkpoint each time); the next one "
+                             f"fails it (default {DEFAULT_RETRY_LIMIT})")
+    policy.add_argument("--retry-backoff-s", type=float,
+                        help=f"wait before retry n: this × 2^(n-1), at most {MAX_RETRY_BACKOFF_S:g} s "
+                             f"(default {DEFAULT_RETRY_BACKOFF_S:g})")
     args = parser.parse_args(argv)
     if args.heartbeat_interval_s <= 0 or args.events_max_len < 1:
         parser.error("--heartbeat-interval-s must be > 0 and --events-max-len >= 1")
+    if (args.retry_limit is not None and args.retry_limit < 0) or \
+            (args.retry_backoff_s is not None and not 0 <= args.retry_backoff_s <= MAX_RETRY_BACKOFF_S):
+        parser.error(f"--retry-limit must be >= 0 and --retry-backoff-s between 0 and {MAX_RETRY_BACKOFF_S:g}")
     options = server_options(parser, args, MAX_CONCURRENT_RPCS)
-    config = ExecutorConfig(heartbeat_interval_s=args.heartbeat_interval_s, events_max_len=args.events_max_len)
+    try:
+        fleet_policy = _policy(args)
+    except redis.RedisError as e:
+        print(f"tunefleet serve executor: cannot reach Redis at {args.redis} ({e}); start redis-server or pass "
+              "--redis URL", file=sys.stderr)
+        return 3
+    config = ExecutorConfig(heartbeat_interval_s=args.heartbeat_interval_s, events_max_len=args.events_max_len,
+                            policy=fleet_policy)
     executor = connect(args.redis, config)
     try:
         executor.redis.ping()
@@ -44,6 +70,17 @@ def serve(argv: list[str] | None = None) -> int:
         return 3
     return run_until_signalled("executor", lambda: create_server(args.address, executor, options), options,
                                args.metrics_address, on_stop=executor.close)
+
+
+def _policy(args: argparse.Namespace) -> FleetPolicy | None:
+    """The fleet's stored policy with the flags given applied; None when no policy flag was given."""
+    if args.preemption is None and args.retry_limit is None and args.retry_backoff_s is None:
+        return None
+    current = FleetPolicy.load(redis_conn.connect(args.redis))
+    return dataclasses.replace(
+        current, **{k: v for k, v in (("preemption", None if args.preemption is None else args.preemption == "on"),
+                                      ("retry_limit", args.retry_limit),
+                                      ("retry_backoff_s", args.retry_backoff_s)) if v is not None})
 
 
 if __name__ == "__main__":

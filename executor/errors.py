@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError
+from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
 
 
 class ExecutorError(Exception):
@@ -27,3 +27,7 @@ class DoesNotFitError(ExecutorError, ExhaustedError):
 
 class TrainingFailedError(ExecutorError):
     """A training rank exited with an error; the message carries its last log lines."""
+
+
+class FleetUnavailableError(ExecutorError, UnavailableError):
+    """The fleet's Redis cannot be reached (UNAVAILABLE); the call may be retried."""

@@ -16,17 +16,21 @@ import redis
 import structlog
 from tunefleet.v1 import progress_pb2
 
+from executor.lease import FenceGuard, LeaseLostError
 from executor.progress import TERMINAL_PHASES, JsonlProgressSink
+from executor.redis_conn import RANK_RETRY, connect
 from executor.store import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, events_key, job_key, now_ms
 
 log = structlog.get_logger("executor.events")
 EVENT_FIELD = b"e"
 
 # KEYS: job hash, stream. ARGV: sequence, event bytes, phase, terminal (0/1), now ms, retention s, Feedback bytes
-# (stored with the event that carries it, so a client that sees DONE also sees the job's Feedback).
-# Returns 1 published, 0 already there (not newer than the last event), -1 no such job.
+# (stored with the event that carries it, so a client that sees DONE also sees the job's Feedback), fence (the
+# publisher's fencing token; 0 for the service's own events, which it writes inside transactions).
+# Returns 1 published, 0 already there (not newer than the last event), -1 no such job, -2 stale fence.
 _PUBLISH = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[8] ~= '0' and redis.call('HGET', KEYS[1], 'fence') ~= ARGV[8] then return -2 end
 local last = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0')
 if tonumber(ARGV[1]) <= last then return 0 end
 local maxlen = tonumber(redis.call('HGET', KEYS[1], 'events_max_len') or '{DEFAULT_EVENTS_MAX_LEN}')
@@ -59,18 +63,22 @@ class EventLog:
         self._publish = connection.register_script(_PUBLISH)
 
     def publish(self, event: progress_pb2.ProgressEvent, feedback: progress_pb2.Feedback | None = None,
-                pipeline: Any = None) -> bool:
+                pipeline: Any = None, fence: int = 0) -> bool:
         """Append a stamped event (job_id and sequence set); False when it was already there. With a pipeline
-        (the caller's transaction) the publish is queued there and True returned."""
+        (the caller's transaction) the publish is queued there and True returned. With a fence, raises
+        LeaseLostError when the job has moved to another holder."""
         result = self._publish(keys=[job_key(event.job_id), events_key(event.job_id)],
                                args=[event.sequence, event.SerializeToString(), event.phase,
                                      int(event.phase in TERMINAL_PHASES), now_ms(), EVENTS_RETENTION_S,
-                                     feedback.SerializeToString() if feedback is not None else b""],
+                                     feedback.SerializeToString() if feedback is not None else b"", fence],
                                client=pipeline)
         if pipeline is not None:
             return True
         if result == -1:
             raise KeyError(f"no job {event.job_id}")
+        if result == -2:
+            raise LeaseLostError(f"job {event.job_id} moved to another host (this publisher holds fence {fence}); "
+                                 f"event {event.sequence} refused")
         return bool(result == 1)
 
     def last_sequence(self, job_id: str) -> int:
@@ -90,14 +98,16 @@ class EventLog:
 
 
 class RedisProgressSink:
-    """A ProgressSink that writes progress.jsonl (the run's local record) and publishes each event to the job's
-    stream. Sequences continue from whichever is further along, the file or the stream (events written by the
+    """A ProgressSink that publishes each event to the job's stream and writes progress.jsonl (the run's local
+    record). Sequences continue from whichever is further along, the file or the stream (events written by the
     service while the job was queued). A Redis error never stops training: the event is in the file, and the
-    worker backfills the stream from it."""
+    worker backfills the stream from it. A stale fence does: LeaseLostError, and nothing is written anywhere."""
 
-    def __init__(self, redis_url: str, path: Path, job_id: str) -> None:
-        self._events = EventLog(redis.Redis.from_url(redis_url, socket_timeout=5))
+    def __init__(self, redis_url: str, path: Path, job_id: str, fence: int = 0) -> None:
+        self.redis = connect(redis_url, RANK_RETRY)
+        self._events = EventLog(self.redis)
         self.job_id = job_id
+        self.guard = FenceGuard(self.redis, job_id, fence) if fence else None
         try:
             floor = self._events.last_sequence(job_id)
         except redis.RedisError as e:
@@ -107,13 +117,25 @@ class RedisProgressSink:
 
     def emit(self, event: progress_pb2.ProgressEvent,
              feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
-        stamped = self._file.emit(event)
+        stamped = self._file.stamp(event)
         try:
-            self._events.publish(stamped, feedback)
+            self._events.publish(stamped, feedback, fence=self.guard.fence if self.guard else 0)
         except (redis.RedisError, KeyError) as e:
             log.warning("events.publish_failed", sequence=stamped.sequence, error=str(e))
-        return stamped
+        return self._file.write(stamped)
+
+    def confirm_lease(self) -> bool:
+        """Before a write outside Redis (a checkpoint seal): LeaseLostError when the job moved on, False when
+        Redis cannot say."""
+        if self.guard is None:
+            return True
+        try:
+            self.guard.confirm()
+        except redis.RedisError as e:
+            log.warning("events.lease_unconfirmed", error=str(e))
+            return False
+        return True
 
     def close(self) -> None:
         self._file.close()
-        self._events.redis.close()
+        self.redis.close()

@@ -8,6 +8,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -113,13 +114,15 @@ class HostRegistry:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self.ttl_s = ttl_s
 
-    def heartbeat(self, host_id: str, gpus: HostGpus, running_job_id: str, queues: list[str]) -> None:
+    def heartbeat(self, host_id: str, gpus: HostGpus, running_job_id: str, queues: list[str], work_dir: Path,
+                  work_dir_shared: bool) -> None:
         now = time.time()
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(host_key(host_id), mapping={"gpu_class": gpus.gpu_class, "gpu_count": gpus.gpu_count,
                                               "gpu_memory_bytes": gpus.gpu_memory_bytes,
                                               "device_name": gpus.device_name, "running_job_id": running_job_id,
-                                              "queues": ",".join(queues), "last_heartbeat_s": now})
+                                              "queues": ",".join(queues), "last_heartbeat_s": now,
+                                              "work_dir": str(work_dir), "work_dir_shared": int(work_dir_shared)})
         pipe.expire(host_key(host_id), self.ttl_s)
         pipe.zadd(HOSTS_INDEX, {host_id: now})
         pipe.execute()
@@ -148,7 +151,9 @@ class HostRegistry:
             hosts.append(executor_pb2.Host(host_id=host_id, gpu_class=record[b"gpu_class"].decode(),
                                            gpu_count=int(record[b"gpu_count"]),
                                            gpu_memory_bytes=int(record[b"gpu_memory_bytes"]),
-                                           running_job_id=record[b"running_job_id"].decode(), last_heartbeat=beat))
+                                           running_job_id=record[b"running_job_id"].decode(), last_heartbeat=beat,
+                                           work_dir=record.get(b"work_dir", b"").decode(),
+                                           work_dir_shared=record.get(b"work_dir_shared") == b"1"))
         if gone:
             self.redis.zrem(HOSTS_INDEX, *gone)
         return hosts

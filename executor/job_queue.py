@@ -14,6 +14,9 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from tunefleet.v1 import executor_pb2
 
@@ -79,6 +82,16 @@ class JobQueues:
         """Take a queued job out of its queue (Cancel before it started)."""
         self._queue(queue).remove(job_id, pipeline=pipeline)
         (pipeline or self.redis).delete(f"rq:job:{job_id}")
+
+    def forget_execution(self, job_id: str, queue: str, pipeline: Any = None) -> None:
+        """Drop a lost host's execution of the job from rq's started registry (inside the caller's transaction),
+        so rq's own clean-up never marks the job failed while another host runs it."""
+        try:
+            job = Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
+        except NoSuchJobError:
+            return
+        StartedJobRegistry(queue, connection=self.redis, serializer=JSONSerializer).remove_executions(
+            job, pipeline=pipeline)
 
     def depths(self) -> dict[str, int]:
         """Jobs waiting in each of the fleet's queues."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +24,11 @@ class ProgressSink(Protocol):
              feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
         """Record one event (and, with the final one, the run's Feedback where the sink keeps it); returns the
         event with job id, sequence and time filled in."""
+        ...
+
+    def confirm_lease(self) -> bool:
+        """Before a write outside the sink (a checkpoint seal): True when this run may write; False when that
+        cannot be confirmed now; LeaseLostError when the job belongs to another run."""
         ...
 
     def close(self) -> None: ...
@@ -83,13 +89,25 @@ class ProgressTail:
         return events
 
 
-def open_sink(path: Path, job_id: str, redis_url: str | None = None) -> ProgressSink:
-    """The JSON-lines sink; with a Redis URL (a fleet worker's run) it also publishes to the job's stream."""
-    if not redis_url:
+@dataclass(frozen=True)
+class FleetLink:
+    """A fleet worker's run: where its events go, and the fencing token (executor.lease) it holds the job by."""
+
+    redis_url: str
+    fence: int = 0
+
+    def arguments(self) -> list[str]:
+        return ["--redis-url", self.redis_url, "--fence", str(self.fence)]
+
+
+def open_sink(path: Path, job_id: str, link: FleetLink | None = None) -> ProgressSink:
+    """The JSON-lines sink; for a fleet run it also publishes to the job's stream, as the holder of the link's
+    fence."""
+    if link is None:
         return JsonlProgressSink(path, job_id)
     from executor.events import RedisProgressSink
 
-    return RedisProgressSink(redis_url, path, job_id)
+    return RedisProgressSink(link.redis_url, path, job_id, link.fence)
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -115,15 +133,25 @@ class JsonlProgressSink:
 
     def emit(self, event: progress_pb2.ProgressEvent,
              feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
-        self._sequence += 1  # the Feedback of a local run is in its summary.json
+        return self.write(self.stamp(event))  # the Feedback of a local run is in its summary.json
+
+    def stamp(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        """A copy of the event with this job's id, the next sequence and the time."""
+        self._sequence += 1
         stamped = progress_pb2.ProgressEvent()
         stamped.CopyFrom(event)
         stamped.job_id, stamped.sequence = self.job_id, self._sequence
         stamped.time.GetCurrentTime()
+        return stamped
+
+    def write(self, stamped: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         self._file.write(event_to_json(stamped) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
         return stamped
+
+    def confirm_lease(self) -> bool:
+        return True  # a run outside the fleet owns its output directory
 
     def close(self) -> None:
         self._file.close()

@@ -103,6 +103,19 @@ class RunConfig:
     def summary_path(self) -> Path:
         return self.output_dir / "summary.json"
 
+    @property
+    def stop_path(self) -> Path:
+        return stop_path(self.output_dir)
+
+
+STOP_FILE = "STOP"
+
+
+def stop_path(output_dir: Path) -> Path:
+    """A run that finds this file checkpoints at the end of its current step and stops without ending the job
+    (a fleet worker draining or preempting it); its text says why."""
+    return output_dir / STOP_FILE
+
 
 def parse_plan(text: str | bytes, source: str = "plan") -> plan_pb2.Plan:
     """A Plan from its JSON form (what `tunefleet recommend --save-plan` writes) or binary protobuf."""

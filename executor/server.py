@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import redis
@@ -10,6 +11,8 @@ from grpc_health.v1 import health
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
+from executor import redis_conn
+from executor.errors import FleetUnavailableError
 from executor.metrics import EVENTS_STREAMED, register_fleet_collector
 from executor.service import Executor, ExecutorConfig
 from planner.catalog import default_catalog
@@ -20,37 +23,54 @@ DEFAULT_WORKERS = 256
 MAX_CONCURRENT_RPCS = 512
 
 
+def _redis_reachable(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A call that meets an unreachable Redis (past the client's retries) answers UNAVAILABLE, not INTERNAL."""
+    def call(request: Any) -> Any:
+        try:
+            return fn(request)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise FleetUnavailableError(f"the fleet's Redis is unreachable ({e}); retry shortly") from e
+    return call
+
+
 class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
 
     def Submit(self, request, context):  # noqa: N802
-        return call_unary(self._executor.submit, request, context)
+        return call_unary(_redis_reachable(self._executor.submit), request, context)
 
     def Get(self, request, context):  # noqa: N802
-        return call_unary(self._executor.get, request, context)
+        return call_unary(_redis_reachable(self._executor.get), request, context)
 
     def List(self, request, context):  # noqa: N802
-        return call_unary(self._executor.list_jobs, request, context)
+        return call_unary(_redis_reachable(self._executor.list_jobs), request, context)
 
     def Cancel(self, request, context):  # noqa: N802
-        return call_unary(self._executor.cancel, request, context)
+        return call_unary(_redis_reachable(self._executor.cancel), request, context)
 
     def Fleet(self, request, context):  # noqa: N802
-        return call_unary(self._executor.fleet, request, context)
+        return call_unary(_redis_reachable(self._executor.fleet), request, context)
 
     def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
-            for response in self._executor.watch(r, is_active=context.is_active):
-                if response.HasField("event"):
-                    EVENTS_STREAMED.inc()
-                yield response
+            try:
+                for response in self._executor.watch(r, is_active=context.is_active):
+                    if response.HasField("event"):
+                        EVENTS_STREAMED.inc()
+                    yield response
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                raise FleetUnavailableError(f"the fleet's Redis is unreachable ({e}); watch again with "
+                                            "after_sequence = the last sequence received") from e
         return call_stream(responses, request, context)
 
 
 def connect(redis_url: str, config: ExecutorConfig | None = None) -> Executor:
-    """The executor over the fleet's Redis; close() it after the server stops."""
-    return Executor(redis.Redis.from_url(redis_url, health_check_interval=30), default_catalog(), config)
+    """The executor over the fleet's Redis (reconnecting on its own across a Redis restart), sweeping the fleet
+    in the background; close() it after the server stops."""
+    executor = Executor(redis_conn.connect(redis_url), default_catalog(), config)
+    executor.start_sweeping()
+    return executor
 
 
 def create_server(address: str, executor: Executor,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import redis
+import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from executor import job_queue
@@ -27,9 +30,11 @@ from executor.store import (
     job_key,
     now_ms,
 )
+from executor.sweeper import RETRYING, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from executor.watch import DEFAULT_HEARTBEAT_INTERVAL_S, StreamHub, Watcher
 from planner.catalog import Catalog
 
+log = structlog.get_logger("executor.service")
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 MAX_REASON_CHARS = 1_000
@@ -41,6 +46,8 @@ _LIST_SCAN_LIMIT = 5_000  # records one List call may read while filtering, so a
 class ExecutorConfig:
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
+    policy: FleetPolicy | None = None  # written to the fleet's Redis at start; None keeps the fleet's own
+    sweep_interval_s: float = SWEEP_INTERVAL_S
 
 
 class Executor:
@@ -53,8 +60,29 @@ class Executor:
         self.queues = job_queue.JobQueues(connection)
         self.hosts = HostRegistry(connection)
         self.hub = StreamHub(connection)
+        self.sweeper = Sweeper(connection)
+        self._stopped = threading.Event()
+        self._sweeping: threading.Thread | None = None
+
+    def start_sweeping(self) -> None:
+        """Store the configured fleet policy, and sweep the fleet in the background (lost hosts, due retries,
+        preemption) beside the workers' own sweeps, so recovery does not wait for an idle worker."""
+        if self.config.policy is not None:
+            self.config.policy.save(self.redis)
+        self._sweeping = threading.Thread(target=self._sweep_loop, name="fleet-sweep", daemon=True)
+        self._sweeping.start()
+
+    def _sweep_loop(self) -> None:
+        while not self._stopped.wait(self.config.sweep_interval_s):
+            try:
+                self.sweeper.sweep()
+            except redis.RedisError as e:
+                log.warning("fleet.sweep_failed", error=str(e))
 
     def close(self) -> None:
+        self._stopped.set()
+        if self._sweeping is not None:
+            self._sweeping.join(timeout=10)
         self.hub.close()
 
     # --- Submit ---------------------------------------------------------------------------------------
@@ -65,6 +93,7 @@ class Executor:
         plan = request.plan
         run_config_from_plan(plan, output_dir=plan.output_uri or plan.plan_id)  # every check `train` runs first
         gpu_class = plan_gpu_class(plan.hardware, self.catalog)
+        check_shared_output(plan.output_uri, self.hosts.hosts(gpu_class))
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
         if priority not in job_queue.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
@@ -101,7 +130,12 @@ class Executor:
 
     def get(self, request: executor_pb2.GetRequest) -> executor_pb2.GetResponse:
         _require_id(request.job_id)
-        return executor_pb2.GetResponse(job=self.store.get(request.job_id))
+        record = self.store.raw(request.job_id)
+        job = job_from_record(request.job_id, record)
+        if job.phase == progress_pb2.PHASE_QUEUED:
+            waiting = self._waiting(request.job_id, record, self.hosts.hosts())
+            job.pending_reason, job.queue_position = waiting.reason, waiting.position
+        return executor_pb2.GetResponse(job=job)
 
     def list_jobs(self, request: executor_pb2.ListRequest) -> executor_pb2.ListResponse:
         if request.page_size > MAX_PAGE_SIZE:
@@ -174,36 +208,99 @@ class Executor:
     def fleet(self, request: executor_pb2.FleetRequest) -> executor_pb2.FleetResponse:
         hosts = self.hosts.hosts(request.gpu_class)
         all_hosts = hosts if not request.gpu_class else self.hosts.hosts()
-        response = executor_pb2.FleetResponse(hosts=hosts)
-        depths = self.queues.depths()
-        for name, depth in depths.items():
+        policy = FleetPolicy.load(self.redis)
+        response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
+            preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s))
+        for name, depth in self.queues.depths().items():
             parsed = job_queue.parse_queue_name(name)
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
                 continue
             gpu_class, priority = parsed
             response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=gpu_class,
                                                            priority=priority, depth=depth))  # type: ignore[arg-type]
-            # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
-            higher = sum(depths.get(job_queue.queue_name(gpu_class, p), 0) for p in job_queue.TIERS if p < priority)
-            for position, job_id in enumerate(self._queued_ids(name)):
-                response.pending.append(executor_pb2.PendingJob(
-                    job_id=job_id, queue=name, reason=self._pending_reason(gpu_class, higher + position, all_hosts)))
+        waiting_ids = [m.decode() for m in self.redis.zrange(RETRYING, 0, MAX_PAGE_SIZE - 1)]
+        for queue in response.queues:
+            waiting_ids += self._queued_ids(queue.queue)
+        for job_id, record in zip(waiting_ids, self.store.records(waiting_ids), strict=True):
+            if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
+                continue
+            waiting = self._waiting(job_id, record, all_hosts)
+            response.pending.append(executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(),
+                                                            reason=waiting.reason, position=waiting.position))
         return response
 
     def _queued_ids(self, queue: str) -> list[str]:
         return [m.decode() for m in self.redis.lrange(f"rq:queue:{queue}", 0, MAX_PAGE_SIZE - 1)]  # type: ignore
 
-    def _pending_reason(self, gpu_class: str, ahead: int, hosts: list[executor_pb2.Host]) -> str:
+    def _waiting(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host]) -> Waiting:
+        """Why a queued job waits, and its place in line on its GPU class."""
+        retry_at_ms = int(record.get(b"retry_at_ms") or 0)
+        if retry_at_ms:
+            policy = FleetPolicy.load(self.redis)
+            return Waiting(f"retry {int(record.get(b'infra_failures') or 0)} of {policy.retry_limit} after "
+                           f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
+                           f"{max(retry_at_ms - now_ms(), 0) / 1000:.0f} s", 0)
+        queue = record[b"queue"].decode()
+        parsed = job_queue.parse_queue_name(queue)
+        index = self.redis.lpos(f"rq:queue:{queue}", job_id)
+        if parsed is None or index is None:
+            return Waiting("being handed to a worker", 0)
+        gpu_class, priority = parsed
+        # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
+        ahead = index + sum(self.redis.llen(f"rq:queue:{job_queue.queue_name(gpu_class, p)}")
+                            for p in job_queue.TIERS if p < priority)
+        return Waiting(self._pending_reason(job_id, gpu_class, ahead, hosts), ahead + 1)
+
+    def _pending_reason(self, job_id: str, gpu_class: str, ahead: int, hosts: list[executor_pb2.Host]) -> str:
         of_class = [h for h in hosts if h.gpu_class == gpu_class]
         if not of_class:
             return f"no registered host has {gpu_class}; start 'tunefleet worker' on one (or re-plan for a class " \
                    f"the fleet has: {', '.join(sorted({h.gpu_class for h in hosts})) or 'none registered'})"
         busy = [h for h in of_class if h.running_job_id]
         if len(busy) == len(of_class):
-            return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(h.running_job_id for h in busy)})"
+            running = [h.running_job_id for h in busy]
+            yielding = [j for j, f in zip(running, self._preempted_for(running), strict=True) if f == job_id]
+            if yielding:
+                return f"waiting for job {yielding[0]} to checkpoint and yield its host (preemption)"
+            return (f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(running)}); {ahead} job(s) "
+                    "ahead of it")
         if ahead:
             return f"{ahead} job(s) of {gpu_class} ahead of it (its queue and higher tiers)"
         return "next in its queue; a free host picks it up within seconds"
+
+    def _preempted_for(self, job_ids: list[str]) -> list[str]:
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(job_key(job_id), "preempted_for")
+        return [(v or b"").decode() for v in pipe.execute()]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str
+    position: int  # 1 = next on its class; 0 = not in a queue (retry backoff, being claimed)
+
+
+def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:
+    """With several workers in the class, a job may resume on any of them: its output must be on storage they
+    all mount (a worker started with --work-dir-shared), not on one host's disk."""
+    if len(hosts) < 2:
+        return
+    path = output_uri.removeprefix("file://")
+    shared = sorted({h.work_dir for h in hosts if h.work_dir_shared})
+    unshared = sorted(h.host_id for h in hosts if not h.work_dir_shared)
+    if path.startswith("/"):
+        if any(PurePosixPath(path).is_relative_to(root) for root in shared):
+            return
+        where = f"under the shared work dir ({', '.join(shared)})" if shared else \
+            "on storage every worker mounts (start the workers with --work-dir-shared on it)"
+        raise PlanError("output_uri", f"{path} is a path only one host may see, and {len(hosts)} hosts serve this "
+                                      f"class (a lost host's job resumes on another); put it {where}")
+    if unshared:
+        raise PlanError("output_uri", f"is relative ({path or 'the plan id'}), so it lands in each worker's "
+                                      f"--work-dir, and host(s) {', '.join(unshared[:5])} of this class do not share "
+                                      "theirs; start them with --work-dir-shared on shared storage, or give an "
+                                      "absolute path on shared storage")
 
 
 def _require_id(job_id: str) -> None:

@@ -13,10 +13,17 @@ Keys (schema version JOB_SCHEMA_VERSION; every key of the fleet starts with `tun
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s.
+timeout_s, fence (fencing token, executor.lease), infra_failures (hosts lost while running it), retry_at_ms,
+retry_reason, preempt_requested, preempted_for.
+
+    tunefleet:v1:lease:<job_id>    string  "<host_id>:<fence>" of the host running the job; expires unless renewed
+    tunefleet:v1:running           set     job ids holding a lease (executor.lease); swept for lost hosts
+    tunefleet:v1:retrying          zset    job ids waiting out a retry backoff, scored by when they requeue (ms)
+    tunefleet:v1:policy            hash    the fleet's policy (executor.sweeper.FleetPolicy)
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
-from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started.
+from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
+says which claim owns a running job; every write of a holder is checked against it.
 """
 
 from __future__ import annotations
@@ -89,8 +96,15 @@ class NewJob:
                 "queue": self.queue, "gpu_class": self.gpu_class, "gpus": self.gpus,
                 "phase": progress_pb2.PHASE_QUEUED, "submitted_at_ms": submitted_ms, "started_at_ms": 0,
                 "finished_at_ms": 0, "host_id": "", "error": "", "log_path": "", "output_dir": "",
-                "last_event": b"", "last_sequence": 0, "cancel_requested": 0,
+                "last_event": b"", "last_sequence": 0, "cancel_requested": 0, "fence": 0,
+                "infra_failures": 0, "retry_at_ms": 0, "preempt_requested": 0, "preempted_for": "",
                 "events_max_len": self.events_max_len, "timeout_s": self.timeout_s}
+
+
+@dataclass(frozen=True)
+class StopRequests:
+    cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
+    preempted_for: str | None  # None: not preempted; else the job it yields its host to
 
 
 def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
@@ -114,22 +128,11 @@ def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool 
     return job
 
 
-# Claim: QUEUED -> LOADING for one host, atomically. Returns "ok", the current phase, or "missing".
-_CLAIM = """
-local phase = redis.call('HGET', KEYS[1], 'phase')
-if not phase then return 'missing' end
-if tonumber(phase) ~= tonumber(ARGV[3]) then return phase end
-redis.call('HSET', KEYS[1], 'phase', ARGV[4], 'host_id', ARGV[1], 'started_at_ms', ARGV[2], 'cancel_requested', 0)
-return 'ok'
-"""
-
-
 class JobStore:
     """The job records of one fleet."""
 
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
-        self._claim = connection.register_script(_CLAIM)
 
     def raw(self, job_id: str) -> dict[bytes, bytes]:
         record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))
@@ -140,18 +143,12 @@ class JobStore:
     def get(self, job_id: str, with_plan: bool = True) -> executor_pb2.Job:
         return job_from_record(job_id, self.raw(job_id), with_plan)
 
-    def claim(self, job_id: str, host_id: str) -> str:
-        """'ok' when this host now owns the job; otherwise why not (its phase name, or 'missing')."""
-        result = self._claim(keys=[job_key(job_id)], args=[host_id, now_ms(), progress_pb2.PHASE_QUEUED,
-                                                            progress_pb2.PHASE_LOADING]).decode()
-        if result in ("ok", "missing"):
-            return result
-        return progress_pb2.Phase.Name(int(result))
-
-    def cancel_request(self, job_id: str) -> str | None:
-        """The reason given with Cancel ('' when none) once Cancel was asked for a running job; else None."""
-        requested, reason = self.redis.hmget(job_key(job_id), ["cancel_requested", "cancel_reason"])
-        return (reason or b"").decode() if requested == b"1" else None
+    def stop_requests(self, job_id: str) -> StopRequests:
+        """What has been asked of a running job: Cancel (with its reason) and preemption (and for which job)."""
+        cancel, reason, preempt, preempted_for = self.redis.hmget(
+            job_key(job_id), ["cancel_requested", "cancel_reason", "preempt_requested", "preempted_for"])
+        return StopRequests((reason or b"").decode() if cancel == b"1" else None,
+                            (preempted_for or b"").decode() if preempt == b"1" else None)
 
     def update(self, job_id: str, **fields: str | int | bytes) -> None:
         self.redis.hset(job_key(job_id), mapping=fields)

@@ -3,9 +3,14 @@ training launcher as a child process group.
 
 The worker process never imports torch nor touches CUDA (GPUs are read through NVML); the launcher and its
 ranks run in their own session, so one signal to the group stops the whole tree. The worker, not the
-launcher, ends a job for fleet reasons: Cancel, the job's timeout, and the worker's own shutdown each
-interrupt the launcher (ranks stop, checkpoints stay) and the worker records CANCELLED, FAILED, or QUEUED
-again (requeued at the front of its queue, to resume from its last checkpoint).
+launcher, ends a job for fleet reasons: Cancel and the job's timeout interrupt the launcher at once (ranks
+stop, checkpoints stay) and the worker records CANCELLED or FAILED; the worker's own shutdown (drain) and a
+preemption ask the ranks to checkpoint first (the STOP file), then the job is QUEUED again at the front of
+its queue, to resume from that checkpoint.
+
+A claimed job is held under a lease with a fencing token (executor.lease), renewed while the job runs; a
+worker whose lease was lost, or that cannot renew it for long enough, stops its run and writes nothing more
+into the job. Each worker also sweeps the fleet (executor.sweeper) with its heartbeat.
 """
 
 from __future__ import annotations
@@ -32,14 +37,21 @@ from common.log import configure_logging
 from executor import job_queue
 from executor.events import EventLog, RedisProgressSink
 from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegistry, default_host_id, detect_gpus
+from executor.lease import LEASE_TTL_S, RENEW_INTERVAL_S, LeaseLostError, Leases, self_fence_after_s
 from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
-from executor.store import JobStore
+from executor.redis_conn import connect
+from executor.run_config import stop_path
+from executor.store import JobStore, now_ms
+from executor.sweeper import Sweeper, requeue_held
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from planner.catalog import default_catalog
 
 log = structlog.get_logger("executor.worker")
 SUPERVISE_POLL_S = 0.2  # how often a running job checks for Cancel, shutdown, timeout and new events
 STOP_GRACE_S = 60.0  # after an interrupt, how long the tree gets to stop before it is killed
+# A drain or preemption lets the ranks finish their step and write a checkpoint for this long before the run
+# is interrupted without one (keep the pod's termination grace period above it).
+DEFAULT_DRAIN_GRACE_S = 300.0
 LOG_TAIL_LINES = 20
 DEFAULT_WORK_DIR = Path("runs")
 
@@ -50,7 +62,18 @@ class Outcome:
 
     phase: int
     message: str = ""
-    requeue: bool = False
+    requeue: bool = False  # give the job back to its queue (drain, preemption)
+    checkpoint_first: bool = False  # let the ranks checkpoint before they stop (STOP file)
+    lease_lost: bool = False  # another host owns the job now: write nothing
+
+
+@dataclass
+class _Held:
+    """The job this worker runs now, and its lease."""
+
+    job_id: str
+    fence: int
+    renewed_at: float  # monotonic time of the last successful renewal
 
 
 @dataclass
@@ -60,18 +83,24 @@ class WorkerRuntime:
     gpus: HostGpus
     work_dir: Path
     progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
+    lease_ttl_s: float = LEASE_TTL_S
+    drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
+    work_dir_shared: bool = False
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
 
     def __post_init__(self) -> None:
-        self.redis = redis.Redis.from_url(self.redis_url)
+        self.redis = connect(self.redis_url)
         self.store = JobStore(self.redis)
         self.events = EventLog(self.redis)
         self.registry = HostRegistry(self.redis)
+        self.leases = Leases(self.redis, self.lease_ttl_s)
+        self.sweeper = Sweeper(self.redis)
         self.queues = job_queue.class_queue_names(self.gpus.gpu_class)
 
     def heartbeat(self) -> None:
-        self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues)
+        self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
+                                self.work_dir_shared)
 
     def output_dir(self, output_uri: str, job_id: str) -> Path:
         uri = output_uri.removeprefix("file://") or job_id
@@ -79,35 +108,42 @@ class WorkerRuntime:
         return (path if path.is_absolute() else self.work_dir / path).resolve()
 
     def run(self, job_id: str) -> dict[str, Any]:
-        claimed = self.store.claim(job_id, self.host_id)
-        if claimed != "ok":
-            log.info("job.skipped", job_id=job_id, reason=claimed)
-            return {"job_id": job_id, "skipped": claimed}
+        claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
+                                    progress_pb2.PHASE_LOADING)
+        if isinstance(claimed, str):
+            reason = claimed if claimed == "missing" else progress_pb2.Phase.Name(int(claimed))
+            log.info("job.skipped", job_id=job_id, reason=reason)
+            return {"job_id": job_id, "skipped": reason}
+        held = _Held(job_id, claimed, time.monotonic())
         self.running_job_id = job_id
         self.heartbeat()
         try:
-            return self._run_claimed(job_id)
+            return self._run_claimed(held)
+        except LeaseLostError as e:
+            log.warning("job.lease_lost", job_id=job_id, error=str(e))
+            return {"job_id": job_id, "lease_lost": True}
         except Exception as e:
             log.exception("job.worker_error", job_id=job_id)
-            self._fail_quietly(job_id, f"the worker on host {self.host_id} failed while running the job: "
-                                       f"{type(e).__name__}: {e}")
+            self._fail_quietly(held, f"the worker on host {self.host_id} failed while running the job: "
+                                     f"{type(e).__name__}: {e}")
             raise
         finally:
             self.running_job_id = ""
             self.heartbeat()
 
-    def _run_claimed(self, job_id: str) -> dict[str, Any]:
-        structlog.contextvars.bind_contextvars(job_id=job_id)
-        record = self.store.raw(job_id)  # read once: the plan, its queue and its timeout
+    def _run_claimed(self, held: _Held) -> dict[str, Any]:
+        job_id = held.job_id
+        structlog.contextvars.bind_contextvars(job_id=job_id, fence=held.fence)
+        record = self.store.raw(job_id)  # read once: the plan and its timeout
         plan = plan_pb2.Plan.FromString(record[b"plan"])
-        queue, timeout_s = record[b"queue"].decode(), int(record.get(b"timeout_s") or 0)
+        timeout_s = int(record.get(b"timeout_s") or 0)
         out = self.output_dir(plan.output_uri, job_id)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         plan_path = out / "plan.json"
         plan_path.write_text(json_format.MessageToJson(plan))
         self.store.update(job_id, output_dir=str(out), log_path=str(out / "logs" / "train.log"))
         try:
-            self._emit(out, progress_pb2.ProgressEvent(
+            self._emit(out, held, progress_pb2.ProgressEvent(
                 job_id=job_id, phase=progress_pb2.PHASE_LOADING,
                 message=f"host {self.host_id} ({self.gpus.gpu_class}, {self.gpus.gpu_count} GPU(s)) took the job; "
                         f"output {out}"))
@@ -118,27 +154,31 @@ class WorkerRuntime:
                                   f"{self.gpus.gpu_count}. Re-plan with hardware.gpus_per_node <= "
                                   f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
             else:
-                outcome = self._supervise(job_id, plan_path, out, timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
-            last = self._finish(job_id, out, outcome, queue, timeout_s)
+                outcome = self._supervise(held, plan_path, out, timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
+            last = self._finish(held, out, outcome)
         finally:
-            structlog.contextvars.unbind_contextvars("job_id")
+            structlog.contextvars.unbind_contextvars("job_id", "fence")
         return {"job_id": job_id, "phase": progress_pb2.Phase.Name(last.phase), "step": last.step}
 
-    def _launch(self, plan_path: Path, out: Path) -> subprocess.Popen[bytes]:
+    def _launch(self, plan_path: Path, out: Path, fence: int) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out),
-                   "--redis-url", self.redis_url, "--progress-interval-s", str(self.progress_interval_s)]
+                   "--redis-url", self.redis_url, "--fence", str(fence),
+                   "--progress-interval-s", str(self.progress_interval_s)]
         with (out / "logs" / "launcher.log").open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
-    def _supervise(self, job_id: str, plan_path: Path, out: Path, timeout_s: int) -> Outcome:
-        """Run the launcher to its end; interrupt it for Cancel, the job's timeout or this worker's shutdown."""
+    def _supervise(self, held: _Held, plan_path: Path, out: Path, timeout_s: int) -> Outcome:
+        """Run the launcher to its end, renewing the lease; stop it for Cancel, the job's timeout, a drain or a
+        preemption (those two checkpoint first), and at once when the lease is lost."""
         tail = ProgressTail(out / "progress.jsonl")
         tail.read_new()
-        proc = self._launch(plan_path, out)
+        stop_file = stop_path(out)
+        stop_file.unlink(missing_ok=True)
+        proc = self._launch(plan_path, out, held.fence)
         deadline = time.monotonic() + timeout_s
         reason: Outcome | None = None
-        interrupted_at = 0.0
+        interrupt_at = hard_stop_at = 0.0
         try:
             while True:
                 try:
@@ -146,38 +186,83 @@ class WorkerRuntime:
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                lost = self._keep_lease(held)
+                if lost is not None:
+                    _kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
+                    reason = lost
+                    break
                 for event in tail.read_new():  # backfill anything rank 0 could not publish
-                    self._publish_quietly(event)
+                    self._publish_quietly(event, held)
+                now = time.monotonic()
                 if reason is None:
-                    reason = self._stop_reason(job_id, deadline, timeout_s, out)
+                    reason = self._stop_reason(held.job_id, deadline, timeout_s, out)
                     if reason is not None:
-                        log.info("job.interrupting", reason=reason.message)
-                        proc.send_signal(signal.SIGUSR1)
-                        interrupted_at = time.monotonic()
-                elif time.monotonic() - interrupted_at > STOP_GRACE_S:
+                        log.info("job.stopping", reason=reason.message, checkpoint_first=reason.checkpoint_first)
+                        if reason.checkpoint_first:
+                            stop_file.write_text(reason.message)
+                            interrupt_at = now + self.drain_grace_s
+                        else:
+                            interrupt_at = now
+                        hard_stop_at = interrupt_at + STOP_GRACE_S
+                if reason is not None and interrupt_at and now >= interrupt_at:
+                    proc.send_signal(signal.SIGUSR1)
+                    interrupt_at = 0.0
+                if reason is not None and hard_stop_at and now >= hard_stop_at:
                     _kill_group(proc.pid)
         finally:
             _kill_group(proc.pid)  # no rank may outlive its launcher
             proc.wait()
+            stop_file.unlink(missing_ok=True)
+        if reason is not None and reason.lease_lost:
+            return reason
         for event in tail.read_new():
-            self._publish_quietly(event)
+            self._publish_quietly(event, held)
         if reason is not None:
             return reason
-        last = self._last_event(job_id)
+        last = self._last_event(held.job_id)
         if last.phase in TERMINAL_PHASES:
             return Outcome(last.phase, last.message)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {proc.returncode} before the run "
                                                   f"ended; its last lines ({out / 'logs' / 'launcher.log'}):\n"
                                                   f"{log_tail(out / 'logs' / 'launcher.log', LOG_TAIL_LINES)}")
 
+    def _keep_lease(self, held: _Held) -> Outcome | None:
+        """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
+        another host holds it, or Redis could not be reached for so long that the lease may have expired."""
+        now = time.monotonic()
+        if now - held.renewed_at < RENEW_INTERVAL_S:
+            return None
+        try:
+            if self.leases.renew(held.job_id, self.host_id, held.fence):
+                held.renewed_at = now
+                return None
+            why = "its lease expired and the job moved to another host"
+        except redis.RedisError as e:
+            if now - held.renewed_at < self_fence_after_s(self.lease_ttl_s):
+                log.warning("job.lease_renew_failed", error=str(e))
+                return None
+            why = (f"it could not renew its lease for {now - held.renewed_at:.0f} s ({e}); the lease may expire "
+                   "and the job move")
+        log.warning("job.lease_lost", why=why)
+        return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} stopped the run: {why}", lease_lost=True)
+
     def _stop_reason(self, job_id: str, deadline: float, timeout_s: int, out: Path) -> Outcome | None:
-        why = self.store.cancel_request(job_id)
-        if why is not None:
+        try:
+            asked = self.store.stop_requests(job_id)
+        except redis.RedisError as e:
+            log.warning("job.stop_requests_unreadable", error=str(e))
+            return None
+        if asked.cancel_reason is not None:
+            why = asked.cancel_reason
             return Outcome(progress_pb2.PHASE_CANCELLED,
                            f"cancelled{': ' + why if why else ''}; checkpoints kept in {out / 'checkpoints'}")
         if self.stopping.is_set():
             return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
-                                                      "its last checkpoint", requeue=True)
+                                                      "its last checkpoint", requeue=True, checkpoint_first=True)
+        if asked.preempted_for is not None:
+            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted by higher-priority job {asked.preempted_for}; "
+                                                      "requeued to resume from its checkpoint", requeue=True,
+                           checkpoint_first=True)
         if time.monotonic() > deadline:
             return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
                                                       f"{job_queue.JOB_TIMEOUT_MARGIN:g} + "
@@ -185,41 +270,52 @@ class WorkerRuntime:
                                                       f"{out / 'checkpoints'}")
         return None
 
-    def _fail_quietly(self, job_id: str, message: str) -> None:
+    def _fail_quietly(self, held: _Held, message: str) -> None:
         """Record FAILED after an unexpected worker error, so the job does not look alive forever."""
         try:
-            last = self._last_event(job_id)
+            last = self._last_event(held.job_id)
             if last.phase in TERMINAL_PHASES:
                 return
-            self.events.publish(new_event(job_id, last.sequence + 1, progress_pb2.PHASE_FAILED, step=last.step,
-                                          total_steps=last.total_steps, message=message))
-            self.store.update(job_id, error=message)
-        except (redis.RedisError, KeyError) as e:
+            self.events.publish(new_event(held.job_id, last.sequence + 1, progress_pb2.PHASE_FAILED, step=last.step,
+                                          total_steps=last.total_steps, message=message), fence=held.fence)
+            self.store.update(held.job_id, error=message)
+            self.leases.release(held.job_id, self.host_id, held.fence)
+        except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("job.fail_record_failed", error=str(e))
 
-    def _publish_quietly(self, event: progress_pb2.ProgressEvent) -> None:
+    def _publish_quietly(self, event: progress_pb2.ProgressEvent, held: _Held) -> None:
         try:
-            self.events.publish(event)
-        except (redis.RedisError, KeyError) as e:
+            self.events.publish(event, fence=held.fence)
+        except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("events.backfill_failed", sequence=event.sequence, error=str(e))
 
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
 
-    def _emit(self, out: Path, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+    def _emit(self, out: Path, held: _Held, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         """One event of the worker's own into progress.jsonl and the stream, numbered after everything before it
         (the sink is opened afresh: the launcher and its ranks write between the worker's events)."""
-        sink = RedisProgressSink(self.redis_url, out / "progress.jsonl", event.job_id)
+        sink = RedisProgressSink(self.redis_url, out / "progress.jsonl", event.job_id, held.fence)
         try:
             return sink.emit(event)
         finally:
             sink.close()
 
-    def _finish(self, job_id: str, out: Path, outcome: Outcome, queue: str,
-                timeout_s: int) -> progress_pb2.ProgressEvent:
+    def _finish(self, held: _Held, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
+        job_id = held.job_id
         last = self._last_event(job_id)
+        if outcome.lease_lost:
+            log.warning("job.abandoned", reason=outcome.message, step=last.step)
+            return progress_pb2.ProgressEvent(job_id=job_id, phase=outcome.phase, step=last.step,
+                                              message=outcome.message)
+        if outcome.requeue:
+            checkpoint_note = f"; last event at step {last.step}"
+            if not requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
+                log.warning("job.requeue_refused", reason="the job moved on before this worker gave it back")
+            log.info("job.requeued", step=last.step)
+            return self._last_event(job_id)
         if last.phase != outcome.phase or last.phase not in TERMINAL_PHASES:
-            last = self._emit(out, progress_pb2.ProgressEvent(
+            last = self._emit(out, held, progress_pb2.ProgressEvent(
                 job_id=job_id, phase=outcome.phase, step=last.step,
                 total_steps=last.total_steps, message=outcome.message))
         fields: dict[str, str | int | bytes] = {}
@@ -229,12 +325,9 @@ class WorkerRuntime:
         if outcome.phase == progress_pb2.PHASE_DONE and summary.is_file():  # a run whose DONE was backfilled
             feedback = json_format.ParseDict(json.loads(summary.read_text())["feedback"], progress_pb2.Feedback())
             fields["feedback"] = feedback.SerializeToString()
-        if outcome.requeue:
-            fields.update(host_id="", started_at_ms=0)
         if fields:
             self.store.update(job_id, **fields)
-        if outcome.requeue:
-            job_queue.JobQueues(self.redis).enqueue(job_id, queue, timeout_s, at_front=True)
+        self.leases.release(job_id, self.host_id, held.fence)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last
 
@@ -255,9 +348,11 @@ def execute(job_id: str) -> dict[str, Any]:
 
 
 def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
+    """Refresh this host's record and sweep the fleet (lost hosts, due retries, preemption)."""
     while not done.wait(HEARTBEAT_INTERVAL_S):
         try:
             runtime.heartbeat()
+            runtime.sweeper.sweep()
         except redis.RedisError as e:
             log.warning("worker.heartbeat_failed", error=str(e))
 
@@ -267,8 +362,16 @@ Run a fleet worker on this host: register it (GPU class from NVML, or 'cpu' with
 the queues tunefleet.<class>.high, .normal and .low (in that order), and run each with DeepSpeed through
 'tunefleet train'. Relative output paths of plans land under --work-dir.
 
-SIGTERM or Ctrl-C stops the worker: a running job is interrupted (its checkpoints stay) and requeued at the
-front of its queue, to resume on the next worker of its class."""
+SIGTERM or Ctrl-C drains the worker: the running job writes a checkpoint at the end of its current step
+(within --drain-grace-s, else it is interrupted and keeps its last checkpoint) and is requeued at the front of
+its queue, to resume on the next worker of its class. Keep a pod's termination grace period above
+--drain-grace-s + 60 s.
+
+With more than one worker in a class, --work-dir must be storage every worker of the fleet mounts at the same
+path (NFS, a ReadWriteMany volume): say so with --work-dir-shared. A job whose host is lost resumes there from
+its last complete checkpoint on another worker.
+
+exit status: 0 stopped, 3 Redis unreachable at start."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,13 +386,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="where plans with a relative output path write (default %(default)s)")
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                    help="seconds between training progress events (default %(default)s)")
+    p.add_argument("--work-dir-shared", action="store_true",
+                   help="--work-dir is shared storage every worker mounts at the same path (required for plans "
+                        "with a relative output when the class has several workers)")
+    p.add_argument("--drain-grace-s", type=float, default=DEFAULT_DRAIN_GRACE_S,
+                   help="on SIGTERM or preemption, how long the job may take to checkpoint (default %(default)s)")
+    p.add_argument("--lease-ttl-s", type=float, default=LEASE_TTL_S,
+                   help="a job's lease outlives the last renewal (every 5 s) by this long; a lost host's job is "
+                        "requeued after it (default %(default)s)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     args = p.parse_args(argv)
+    if args.lease_ttl_s < 2 * RENEW_INTERVAL_S or args.drain_grace_s < 0:
+        p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")
     configure_logging()
     gpus = detect_gpus(default_catalog())
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
-    runtime = WorkerRuntime(args.redis, args.host_id, gpus, args.work_dir.resolve(), args.progress_interval_s)
+    runtime = WorkerRuntime(args.redis, args.host_id, gpus, args.work_dir.resolve(), args.progress_interval_s,
+                            lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
+                            work_dir_shared=args.work_dir_shared)
     try:
         runtime.heartbeat()
     except redis.RedisError as e:

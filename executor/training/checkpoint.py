@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 DEEPSPEED_TAG = "deepspeed"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+PARTIAL_PREFIX = ".partial-step-"
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,15 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, frozen_excluded: bool) -> Path:
-    """Every rank writes its shard into a temporary directory; rank 0 seals it with a manifest and renames it."""
-    final, partial = step_dir(root, state.step), root / f".partial-step-{state.step:08d}"
+def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, frozen_excluded: bool,
+         may_seal: Callable[[], bool] = lambda: True) -> Path | None:
+    """Every rank writes its shard into a temporary directory of this run's own; rank 0 seals it with a manifest
+    and renames it into place, if may_seal() says this run still owns the job (a fleet run confirms its lease:
+    False leaves the checkpoint unsealed, LeaseLostError stops the run). Returns the checkpoint, or None when
+    it was not sealed."""
+    final = step_dir(root, state.step)
+    # A run's own name, so that a stale run of the same plan (a host that lost its lease) never writes into it.
+    partial = root / f"{PARTIAL_PREFIX}{state.step:08d}.{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}"
     if rank == 0:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
@@ -96,16 +104,24 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
     engine.save_checkpoint(str(partial), tag=DEEPSPEED_TAG, exclude_frozen_parameters=frozen_excluded)
     torch.save(torch.get_rng_state(), partial / f"rng-rank{rank:05d}.pt")
     _barrier()
+    sealed = torch.tensor([1], device=engine.device)
     if rank == 0:
         _write_json(partial / TRAINER_STATE, asdict(state))
         _write_json(partial / MANIFEST, {"files": _manifest(partial)})
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(partial, final)
-        _fsync_dir(root)
-        for _, old in complete_checkpoints(root)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    _barrier()
-    return final
+        if may_seal():
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(partial, final)
+            _fsync_dir(root)
+            for _, old in complete_checkpoints(root)[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+            for leftover in root.glob(f"{PARTIAL_PREFIX}*"):  # runs killed mid-write
+                if int(leftover.name.removeprefix(PARTIAL_PREFIX)[:8]) <= state.step:
+                    shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            sealed[0] = 0
+    if dist.is_initialized():
+        dist.broadcast(sealed, src=0)
+    return final if bool(sealed.item()) else None
 
 
 def load(engine: Any, path: Path, rank: int, frozen_excluded: bool) -> None:

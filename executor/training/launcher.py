@@ -17,7 +17,8 @@ from pathlib import Path
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import PlanError, TrainingFailedError
-from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, open_sink
+from executor.lease import LeaseLostError
+from executor.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
@@ -96,11 +97,11 @@ def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     return path
 
 
-def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, redis_url: str | None) -> list[str]:
+def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, link: FleetLink | None) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
             f"--nproc-per-node={cfg.world_size}", "--max-restarts=0", "-m", "executor.training.recipe",
             str(plan_path), "--output", str(cfg.output_dir), "--progress-interval-s", str(progress_interval_s),
-            *(["--redis-url", redis_url] if redis_url else [])]
+            *(link.arguments() if link else [])]
 
 
 def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEvent], None],
@@ -114,11 +115,12 @@ def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEv
 
 def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
           on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None,
-          redis_url: str | None = None) -> RunResult:
+          link: FleetLink | None = None) -> RunResult:
     """Check the plan, run it to the end (resuming from its last checkpoint), and return how it ended.
 
-    Raises PlanError / HostError before anything runs when the plan cannot run here. With redis_url (a fleet
-    worker's run) every event is also published to the job's Redis stream.
+    Raises PlanError / HostError before anything runs when the plan cannot run here. With a FleetLink (a fleet
+    worker's run) every event is also published to the job's Redis stream under the worker's fencing token.
+    A run that stopped at a STOP file (checkpoint written) or on INTERRUPT_SIGNAL ends without a terminal event.
     """
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
@@ -135,7 +137,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     stop: signal.Signals | None = None
 
     with cfg.log_path.open("a") as log:
-        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, redis_url), stdout=log,
+        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, link), stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
 
         def _stop(signum: int, _frame: object) -> None:
@@ -156,17 +158,27 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
                 signal.signal(s, handler)
     last = _forward_new(tail, on_event, last)
     ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
-    if not ended and stop is not INTERRUPT_SIGNAL:
-        sink = open_sink(cfg.progress_path, cfg.plan_id, redis_url)
-        if stop is not None:
-            last = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CANCELLED, step=last.step,
-                                                        total_steps=last.total_steps,
-                                                        message="cancelled; rerun the plan to resume"))
-        else:
-            failure = TrainingFailedError(f"training ranks exited with status {exit_code}; the last log lines "
-                                          f"({cfg.log_path}):\n{log_tail(cfg.log_path, _LOG_TAIL_LINES)}")
-            last = sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
-                                                        total_steps=last.total_steps, message=str(failure)))
-        sink.close()
+    stopped_to_yield = exit_code == 0 and cfg.stop_path.is_file()  # ranks checkpointed and stopped (drain, preempt)
+    if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield:
+        sink = open_sink(cfg.progress_path, cfg.plan_id, link)
+        try:
+            last = _record_end(sink, stop, exit_code, last, cfg)
+        except LeaseLostError:
+            pass  # the job runs elsewhere now: this run records nothing
+        finally:
+            sink.close()
         on_event(last)
     return RunResult(cfg, exit_code, last)
+
+
+def _record_end(sink: ProgressSink, stop: signal.Signals | None, exit_code: int, last: progress_pb2.ProgressEvent,
+                cfg: RunConfig) -> progress_pb2.ProgressEvent:
+    """The terminal event of a run whose ranks ended without one: cancelled by a signal, or crashed."""
+    if stop is not None:
+        return sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CANCELLED, step=last.step,
+                                                    total_steps=last.total_steps,
+                                                    message="cancelled; rerun the plan to resume"))
+    failure = TrainingFailedError(f"training ranks exited with status {exit_code}; the last log lines "
+                                  f"({cfg.log_path}):\n{log_tail(cfg.log_path, _LOG_TAIL_LINES)}")
+    return sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
+                                                total_steps=last.total_steps, message=str(failure)))

@@ -25,7 +25,8 @@ from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
 from executor.errors import DoesNotFitError, ExecutorError, PlanError
-from executor.progress import ProgressSink, open_sink
+from executor.lease import LeaseLostError
+from executor.progress import FleetLink, ProgressSink, open_sink
 from executor.run_config import RunConfig
 from executor.training import checkpoint, data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
@@ -42,6 +43,9 @@ class _NullSink:
     def emit(self, event: progress_pb2.ProgressEvent,
              feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
         return event
+
+    def confirm_lease(self) -> bool:
+        return True
 
     def close(self) -> None:
         return None
@@ -108,6 +112,9 @@ class Trainer:
         started = time.perf_counter()
         last = self.loop(setup, step, next_g, stop_step=setup.total_steps)
         loop_s = time.perf_counter() - started
+        if last < setup.total_steps:
+            log.info("stopped", step=last, reason="stop file")
+            return  # asked to yield: checkpointed, no export, no terminal event
         self._export(setup.engine, setup.tokenizer)
         self._summary(setup.total_steps, last, steps_run=last - step, loop_s=loop_s)
 
@@ -139,7 +146,8 @@ class Trainer:
         return collate([s.examples[i] for i in indices], s.tokenizer.pad_token_id, s.engine.device)
 
     def loop(self, s: Setup, step: int, next_g: int, stop_step: int) -> int:
-        """Optimizer steps step+1 .. stop_step with progress and checkpoints; returns the last step done."""
+        """Optimizer steps step+1 .. stop_step with progress and checkpoints; returns the last step done, which is
+        earlier when the run finds its STOP file (it checkpoints that step first)."""
         cfg, engine, total = self.cfg, s.engine, s.total_steps
         reset_peak_memory()
         first_step, started = step + 1, time.perf_counter()
@@ -161,9 +169,23 @@ class Trainer:
                 self._report(step, total, s.order.epoch_of(next_g), engine, window, now,
                              eta_s=(now - started) / (step - first_step + 1) * (total - step))
                 window = _Window(started_s=now)
-            if step == total or (cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0):
+            checkpointed = step == total or bool(cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0)
+            if checkpointed:
                 self._checkpoint(engine, step, next_g)
+            if step < total and self._asked_to_stop(engine):
+                if not checkpointed:
+                    self._checkpoint(engine, step, next_g)
+                return step
         return step
+
+    def _asked_to_stop(self, engine: Any) -> bool:
+        """Whether rank 0 sees the STOP file, agreed by every rank (they must checkpoint together)."""
+        asked = self.rank == 0 and self.cfg.stop_path.is_file()
+        if not dist.is_initialized() or self.world_size == 1:
+            return asked
+        flag = torch.tensor([int(asked)], device=engine.device)
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
 
     def _micro_step(self, engine: Any, batch: Batch, preflight: bool) -> torch.Tensor:
         try:
@@ -219,7 +241,12 @@ class Trainer:
     def _checkpoint(self, engine: Any, step: int, next_g: int) -> None:
         state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size)
         path = checkpoint.save(engine, self.cfg.checkpoint_dir, state, self.rank, self.cfg.keep_checkpoints,
-                               self.frozen_excluded)
+                               self.frozen_excluded, may_seal=self.sink.confirm_lease)
+        if path is None:
+            self.emit(progress_pb2.PHASE_TRAINING, step=step,
+                      message=f"checkpoint at step {step} not sealed: the fleet could not confirm this run still "
+                              "owns the job (Redis unreachable); the next checkpoint tries again")
+            return
         self.emit(progress_pb2.PHASE_CHECKPOINTING, step=step, checkpoint_path=str(path),
                   message=f"checkpoint complete at step {step}")
 
@@ -262,6 +289,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--output", required=True)
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S)
     p.add_argument("--redis-url", help="also publish rank 0's events to the job's Redis stream")
+    p.add_argument("--fence", type=int, default=0, help="the fleet worker's fencing token for the job")
     return p.parse_args(argv)
 
 
@@ -271,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cfg = read_run_config(args.plan, args.output)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
-    sink: ProgressSink = open_sink(cfg.progress_path, cfg.plan_id, args.redis_url) if rank == 0 else _NullSink()
+    link = FleetLink(args.redis_url, args.fence) if args.redis_url else None
+    sink: ProgressSink = open_sink(cfg.progress_path, cfg.plan_id, link) if rank == 0 else _NullSink()
     try:
         host = detect_host()
         check_host(cfg, host)
@@ -279,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         deepspeed.init_distributed(dist_backend="nccl" if host.has_gpu else "gloo")
         Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s).run()
+    except LeaseLostError as e:
+        print(f"tunefleet: {e}", file=sys.stderr)  # another host runs the job: record nothing
+        return RANK_EXIT_REFUSED
     except ExecutorError as e:
         if rank == 0:
             sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, message=str(e)))

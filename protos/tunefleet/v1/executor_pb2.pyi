@@ -24,7 +24,7 @@ PRIORITY_NORMAL: Priority
 PRIORITY_LOW: Priority
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri")
+    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,9 @@ class Job(_message.Message):
     FEEDBACK_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    INFRA_FAILURES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     plan: _plan_pb2.Plan
     phase: _progress_pb2.Phase
@@ -53,7 +56,10 @@ class Job(_message.Message):
     feedback: _progress_pb2.Feedback
     log_path: str
     output_uri: str
-    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ...) -> None: ...
+    pending_reason: str
+    queue_position: int
+    infra_failures: int
+    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
     __slots__ = ("plan", "priority")
@@ -154,20 +160,24 @@ class FleetRequest(_message.Message):
     def __init__(self, gpu_class: _Optional[str] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat")
+    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat", "work_dir", "work_dir_shared")
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     RUNNING_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    WORK_DIR_FIELD_NUMBER: _ClassVar[int]
+    WORK_DIR_SHARED_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     gpu_class: str
     gpu_count: int
     gpu_memory_bytes: int
     running_job_id: str
     last_heartbeat: _timestamp_pb2.Timestamp
-    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    work_dir: str
+    work_dir_shared: bool
+    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_dir: _Optional[str] = ..., work_dir_shared: _Optional[bool] = ...) -> None: ...
 
 class QueueDepth(_message.Message):
     __slots__ = ("queue", "gpu_class", "priority", "depth")
@@ -182,21 +192,35 @@ class QueueDepth(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., gpu_class: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class PendingJob(_message.Message):
-    __slots__ = ("job_id", "queue", "reason")
+    __slots__ = ("job_id", "queue", "reason", "position")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     queue: str
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., queue: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    position: int
+    def __init__(self, job_id: _Optional[str] = ..., queue: _Optional[str] = ..., reason: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
+class FleetPolicy(_message.Message):
+    __slots__ = ("preemption", "retry_limit", "retry_backoff_s")
+    PREEMPTION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_S_FIELD_NUMBER: _ClassVar[int]
+    preemption: bool
+    retry_limit: int
+    retry_backoff_s: float
+    def __init__(self, preemption: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., retry_backoff_s: _Optional[float] = ...) -> None: ...
 
 class FleetResponse(_message.Message):
-    __slots__ = ("hosts", "queues", "pending")
+    __slots__ = ("hosts", "queues", "pending", "policy")
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     hosts: _containers.RepeatedCompositeFieldContainer[Host]
     queues: _containers.RepeatedCompositeFieldContainer[QueueDepth]
     pending: _containers.RepeatedCompositeFieldContainer[PendingJob]
-    def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[PendingJob, _Mapping]]] = ...) -> None: ...
+    policy: FleetPolicy
+    def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[PendingJob, _Mapping]]] = ..., policy: _Optional[_Union[FleetPolicy, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,236 @@
+"""The fleet's sweep: find jobs whose host was lost, put retries back in their queue when their backoff ends,
+and preempt low-priority work for waiting high-priority jobs. Every worker sweeps with its heartbeat and the
+executor service sweeps too; each step is one Redis transaction, so any number of sweepers agree.
+
+Retries count infrastructure failures only (a host lost while running the job): a failed run, a refused
+plan or a Cancel is never retried, and a drained or preempted job is requeued without counting a failure.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import structlog
+from tunefleet.v1 import executor_pb2, progress_pb2
+
+from executor import job_queue
+from executor.events import EventLog
+from executor.hosts import HostRegistry
+from executor.lease import RUNNING_SET, lease_key
+from executor.progress import TERMINAL_PHASES, new_event
+from executor.store import PREFIX, RUNNING_PHASES, job_key, now_ms
+
+log = structlog.get_logger("executor.sweeper")
+RETRYING = PREFIX + "retrying"
+POLICY_KEY = PREFIX + "policy"
+SWEEP_INTERVAL_S = 5.0
+DEFAULT_RETRY_LIMIT = 3
+DEFAULT_RETRY_BACKOFF_S = 10.0
+MAX_RETRY_BACKOFF_S = 600.0  # 10 s, 20 s, 40 s, ... never more than ten minutes
+
+
+@dataclass(frozen=True)
+class FleetPolicy:
+    """Per fleet (stored in Redis by `tunefleet serve executor`, read by every sweeper)."""
+
+    preemption: bool = False  # off: strict queue order, a running job is never stopped for another
+    retry_limit: int = DEFAULT_RETRY_LIMIT  # infrastructure failures a job survives; the next one fails it
+    retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S  # wait before retry n: backoff × 2^(n-1)
+
+    def backoff_s(self, failures: int) -> float:
+        return min(self.retry_backoff_s * 2 ** max(failures - 1, 0), MAX_RETRY_BACKOFF_S)
+
+    def save(self, connection: Any) -> None:
+        connection.hset(POLICY_KEY, mapping={"preemption": int(self.preemption), "retry_limit": self.retry_limit,
+                                             "retry_backoff_s": self.retry_backoff_s})
+
+    @classmethod
+    def load(cls, connection: Any) -> FleetPolicy:
+        stored = connection.hgetall(POLICY_KEY)
+        if not stored:
+            return cls()
+        return cls(preemption=stored.get(b"preemption") == b"1",
+                   retry_limit=int(stored.get(b"retry_limit", DEFAULT_RETRY_LIMIT)),
+                   retry_backoff_s=float(stored.get(b"retry_backoff_s", DEFAULT_RETRY_BACKOFF_S)))
+
+
+@dataclass
+class SweepReport:
+    recovered: list[str] = field(default_factory=list)  # lost jobs requeued (or failed past the retry limit)
+    requeued: list[str] = field(default_factory=list)  # retries whose backoff ended
+    preempted: list[str] = field(default_factory=list)  # running jobs asked to yield their host
+
+
+class Sweeper:
+    def __init__(self, connection: redis.Redis) -> None:
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
+        self.events = EventLog(connection)
+        self.queues = job_queue.JobQueues(connection)
+        self.hosts = HostRegistry(connection)
+
+    def sweep(self, now: int | None = None) -> SweepReport:
+        now = now_ms() if now is None else now
+        policy = FleetPolicy.load(self.redis)
+        report = SweepReport()
+        for job_id in sorted(m.decode() for m in self.redis.smembers(RUNNING_SET)):
+            if not self.redis.exists(lease_key(job_id)) and self._recover(job_id, policy, now):
+                report.recovered.append(job_id)
+        for member in self.redis.zrangebyscore(RETRYING, "-inf", now):
+            if self._requeue_due(member.decode()):
+                report.requeued.append(member.decode())
+        if policy.preemption:
+            report.preempted = self._preempt()
+        return report
+
+    def _recover(self, job_id: str, policy: FleetPolicy, now: int) -> bool:
+        """A running job whose lease expired: requeue it after its backoff, or fail it past the retry limit."""
+        key = job_key(job_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key, lease_key(job_id))
+                record = pipe.hgetall(key)
+                if pipe.exists(lease_key(job_id)):
+                    return False  # renewed (or claimed again) since the scan
+                phase = int(record.get(b"phase", 0))
+                if not record or phase in TERMINAL_PHASES or phase not in RUNNING_PHASES:
+                    pipe.multi()
+                    pipe.srem(RUNNING_SET, job_id)
+                    pipe.execute()
+                    return False
+                last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
+                host = record.get(b"host_id", b"").decode()
+                failures = int(record.get(b"infra_failures", 0)) + 1
+                why = f"host {host} stopped renewing its lease (lost, or cut off from Redis)"
+                pipe.multi()
+                pipe.hincrby(key, "fence", 1)  # whatever the lost host still tries to write is refused from here
+                pipe.srem(RUNNING_SET, job_id)
+                if failures > policy.retry_limit:
+                    message = (f"{why}; that is {failures} infrastructure failures, past the fleet's retry limit of "
+                               f"{policy.retry_limit}; checkpoints kept — Submit the plan under a new id, or raise "
+                               "--retry-limit")
+                    pipe.hset(key, mapping={"infra_failures": failures, "error": message})
+                    self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1,
+                                                  progress_pb2.PHASE_FAILED, step=last.step,
+                                                  total_steps=last.total_steps, message=message), pipeline=pipe)
+                else:
+                    delay_s = policy.backoff_s(failures)
+                    message = (f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from "
+                               "its last complete checkpoint")
+                    pipe.hset(key, mapping={"infra_failures": failures, "retry_at_ms": now + int(delay_s * 1000),
+                                            "retry_reason": why, "host_id": "", "started_at_ms": 0})
+                    pipe.zadd(RETRYING, {job_id: now + int(delay_s * 1000)})
+                    self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1,
+                                                  progress_pb2.PHASE_QUEUED, step=last.step,
+                                                  total_steps=last.total_steps, message=message), pipeline=pipe)
+                self.queues.forget_execution(job_id, record[b"queue"].decode(), pipeline=pipe)
+                pipe.execute()
+                log.warning("job.host_lost", job_id=job_id, host_id=host, infra_failures=failures)
+                return True
+            except redis.WatchError:
+                return False  # another sweeper or the holder got there first
+
+    def _requeue_due(self, job_id: str) -> bool:
+        key = job_key(job_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(RETRYING, key)
+                if pipe.zscore(RETRYING, job_id) is None:
+                    return False
+                queue, timeout_s, phase = pipe.hmget(key, ["queue", "timeout_s", "phase"])
+                pipe.multi()
+                pipe.zrem(RETRYING, job_id)
+                if phase is not None and int(phase) == progress_pb2.PHASE_QUEUED:  # not cancelled meanwhile
+                    pipe.hset(key, "retry_at_ms", 0)
+                    self.queues.enqueue(job_id, queue.decode(), int(timeout_s or 0), pipeline=pipe, at_front=True)
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                return False
+
+    def _preempt(self) -> list[str]:
+        """Per GPU class with no idle host: for each job waiting in a tier above some running job's, ask the
+        lowest-priority, most recently started of those running jobs to checkpoint and yield (one per waiter)."""
+        by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
+        for host in self.hosts.hosts():
+            by_class[host.gpu_class].append(host)
+        preempted = []
+        for gpu_class, hosts in sorted(by_class.items()):
+            if any(not h.running_job_id for h in hosts):
+                continue  # a free host takes the waiting job; nothing to preempt
+            running = self._running([h.running_job_id for h in hosts])
+            for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
+                waiting = self.redis.lrange(f"rq:queue:{job_queue.queue_name(gpu_class, priority)}", 0, -1)
+                yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
+                for waiter in [w.decode() for w in waiting][len(yielding):]:
+                    victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority]
+                    if not victims:
+                        break
+                    victim = max(victims, key=lambda r: (r["priority"], r["started_at_ms"]))
+                    if self._ask_to_yield(victim["job_id"], waiter):
+                        victim.update(preempt_requested=True, preempted_for_priority=priority)
+                        preempted.append(victim["job_id"])
+        return preempted
+
+    def _running(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(job_key(job_id), ["priority", "started_at_ms", "preempt_requested", "phase", "preempted_for"])
+        rows = []
+        for job_id, (priority, started, preempt, phase, preempted_for) in zip(job_ids, pipe.execute(), strict=True):
+            if phase is None or int(phase) not in RUNNING_PHASES:
+                continue
+            rows.append({"job_id": job_id, "priority": int(priority or 0), "started_at_ms": int(started or 0),
+                         "preempt_requested": preempt == b"1",
+                         "preempted_for_priority": self._priority_of((preempted_for or b"").decode())})
+        return rows
+
+    def _priority_of(self, job_id: str) -> int:
+        return int(self.redis.hget(job_key(job_id), "priority") or 0) if job_id else 0
+
+    def _ask_to_yield(self, job_id: str, waiter: str) -> bool:
+        key = job_key(job_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                phase, requested = pipe.hmget(key, ["phase", "preempt_requested"])
+                if phase is None or int(phase) not in RUNNING_PHASES or requested == b"1":
+                    return False
+                pipe.multi()
+                pipe.hset(key, mapping={"preempt_requested": 1, "preempted_for": waiter})
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        log.info("job.preempting", job_id=job_id, preempted_for=waiter)
+        return True
+
+
+def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool:
+    """A holder gives its job back (drained or preempted, checkpoint written): QUEUED again at the front of its
+    queue, lease released, no failure counted. False when the job had already moved on (stale fence)."""
+    events, queues = EventLog(connection), job_queue.JobQueues(connection)
+    key = job_key(job_id)
+    while True:
+        with connection.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                record = pipe.hgetall(key)
+                if int(record.get(b"fence", 0)) != fence:
+                    return False
+                last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
+                pipe.multi()
+                pipe.hset(key, mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
+                pipe.hincrby(key, "fence", 1)
+                pipe.srem(RUNNING_SET, job_id)
+                pipe.delete(lease_key(job_id))
+                events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_QUEUED,
+                                         step=last.step, total_steps=last.total_steps, message=message),
+                               pipeline=pipe)
+                queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0),
+                               pipeline=pipe, at_front=True)
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                continue  # the record changed (a Cancel, a preemption request): look again
