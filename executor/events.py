@@ -9,6 +9,7 @@ a terminal event — is always kept, and the job record keeps the last event eve
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from executor.store import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, events_ke
 
 log = structlog.get_logger("executor.events")
 EVENT_FIELD = b"e"
+BACKLOG_RETRY_S = 5.0  # after a failed publish, a run writes only its file this long before it tries Redis again
 
 # KEYS: job hash, stream. ARGV: sequence, event bytes, phase, terminal (0/1), now ms, retention s, Feedback bytes
 # (stored with the event that carries it, so a client that sees DONE also sees the job's Feedback), fence (the
@@ -114,15 +116,33 @@ class RedisProgressSink:
             log.warning("events.redis_unavailable", error=str(e))
             floor = 0
         self._file = JsonlProgressSink(path, job_id, start_after=floor)
+        # events not yet in the stream (Redis was unreachable), oldest first; bounded by what the worker's
+        # backfill from progress.jsonl takes over when this run ends
+        self._backlog: list[tuple[progress_pb2.ProgressEvent, progress_pb2.Feedback | None]] = []
+        self._retry_at = 0.0
 
     def emit(self, event: progress_pb2.ProgressEvent,
              feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
         stamped = self._file.stamp(event)
-        try:
-            self._events.publish(stamped, feedback, fence=self.guard.fence if self.guard else 0)
-        except (redis.RedisError, KeyError) as e:
-            log.warning("events.publish_failed", sequence=stamped.sequence, error=str(e))
+        self._backlog.append((stamped, feedback))
+        self._publish_backlog()
         return self._file.write(stamped)
+
+    def _publish_backlog(self) -> None:
+        """Publish waiting events oldest first, stopping at the first Redis error: the stream refuses an event
+        older than its newest, so publishing past a gap would lose the gap for good."""
+        if time.monotonic() < self._retry_at:
+            return  # Redis failed a moment ago: training does not wait on it again yet
+        while self._backlog:
+            stamped, feedback = self._backlog[0]
+            try:
+                self._events.publish(stamped, feedback, fence=self.guard.fence if self.guard else 0)
+            except (redis.RedisError, KeyError) as e:
+                log.warning("events.publish_failed", sequence=stamped.sequence, waiting=len(self._backlog),
+                            error=str(e))
+                self._retry_at = time.monotonic() + BACKLOG_RETRY_S
+                return
+            self._backlog.pop(0)
 
     def confirm_lease(self) -> bool:
         """Before a write outside Redis (a checkpoint seal): LeaseLostError when the job moved on, False when

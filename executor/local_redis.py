@@ -23,14 +23,16 @@ class RedisServerError(RuntimeError):
     """redis-server is missing or did not start."""
 
 
-def start_redis_server(directory: Path, appendonly: bool = False,
-                       log: IO[bytes] | int = subprocess.DEVNULL) -> tuple[subprocess.Popen[bytes], str]:
-    """Start redis-server with its data in `directory` (AOF on when asked; no RDB snapshots) and wait, bounded by
-    START_TIMEOUT_S, until it answers; returns the process and its URL."""
+def start_redis_server(directory: Path, appendonly: bool = False, log: IO[bytes] | int = subprocess.DEVNULL,
+                       port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """Start redis-server with its data in `directory` (AOF on when asked, fsynced every second; no RDB
+    snapshots) on `port` (0: a free one) and wait, bounded by START_TIMEOUT_S, until it answers; returns the
+    process and its URL. Started again on the same directory and port, an AOF server has every write acknowledged
+    before a clean stop (SIGTERM)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisServerError("redis-server is not installed: apt-get install redis-server (make redis does)")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
                              "--appendonly", "yes" if appendonly else "no", "--save", ""],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

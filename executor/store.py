@@ -115,7 +115,8 @@ def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool 
         job_id=job_id, phase=_int(record, "phase"), priority=_int(record, "priority"),
         queue=_text(record, "queue"), host_id=_text(record, "host_id"),
         submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
-        log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"))
+        log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"),
+        infra_failures=_int(record, "infra_failures"))
     if _int(record, "started_at_ms"):
         job.started_at.CopyFrom(_timestamp(_int(record, "started_at_ms")))
     if _int(record, "finished_at_ms"):

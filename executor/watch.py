@@ -88,7 +88,10 @@ class StreamHub:
     def close(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=5)
-        self._redis.delete(self._wake_key)
+        try:
+            self._redis.delete(self._wake_key)
+        except redis.RedisError as e:  # Redis is gone: the key expires on its own (HUB_WAKE_TTL_S)
+            log.warning("watch.hub_cleanup_failed", error=str(e))
 
     def _loop(self) -> None:
         while not self._stopped.is_set():

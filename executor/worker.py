@@ -53,6 +53,9 @@ STOP_GRACE_S = 60.0  # after an interrupt, how long the tree gets to stop before
 # is interrupted without one (keep the pod's termination grace period above it).
 DEFAULT_DRAIN_GRACE_S = 300.0
 LOG_TAIL_LINES = 20
+# After a run ends, how long the worker keeps trying to publish events Redis missed (a Redis restart); what is
+# still missing after that stays in progress.jsonl.
+BACKFILL_AFTER_END_S = 120.0
 DEFAULT_WORK_DIR = Path("runs")
 
 
@@ -179,6 +182,7 @@ class WorkerRuntime:
         deadline = time.monotonic() + timeout_s
         reason: Outcome | None = None
         interrupt_at = hard_stop_at = 0.0
+        backlog: list[progress_pb2.ProgressEvent] = []
         try:
             while True:
                 try:
@@ -191,8 +195,7 @@ class WorkerRuntime:
                     _kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
                     reason = lost
                     break
-                for event in tail.read_new():  # backfill anything rank 0 could not publish
-                    self._publish_quietly(event, held)
+                backlog = self._backfill(backlog + tail.read_new(), held)  # what rank 0 could not publish
                 now = time.monotonic()
                 if reason is None:
                     reason = self._stop_reason(held.job_id, deadline, timeout_s, out)
@@ -215,8 +218,10 @@ class WorkerRuntime:
             stop_file.unlink(missing_ok=True)
         if reason is not None and reason.lease_lost:
             return reason
-        for event in tail.read_new():
-            self._publish_quietly(event, held)
+        backfill_until = time.monotonic() + BACKFILL_AFTER_END_S
+        backlog = self._backfill(backlog + tail.read_new(), held)
+        while backlog and time.monotonic() < backfill_until:  # each try waits out the client's own retries
+            backlog = self._backfill(backlog, held)
         if reason is not None:
             return reason
         last = self._last_event(held.job_id)
@@ -283,11 +288,20 @@ class WorkerRuntime:
         except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("job.fail_record_failed", error=str(e))
 
-    def _publish_quietly(self, event: progress_pb2.ProgressEvent, held: _Held) -> None:
-        try:
-            self.events.publish(event, fence=held.fence)
-        except (redis.RedisError, KeyError, LeaseLostError) as e:
-            log.warning("events.backfill_failed", sequence=event.sequence, error=str(e))
+    def _backfill(self, events: list[progress_pb2.ProgressEvent], held: _Held) -> list[progress_pb2.ProgressEvent]:
+        """Publish the run's events in order (each is refused if already there); the ones still waiting when
+        Redis cannot be reached. Never past a gap: the stream refuses an event older than its newest."""
+        for i, event in enumerate(events):
+            try:
+                self.events.publish(event, fence=held.fence)
+            except redis.RedisError as e:
+                log.warning("events.backfill_waiting", sequence=event.sequence, waiting=len(events) - i,
+                            error=str(e))
+                return events[i:]
+            except (KeyError, LeaseLostError) as e:
+                log.warning("events.backfill_refused", sequence=event.sequence, error=str(e))
+                return []
+        return []
 
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
@@ -422,7 +436,10 @@ def main(argv: list[str] | None = None) -> int:
                        burst=args.burst)
     finally:
         done.set()
-        runtime.registry.remove(runtime.host_id)
+        try:
+            runtime.registry.remove(runtime.host_id)
+        except redis.RedisError as e:  # Redis is gone: the record expires on its own (HOST_TTL_S)
+            log.warning("worker.unregister_failed", error=str(e))
         log.info("worker.stopped", host_id=runtime.host_id)
     return 0
 

@@ -33,6 +33,7 @@ class TrainerState:
     step: int
     next_micro_batch: int
     world_size: int
+    fence: int = 0  # the fleet claim that wrote it (executor.lease); 0 outside the fleet
 
 
 def step_dir(root: Path, step: int) -> Path:

@@ -91,9 +91,10 @@ class _Window:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, host: Host, rank: int, world_size: int, sink: ProgressSink,
-                 progress_interval_s: float) -> None:
+                 progress_interval_s: float, fence: int = 0) -> None:
         self.cfg, self.host, self.rank, self.world_size, self.sink = cfg, host, rank, world_size, sink
         self.progress_interval_s = progress_interval_s
+        self.fence = fence
         self.frozen_excluded = cfg.training.method.uses_adapters
 
     def emit(self, phase: int, feedback: progress_pb2.Feedback | None = None, **fields: Any) -> None:
@@ -239,7 +240,7 @@ class Trainer:
                   peak_host_memory_bytes=peak.host_bytes, eta_s=eta_s)
 
     def _checkpoint(self, engine: Any, step: int, next_g: int) -> None:
-        state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size)
+        state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size, self.fence)
         path = checkpoint.save(engine, self.cfg.checkpoint_dir, state, self.rank, self.cfg.keep_checkpoints,
                                self.frozen_excluded, may_seal=self.sink.confirm_lease)
         if path is None:
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         if host.has_gpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         deepspeed.init_distributed(dist_backend="nccl" if host.has_gpu else "gloo")
-        Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s).run()
+        Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s, args.fence).run()
     except LeaseLostError as e:
         print(f"tunefleet: {e}", file=sys.stderr)  # another host runs the job: record nothing
         return RANK_EXIT_REFUSED

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,12 +50,12 @@ def executor_service(redis_url: str) -> Iterator[Service]:
 
 @pytest.fixture()
 def start_service(redis_url: str) -> Iterator[Callable[..., Service]]:
-    """Start executor services with other settings (event bound, bearer token)."""
+    """Start executor services with other settings (ExecutorConfig fields, a bearer token, another Redis)."""
     stops: list[Callable[[], None]] = []
 
-    def start(events_max_len: int = 10_000, token: str = "") -> Service:
-        service, stop = _start(redis_url, ExecutorConfig(heartbeat_interval_s=HEARTBEAT_S,
-                                                         events_max_len=events_max_len), token)
+    def start(token: str = "", url: str = "", **config: Any) -> Service:
+        service, stop = _start(url or redis_url, ExecutorConfig(**{"heartbeat_interval_s": HEARTBEAT_S, **config}),
+                               token)
         stops.append(stop)
         return service
     yield start
@@ -84,15 +85,17 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
     """Real `tunefleet worker` processes (class cpu, events every step); stopped with SIGTERM at the end."""
     workers: list[Worker] = []
 
-    def start(host_id: str = "host-a", gpu_class: str = "cpu") -> Worker:
-        work_dir = tmp_path / f"work-{host_id}"
-        work_dir.mkdir()
+    def start(host_id: str = "host-a", gpu_class: str = "cpu", shared_dir: Path | None = None, url: str = "",
+              extra: tuple[str, ...] = ()) -> Worker:
+        """A worker with its own --work-dir, or with shared_dir as its --work-dir-shared (storage all see)."""
+        work_dir = shared_dir or tmp_path / f"work-{host_id}"
+        work_dir.mkdir(exist_ok=True)
         log = tmp_path / f"{host_id}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "worker", "--redis", redis_url,
+        with log.open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "worker", "--redis", url or redis_url,
                                      "--gpu-class", gpu_class, "--host-id", host_id, "--work-dir", str(work_dir),
-                                     "--progress-interval-s", "0"], stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                     "--progress-interval-s", "0", *(["--work-dir-shared"] if shared_dir else []),
+                                     *extra], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         worker = Worker(proc, host_id, work_dir, log)
         workers.append(worker)
         return worker

@@ -1,0 +1,230 @@
+"""Leases, fencing, the fleet sweep and pending reasons, against a real redis-server (no training here: the jobs
+are real Submit records, the hosts real registry entries, and the holders act through the same calls a worker
+makes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from tunefleet.v1 import executor_pb2, progress_pb2
+
+from executor.errors import PlanError
+from executor.events import EventLog
+from executor.hosts import HostGpus, HostRegistry
+from executor.lease import RUNNING_SET, FenceGuard, LeaseLostError, Leases, lease_key
+from executor.progress import new_event
+from executor.service import Executor, check_shared_output
+from executor.store import now_ms
+from executor.sweeper import RETRYING, FleetPolicy, Sweeper, requeue_held
+from executor.tiny import make_plan
+from planner.catalog import default_catalog
+
+CPU = HostGpus("cpu", 0, 0)
+QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
+WAIT_S = 10.0
+SHARED = Path("/mnt/fleet")  # the work dir the test hosts say they share
+
+
+@pytest.fixture()
+def fleet(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture()
+def executor(fleet: redis.Redis):  # type: ignore[no-untyped-def]
+    ex = Executor(fleet, default_catalog())
+    yield ex
+    ex.close()
+
+
+def _submit(executor: Executor, tiny_model: Path, data: Path, job_id: str,
+            priority: int = executor_pb2.PRIORITY_NORMAL) -> None:
+    plan = make_plan(tiny_model, data, SHARED / job_id, plan_id=job_id)
+    executor.submit(executor_pb2.SubmitRequest(plan=plan, priority=priority))  # type: ignore[arg-type]
+
+
+def _take(fleet: redis.Redis, leases: Leases, job_id: str, host: str) -> int:
+    """What a worker does when rq hands it the job: pop it from its queue and claim it."""
+    record = fleet.hgetall(f"tunefleet:v1:job:{job_id}")
+    fleet.lrem(f"rq:queue:{record[b'queue'].decode()}", 0, job_id)
+    fence = leases.claim(job_id, host, now_ms(), QUEUED, LOADING)
+    assert isinstance(fence, int), fence
+    return fence
+
+
+def _expire(fleet: redis.Redis, job_id: str) -> None:
+    """Let the holder's lease lapse: it stops renewing, and the key expires on Redis's own clock."""
+    fleet.pexpire(lease_key(job_id), 1)
+    deadline = time.monotonic() + WAIT_S
+    while fleet.exists(lease_key(job_id)):
+        assert time.monotonic() < deadline, "the lease did not expire"
+
+
+def _events(fleet: redis.Redis, job_id: str) -> list[progress_pb2.ProgressEvent]:
+    return EventLog(fleet).read_after(job_id, 0, 100)
+
+
+def test_a_claim_fences_out_the_previous_holder_everywhere_it_writes(fleet, executor, tiny_model, counting_data):
+    _submit(executor, tiny_model, counting_data, "job-f")
+    leases, events = Leases(fleet), EventLog(fleet)
+    first = _take(fleet, leases, "job-f", "host-a")
+    assert first == 1 and leases.renew("job-f", "host-a", first)
+    assert leases.claim("job-f", "host-b", now_ms(), QUEUED, LOADING) == str(LOADING)  # held: nobody else claims
+    _expire(fleet, "job-f")
+    assert Sweeper(fleet).sweep().recovered == ["job-f"]
+
+    # the lost holder comes back: every write it tries is refused
+    assert not leases.renew("job-f", "host-a", first)
+    with pytest.raises(LeaseLostError):
+        events.publish(new_event("job-f", events.last_sequence("job-f") + 1, progress_pb2.PHASE_TRAINING, step=9),
+                       fence=first)
+    with pytest.raises(LeaseLostError):
+        FenceGuard(fleet, "job-f", first).confirm()
+    assert not requeue_held(fleet, "job-f", first, "drained")
+    assert not leases.release("job-f", "host-a", first)
+    assert all(e.step != 9 for e in _events(fleet, "job-f"))
+
+    # the job, requeued after its backoff, is claimed anew with a newer fence
+    Sweeper(fleet).sweep(now=now_ms() + 3_600_000)
+    second = _take(fleet, leases, "job-f", "host-b")
+    assert second > first
+    FenceGuard(fleet, "job-f", second).confirm()
+    assert events.publish(new_event("job-f", events.last_sequence("job-f") + 1, progress_pb2.PHASE_TRAINING,
+                                    step=10), fence=second)
+
+
+def test_a_lost_host_is_retried_with_growing_backoff_then_failed_past_the_limit(fleet, executor, tiny_model,
+                                                                              counting_data):
+    FleetPolicy(retry_limit=2, retry_backoff_s=10).save(fleet)
+    _submit(executor, tiny_model, counting_data, "job-r")
+    leases, sweeper = Leases(fleet), Sweeper(fleet)
+    waits = []
+    for attempt in (1, 2):
+        _take(fleet, leases, "job-r", f"host-{attempt}")
+        _expire(fleet, "job-r")
+        now = now_ms()
+        assert sweeper.sweep(now=now).recovered == ["job-r"]
+        record = fleet.hgetall("tunefleet:v1:job:job-r")
+        assert int(record[b"phase"]) == QUEUED and int(record[b"infra_failures"]) == attempt
+        assert not fleet.sismember(RUNNING_SET, "job-r")
+        waits.append(int(fleet.zscore(RETRYING, "job-r")) - now)
+        queue = record[b"queue"].decode()
+        assert fleet.lpos(f"rq:queue:{queue}", "job-r") is None, "requeued before its backoff ended"
+        assert sweeper.sweep(now=now + waits[-1] - 1).requeued == []
+        assert sweeper.sweep(now=now + waits[-1]).requeued == ["job-r"]
+        assert fleet.lpos(f"rq:queue:{queue}", "job-r") == 0, "a retry goes to the front of its queue"
+    assert waits == [10_000, 20_000]
+    retry_messages = [e.message for e in _events(fleet, "job-r") if e.phase == QUEUED][1:]
+    assert "retry 1 of 2 in 10 s" in retry_messages[0] and "retry 2 of 2 in 20 s" in retry_messages[1]
+
+    _take(fleet, leases, "job-r", "host-3")
+    _expire(fleet, "job-r")
+    sweeper.sweep()
+    last = _events(fleet, "job-r")[-1]
+    assert last.phase == progress_pb2.PHASE_FAILED and "past the fleet's retry limit of 2" in last.message
+    assert fleet.zscore(RETRYING, "job-r") is None
+
+
+def test_a_drained_job_goes_back_to_the_front_without_counting_a_failure(fleet, executor, tiny_model,
+                                                                        counting_data):
+    _submit(executor, tiny_model, counting_data, "job-d")
+    _submit(executor, tiny_model, counting_data, "job-e")
+    leases = Leases(fleet)
+    fence = _take(fleet, leases, "job-d", "host-a")
+    assert requeue_held(fleet, "job-d", fence, "host-a is shutting down")
+    record = fleet.hgetall("tunefleet:v1:job:job-d")
+    assert int(record[b"phase"]) == QUEUED and int(record[b"infra_failures"]) == 0
+    assert fleet.lrange(f"rq:queue:{record[b'queue'].decode()}", 0, -1) == [b"job-d", b"job-e"]
+    assert not fleet.exists(lease_key("job-d")) and not fleet.sismember(RUNNING_SET, "job-d")
+    assert Sweeper(fleet).sweep().recovered == []
+
+
+def test_preemption_asks_the_lowest_most_recent_job_to_yield_once_per_waiting_job(fleet, executor, tiny_model,
+                                                                                  counting_data, tmp_path):
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    for started_ms, (job_id, priority) in enumerate((("low-old", executor_pb2.PRIORITY_LOW),
+                                                     ("low-new", executor_pb2.PRIORITY_LOW),
+                                                     ("normal-1", executor_pb2.PRIORITY_NORMAL))):
+        _submit(executor, tiny_model, counting_data, job_id, priority)
+        _take(fleet, leases, job_id, f"host-{job_id}")
+        fleet.hset(f"tunefleet:v1:job:{job_id}", "started_at_ms", 1_000 + started_ms)  # low-new started last
+        registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
+    sweeper = Sweeper(fleet)
+    assert sweeper.sweep().preempted == [], "preemption is off by default: strict queue order"
+
+    FleetPolicy(preemption=True).save(fleet)
+    _submit(executor, tiny_model, counting_data, "high-1", executor_pb2.PRIORITY_HIGH)
+    assert sweeper.sweep().preempted == ["low-new"]
+    assert sweeper.sweep().preempted == [], "one yield per waiting job"
+    waiting = executor.get(executor_pb2.GetRequest(job_id="high-1")).job
+    assert waiting.pending_reason == "waiting for job low-new to checkpoint and yield its host (preemption)"
+    assert waiting.queue_position == 1
+
+    _submit(executor, tiny_model, counting_data, "high-2", executor_pb2.PRIORITY_HIGH)
+    assert sweeper.sweep().preempted == ["low-old"]
+    _submit(executor, tiny_model, counting_data, "high-3", executor_pb2.PRIORITY_HIGH)
+    assert sweeper.sweep().preempted == ["normal-1"]
+    _submit(executor, tiny_model, counting_data, "normal-2", executor_pb2.PRIORITY_NORMAL)
+    assert sweeper.sweep().preempted == [], "nothing lower than normal is left running"
+    assert fleet.hget("tunefleet:v1:job:low-new", "preempted_for") == b"high-1"
+
+    registry.heartbeat("host-idle", CPU, "", [], SHARED, True)
+    _submit(executor, tiny_model, counting_data, "high-4", executor_pb2.PRIORITY_HIGH)
+    assert sweeper.sweep().preempted == [], "an idle host takes the waiting job"
+
+
+def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, tiny_model, counting_data,
+                                                               tmp_path):
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    _submit(executor, tiny_model, counting_data, "n-1")
+    job = executor.get(executor_pb2.GetRequest(job_id="n-1")).job
+    assert job.pending_reason.startswith("no registered host has cpu") and job.queue_position == 1
+
+    registry.heartbeat("host-a", CPU, "", [], SHARED, True)
+    _submit(executor, tiny_model, counting_data, "n-2")
+    _submit(executor, tiny_model, counting_data, "h-1", executor_pb2.PRIORITY_HIGH)
+    job = executor.get(executor_pb2.GetRequest(job_id="n-2")).job
+    assert job.queue_position == 3, "the high job and n-1 are ahead"
+    assert job.pending_reason == "2 job(s) of cpu ahead of it (its queue and higher tiers)"
+
+    _take(fleet, leases, "h-1", "host-a")
+    registry.heartbeat("host-a", CPU, "h-1", [], SHARED, True)
+    job = executor.get(executor_pb2.GetRequest(job_id="n-2")).job
+    assert job.queue_position == 2
+    assert job.pending_reason == "all 1 cpu host(s) are busy (h-1); 1 job(s) ahead of it"
+    running = executor.get(executor_pb2.GetRequest(job_id="h-1")).job
+    assert running.pending_reason == "" and running.queue_position == 0
+
+    _expire(fleet, "h-1")
+    Sweeper(fleet).sweep()
+    job = executor.get(executor_pb2.GetRequest(job_id="h-1")).job
+    assert job.queue_position == 0 and job.infra_failures == 1
+    assert job.pending_reason.startswith("retry 1 of 3 after host host-a stopped renewing its lease")
+    pending = {p.job_id: p for p in executor.fleet(executor_pb2.FleetRequest()).pending}
+    assert set(pending) == {"n-1", "n-2", "h-1"}
+    assert pending["h-1"].position == 0 and pending["n-1"].position == 1 and pending["n-2"].position == 2
+    assert executor.fleet(executor_pb2.FleetRequest()).policy.retry_limit == 3
+
+
+def test_an_output_only_one_host_sees_is_refused_when_several_serve_the_class() -> None:
+    def host(name: str, work_dir: str, shared: bool) -> executor_pb2.Host:
+        return executor_pb2.Host(host_id=name, gpu_class="cpu", work_dir=work_dir, work_dir_shared=shared)
+
+    alone = [host("a", "/local/a", False)]
+    check_shared_output("relative/out", alone)  # one host: wherever it likes
+    shared = [host("a", "/mnt/fleet", True), host("b", "/mnt/fleet", True)]
+    check_shared_output("runs/x", shared)
+    check_shared_output("/mnt/fleet/runs/x", shared)
+    check_shared_output("file:///mnt/fleet/runs/x", shared)
+    with pytest.raises(PlanError) as e:
+        check_shared_output("/home/me/out", shared)
+    assert e.value.field == "output_uri" and "under the shared work dir (/mnt/fleet)" in e.value.description
+    with pytest.raises(PlanError) as e:
+        check_shared_output("/mnt/fleetish/out", shared)
+    mixed = [host("a", "/mnt/fleet", True), host("b", "/local/b", False)]
+    with pytest.raises(PlanError) as e:
+        check_shared_output("runs/x", mixed)
+    assert "host(s) b of this class do not share" in e.value.description
