@@ -64,11 +64,12 @@ $(BUF):
 buf-lint: $(BUF) ## buf lint (STANDARD rules) over protos/
 	$(BUF) lint
 
-bench: $(STAMP) redis ## latency, estimators, training-loop overhead, fleet; tables to stdout, CSV to benchmarks/results/
+bench: $(STAMP) redis ## latency, estimators, training-loop overhead, fleet, recovery; tables to stdout, CSV to benchmarks/results/
 	$(PY) -m benchmarks.latency
 	$(PY) -m benchmarks.estimators
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.training_overhead
 	$(PY) -m benchmarks.fleet
+	$(PY) -m benchmarks.fleet_recovery
 
 bench-accuracy: $(STAMP) ## planner memory and throughput vs measured rows (third-party, and ours when measured)
 	$(PY) -m benchmarks.accuracy

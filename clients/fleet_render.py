@@ -62,9 +62,12 @@ def fleet_text(f: executor_pb2.FleetResponse) -> str:
     parts = [table(hosts, ("host", "class", "GPUs", "GPU memory", "running")) if hosts else "no registered hosts"]
     queues = [(q.queue, str(q.depth)) for q in f.queues]
     parts.append(table(queues, ("queue", "waiting")) if queues else "no queues yet")
-    pending = [(p.job_id, p.queue, p.reason) for p in f.pending]
+    pending = [(p.job_id, p.queue, str(p.position) if p.position else "-", p.reason) for p in f.pending]
     if pending:
-        parts.append(table(pending, ("pending job", "queue", "why it waits")))
+        parts.append(table(pending, ("pending job", "queue", "place", "why it waits")))
+    policy = f.policy
+    parts.append(f"policy: preemption {'on' if policy.preemption else 'off'}; a lost host's job is retried up to "
+                 f"{policy.retry_limit} time(s), first after {policy.retry_backoff_s:g} s")
     return "\n\n".join(parts)
 
 
