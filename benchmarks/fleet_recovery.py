@@ -49,6 +49,7 @@ class Fleet:
 
     def __init__(self, work: Path, policy: FleetPolicy) -> None:
         self.work = work
+        (work / "shared").mkdir(parents=True)
         self.redis_proc, self.url = start_redis_server(work)
         self.executor = connect(self.url, ExecutorConfig(policy=policy))
         self.server, port, self.health = create_server("127.0.0.1:0", self.executor)
