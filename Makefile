@@ -4,9 +4,14 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 BUF := node_modules/.bin/buf
 STAMP := $(VENV)/.installed
+# The offline checks of deploy/: checkov in a virtualenv of its own (its pins would fight the project's), and
+# the compose specification's JSON schema as docker-compose 1.29.2 ships it (no Docker engine is needed).
+DEPLOY_VENV := .venv-deploy
+DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
+CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install redis run plan test lint protos protos-check buf-lint bench bench-accuracy serve clean
+.PHONY: help install redis deploy-tools run plan test lint protos protos-check buf-lint bench bench-accuracy serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -40,7 +45,18 @@ plan: $(STAMP) ## planner answers: will Llama-3.1-8B QLoRA fit a 4090, cost, che
 	$(VENV)/bin/tunefleet estimate --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --tokens 10M
 	$(VENV)/bin/tunefleet recommend --model meta-llama/Llama-3.1-8B --method qlora --tokens 10M --limit 5
 
-test: $(STAMP) redis protos-check ## install, check generated code is current, run the whole test suite
+$(DEPLOY_STAMP):
+	python3 -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install -q checkov==$(CHECKOV_VERSION)
+	$(DEPLOY_VENV)/bin/pip download -q --no-deps -d $(DEPLOY_VENV)/wheels docker-compose==1.29.2
+	$(DEPLOY_VENV)/bin/python -c "import zipfile, glob; \
+		open('$(DEPLOY_VENV)/compose_spec.json', 'wb').write(zipfile.ZipFile(glob.glob('$(DEPLOY_VENV)/wheels/*.whl')[0]).read('compose/config/compose_spec.json'))"
+	@command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client >/dev/null; }
+	touch $(DEPLOY_STAMP)
+
+deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustomize) for the offline deploy/ checks
+
+test: $(STAMP) $(DEPLOY_STAMP) redis protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy

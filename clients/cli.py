@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
-from clients import fleet_cli, render
+from clients import fleet_cli, health, render
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
 from executor.training import command as train_command
@@ -226,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk = sub.add_parser("worker", help="run a fleet worker on this host (needs the 'queue' and 'train' extras)",
                         add_help=False)
     wk.add_argument("rest", nargs=argparse.REMAINDER, help="options of the worker (tunefleet worker --help)")
+    health.add_command(sub)
     serve = sub.add_parser("serve", help="run a service: 'tunefleet serve planner' or 'tunefleet serve executor'")
     serve.add_argument("service", choices=["planner", "executor"])
     serve.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to the service (see --help there)")
@@ -300,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "train":
         return train_command.run(args)
+    if args.command == "health":
+        return health.run(args)
     if args.command == "serve" and args.service == "executor":
         from executor.__main__ import serve as serve_executor
         return serve_executor(args.rest)

@@ -21,7 +21,7 @@ DEFAULT_ADDRESS = "127.0.0.1:50052"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
 
-def serve(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tunefleet serve executor",
         description="Serve the tunefleet ExecutorService: Submit plans to the fleet's Redis queues, Get/List/Cancel "
@@ -46,6 +46,11 @@ def serve(argv: list[str] | None = None) -> int:
     policy.add_argument("--retry-backoff-s", type=float,
                         help=f"wait before retry n: this × 2^(n-1), at most {MAX_RETRY_BACKOFF_S:g} s "
                              f"(default {DEFAULT_RETRY_BACKOFF_S:g})")
+    return parser
+
+
+def serve(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.heartbeat_interval_s <= 0 or args.events_max_len < 1:
         parser.error("--heartbeat-interval-s must be > 0 and --events-max-len >= 1")

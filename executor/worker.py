@@ -388,8 +388,7 @@ its last complete checkpoint on another worker.
 exit status: 0 stopped, 3 Redis unreachable at start."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    global _runtime
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tunefleet worker", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--redis", default=os.environ.get("TUNEFLEET_REDIS", "redis://127.0.0.1:6379/0"),
@@ -409,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="a job's lease outlives the last renewal (every 5 s) by this long; a lost host's job is "
                         "requeued after it (default %(default)s)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _runtime
+    p = build_parser()
     args = p.parse_args(argv)
     if args.lease_ttl_s < 2 * RENEW_INTERVAL_S or args.drain_grace_s < 0:
         p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")

@@ -13,9 +13,14 @@ DEFAULT_WORKERS = 8
 MAX_CONCURRENT_RPCS = 64  # Fit answers in ~1 ms: a deeper backlog only adds latency
 
 
-def serve(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunefleet serve planner", description="Serve the tunefleet PlannerService.")
     add_server_arguments(parser, os.environ.get("TUNEFLEET_PLANNER_BIND", DEFAULT_ADDRESS), DEFAULT_WORKERS)
+    return parser
+
+
+def serve(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     options = server_options(parser, args, MAX_CONCURRENT_RPCS)
     return run_until_signalled("planner", lambda: create_server(args.address, options=options), options,

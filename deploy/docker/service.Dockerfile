@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1.7
+# The planner and executor-service images: no torch, no build tools in the final stage, non-root.
+# Build from the repository root (versions come from pyproject.toml, the same the tests install):
+#   docker build -f deploy/docker/service.Dockerfile --target planner  -t tunefleet-planner .
+#   docker build -f deploy/docker/service.Dockerfile --target executor -t tunefleet-executor .
+#
+# Base image pinned by digest: python:3.11-slim (Debian bookworm), digest as pinned in public Dockerfiles
+# in 2026 (not re-resolved here: no registry access). Refresh with
+#   docker buildx imagetools inspect python:3.11-slim
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7 AS base
+
+FROM base AS source
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY protos protos
+COPY common common
+COPY planner planner
+COPY executor executor
+COPY clients clients
+
+# Wheels only: grpcio and protobuf ship manylinux wheels, so no compiler is needed in any stage.
+FROM source AS build-planner
+RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
+        --no-binary=tunefleet .
+
+FROM source AS build-executor
+RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
+        --no-binary=tunefleet ".[queue]"
+
+FROM base AS runtime
+RUN groupadd --system --gid 10001 tunefleet && \
+    useradd --system --uid 10001 --gid tunefleet --no-create-home --shell /usr/sbin/nologin tunefleet
+ENV PATH=/opt/tunefleet/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+USER 10001:10001
+
+FROM runtime AS planner
+COPY --from=build-planner /opt/tunefleet /opt/tunefleet
+EXPOSE 50051 9100
+HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50051"]
+ENTRYPOINT ["tunefleet", "serve", "planner"]
+CMD ["--address", "0.0.0.0:50051", "--metrics-address", "0.0.0.0:9100"]
+
+FROM runtime AS executor
+COPY --from=build-executor /opt/tunefleet /opt/tunefleet
+EXPOSE 50052 9100
+HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50052"]
+ENTRYPOINT ["tunefleet", "serve", "executor"]
+CMD ["--address", "0.0.0.0:50052", "--metrics-address", "0.0.0.0:9100"]
