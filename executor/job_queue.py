@@ -9,6 +9,7 @@ never a pickle. The rq job id is the plan id, so a plan is queued at most once.
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -121,6 +122,8 @@ def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Cal
             super().handle_warm_shutdown_request()
             on_shutdown()
 
-    worker = FleetWorker([Queue(q, connection=connection, serializer=JSONSerializer) for q in queues], name=name,
-                         connection=connection, serializer=JSONSerializer)
+    # rq refuses a name whose previous worker has not expired (up to 420 s): a container restarted after a crash
+    # keeps its host id, so rq's name gets a per-process suffix.
+    worker = FleetWorker([Queue(q, connection=connection, serializer=JSONSerializer) for q in queues],
+                         name=f"{name}.{secrets.token_hex(4)}", connection=connection, serializer=JSONSerializer)
     worker.work(burst=burst, logging_level="WARNING")

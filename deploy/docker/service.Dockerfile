@@ -18,14 +18,17 @@ COPY planner planner
 COPY executor executor
 COPY clients clients
 
-# Wheels only: grpcio and protobuf ship manylinux wheels, so no compiler is needed in any stage.
+# Wheels only: grpcio and protobuf ship manylinux wheels, so no compiler is needed in any stage. pip and
+# setuptools leave the venv once it is built (25 MB the running service never uses).
+# Measured on 2026-11-22 (same installs into a venv, CPython 3.11 x86_64): planner 49 MB, executor 61 MB on top
+# of python:3.11-slim (~125 MB uncompressed), against 5.5 GB for a venv with CUDA torch.
 FROM source AS build-planner
 RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
-        --no-binary=tunefleet .
+        --no-binary=tunefleet . && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
 
 FROM source AS build-executor
 RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
-        --no-binary=tunefleet ".[queue]"
+        --no-binary=tunefleet ".[queue]" && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
 
 FROM base AS runtime
 RUN groupadd --system --gid 10001 tunefleet && \

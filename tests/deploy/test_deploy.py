@@ -289,7 +289,7 @@ def test_images_install_the_versions_the_tests_use_and_start_commands_that_exist
     # the Makefile installs torch and DeepSpeed first (the local CPU build, then DeepSpeed against it)
     assert f"install -q {train['torch']}" in makefile and f'"{train["deepspeed"]}"' in makefile
     service, worker = DOCKERFILES["service"].text, DOCKERFILES["worker"].text
-    assert 'install --no-cache-dir --only-binary=:all: \\\n        --no-binary=tunefleet .\n' in service
+    assert "--no-binary=tunefleet . &&" in service, "the planner image installs the core only (no torch)"
     assert '--no-binary=tunefleet ".[queue]"' in service and '".[train,queue]"' in worker
     assert '["optional-dependencies"]["train"]' in worker and 'd.startswith("torch")' in worker
     for text in (service, worker):
