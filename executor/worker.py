@@ -222,11 +222,11 @@ class WorkerRuntime:
         backlog = self._backfill(backlog + tail.read_new(), held)
         while backlog and time.monotonic() < backfill_until:  # each try waits out the client's own retries
             backlog = self._backfill(backlog, held)
+        last = self._last_event(held.job_id)
+        if last.phase in TERMINAL_PHASES:  # it ended on its own, even if a stop came too late to matter
+            return Outcome(last.phase, last.message)
         if reason is not None:
             return reason
-        last = self._last_event(held.job_id)
-        if last.phase in TERMINAL_PHASES:
-            return Outcome(last.phase, last.message)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {proc.returncode} before the run "
                                                   f"ended; its last lines ({out / 'logs' / 'launcher.log'}):\n"
                                                   f"{log_tail(out / 'logs' / 'launcher.log', LOG_TAIL_LINES)}")
