@@ -133,8 +133,9 @@ class Executor:
         record = self.store.raw(request.job_id)
         job = job_from_record(request.job_id, record)
         if job.phase == progress_pb2.PHASE_QUEUED:
-            waiting = self._waiting(request.job_id, record, self.hosts.hosts())
-            job.pending_reason, job.queue_position = waiting.reason, waiting.position
+            line = self._line(self.hosts.hosts(), lambda q: int(self.redis.llen(f"rq:queue:{q}")))
+            place = line.place(request.job_id, record)
+            job.pending_reason, job.queue_position = place.reason, place.position
         return executor_pb2.GetResponse(job=job)
 
     def list_jobs(self, request: executor_pb2.ListRequest) -> executor_pb2.ListResponse:
@@ -207,78 +208,92 @@ class Executor:
 
     def fleet(self, request: executor_pb2.FleetRequest) -> executor_pb2.FleetResponse:
         hosts = self.hosts.hosts(request.gpu_class)
-        all_hosts = hosts if not request.gpu_class else self.hosts.hosts()
-        policy = FleetPolicy.load(self.redis)
+        depths = self.queues.depths()
+        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), lambda q: depths.get(q, 0))
+        policy = line.policy
         response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s))
-        for name, depth in self.queues.depths().items():
+        for name, depth in depths.items():
             parsed = job_queue.parse_queue_name(name)
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
                 continue
             gpu_class, priority = parsed
             response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=gpu_class,
                                                            priority=priority, depth=depth))  # type: ignore[arg-type]
-        waiting_ids = [m.decode() for m in self.redis.zrange(RETRYING, 0, MAX_PAGE_SIZE - 1)]
+        # (job id, its index in its queue): retries first (in no queue yet), then each queue in order
+        waiting: list[tuple[str, int | None]] = [
+            (m.decode(), None) for m in self.redis.zrange(RETRYING, 0, MAX_PAGE_SIZE - 1)]
         for queue in response.queues:
-            waiting_ids += self._queued_ids(queue.queue)
-        for job_id, record in zip(waiting_ids, self.store.records(waiting_ids), strict=True):
+            waiting += [(job_id, index) for index, job_id in enumerate(self._queued_ids(queue.queue))]
+        records = self.store.records([job_id for job_id, _ in waiting])
+        for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
                 continue
-            waiting = self._waiting(job_id, record, all_hosts)
+            place = line.place(job_id, record, index)
             response.pending.append(executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(),
-                                                            reason=waiting.reason, position=waiting.position))
+                                                            reason=place.reason, position=place.position))
         return response
 
     def _queued_ids(self, queue: str) -> list[str]:
         return [m.decode() for m in self.redis.lrange(f"rq:queue:{queue}", 0, MAX_PAGE_SIZE - 1)]  # type: ignore
 
-    def _waiting(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host]) -> Waiting:
-        """Why a queued job waits, and its place in line on its GPU class."""
-        retry_at_ms = int(record.get(b"retry_at_ms") or 0)
-        if retry_at_ms:
-            policy = FleetPolicy.load(self.redis)
-            return Waiting(f"retry {int(record.get(b'infra_failures') or 0)} of {policy.retry_limit} after "
-                           f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
-                           f"{max(retry_at_ms - now_ms(), 0) / 1000:.0f} s", 0)
-        queue = record[b"queue"].decode()
-        parsed = job_queue.parse_queue_name(queue)
-        index = self.redis.lpos(f"rq:queue:{queue}", job_id)
-        if parsed is None or index is None:
-            return Waiting("being handed to a worker", 0)
-        gpu_class, priority = parsed
-        # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
-        ahead = index + sum(self.redis.llen(f"rq:queue:{job_queue.queue_name(gpu_class, p)}")
-                            for p in job_queue.TIERS if p < priority)
-        return Waiting(self._pending_reason(job_id, gpu_class, ahead, hosts), ahead + 1)
-
-    def _pending_reason(self, job_id: str, gpu_class: str, ahead: int, hosts: list[executor_pb2.Host]) -> str:
-        of_class = [h for h in hosts if h.gpu_class == gpu_class]
-        if not of_class:
-            return f"no registered host has {gpu_class}; start 'tunefleet worker' on one (or re-plan for a class " \
-                   f"the fleet has: {', '.join(sorted({h.gpu_class for h in hosts})) or 'none registered'})"
-        busy = [h for h in of_class if h.running_job_id]
-        if len(busy) == len(of_class):
-            running = [h.running_job_id for h in busy]
-            yielding = [j for j, f in zip(running, self._preempted_for(running), strict=True) if f == job_id]
-            if yielding:
-                return f"waiting for job {yielding[0]} to checkpoint and yield its host (preemption)"
-            return (f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(running)}); {ahead} job(s) "
-                    "ahead of it")
-        if ahead:
-            return f"{ahead} job(s) of {gpu_class} ahead of it (its queue and higher tiers)"
-        return "next in its queue; a free host picks it up within seconds"
-
-    def _preempted_for(self, job_ids: list[str]) -> list[str]:
+    def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int]) -> WaitingLine:
+        """The fleet's state that every queued job's place depends on, read once per call."""
+        running = [h.running_job_id for h in hosts if h.running_job_id]
         pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
+        for job_id in running:
             pipe.hget(job_key(job_id), "preempted_for")
-        return [(v or b"").decode() for v in pipe.execute()]
+        yielding = {v.decode(): job_id for job_id, v in zip(running, pipe.execute(), strict=True) if v}
+        return WaitingLine(hosts, FleetPolicy.load(self.redis), depth, yielding,
+                           lambda queue, job_id: self.redis.lpos(f"rq:queue:{queue}", job_id))
 
 
 @dataclass(frozen=True)
 class Waiting:
     reason: str
     position: int  # 1 = next on its class; 0 = not in a queue (retry backoff, being claimed)
+
+
+@dataclass(frozen=True)
+class WaitingLine:
+    """Why queued jobs wait and where they stand, from one reading of the fleet."""
+
+    hosts: list[executor_pb2.Host]
+    policy: FleetPolicy
+    depth: Callable[[str], int]  # jobs waiting in a queue
+    yielding: dict[str, str]  # waiting job id -> the running job asked to yield its host to it
+    index_of: Callable[[str, str], int | None]  # a job's index in its queue, when the caller does not know it
+
+    def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
+        retry_at_ms = int(record.get(b"retry_at_ms") or 0)
+        if retry_at_ms:
+            return Waiting(f"retry {int(record.get(b'infra_failures') or 0)} of {self.policy.retry_limit} after "
+                           f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
+                           f"{max(retry_at_ms - now_ms(), 0) / 1000:.0f} s", 0)
+        queue = record[b"queue"].decode()
+        parsed = job_queue.parse_queue_name(queue)
+        if index is None:
+            index = self.index_of(queue, job_id)
+        if parsed is None or index is None:
+            return Waiting("being handed to a worker", 0)
+        gpu_class, priority = parsed
+        # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
+        ahead = index + sum(self.depth(job_queue.queue_name(gpu_class, p)) for p in job_queue.TIERS if p < priority)
+        return Waiting(self._reason(job_id, gpu_class, ahead), ahead + 1)
+
+    def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:
+        of_class = [h for h in self.hosts if h.gpu_class == gpu_class]
+        if not of_class:
+            return f"no registered host has {gpu_class}; start 'tunefleet worker' on one (or re-plan for a class " \
+                   f"the fleet has: {', '.join(sorted({h.gpu_class for h in self.hosts})) or 'none registered'})"
+        busy = [h.running_job_id for h in of_class if h.running_job_id]
+        if len(busy) == len(of_class):
+            if job_id in self.yielding:
+                return f"waiting for job {self.yielding[job_id]} to checkpoint and yield its host (preemption)"
+            return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(busy)}); {ahead} job(s) ahead of it"
+        if ahead:
+            return f"{ahead} job(s) of {gpu_class} ahead of it (its queue and higher tiers)"
+        return "next in its queue; a free host picks it up within seconds"
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:
