@@ -100,31 +100,24 @@ class Sweeper:
                     pipe.srem(RUNNING_SET, job_id)
                     pipe.execute()
                     return False
-                last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
                 host = record.get(b"host_id", b"").decode()
                 failures = int(record.get(b"infra_failures", 0)) + 1
                 why = f"host {host} stopped renewing its lease (lost, or cut off from Redis)"
                 pipe.multi()
-                pipe.hincrby(key, "fence", 1)  # whatever the lost host still tries to write is refused from here
-                pipe.srem(RUNNING_SET, job_id)
                 if failures > policy.retry_limit:
                     message = (f"{why}; that is {failures} infrastructure failures, past the fleet's retry limit of "
                                f"{policy.retry_limit}; checkpoints kept — Submit the plan under a new id, or raise "
                                "--retry-limit")
                     pipe.hset(key, mapping={"infra_failures": failures, "error": message})
-                    self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1,
-                                                  progress_pb2.PHASE_FAILED, step=last.step,
-                                                  total_steps=last.total_steps, message=message), pipeline=pipe)
+                    _end_hold(pipe, self.events, job_id, record, progress_pb2.PHASE_FAILED, message)
                 else:
                     delay_s = policy.backoff_s(failures)
-                    message = (f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from "
-                               "its last complete checkpoint")
                     pipe.hset(key, mapping={"infra_failures": failures, "retry_at_ms": now + int(delay_s * 1000),
                                             "retry_reason": why, "host_id": "", "started_at_ms": 0})
                     pipe.zadd(RETRYING, {job_id: now + int(delay_s * 1000)})
-                    self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1,
-                                                  progress_pb2.PHASE_QUEUED, step=last.step,
-                                                  total_steps=last.total_steps, message=message), pipeline=pipe)
+                    _end_hold(pipe, self.events, job_id, record, progress_pb2.PHASE_QUEUED,
+                              f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from its "
+                              "last complete checkpoint")
                 self.queues.forget_execution(job_id, record[b"queue"].decode(), pipeline=pipe)
                 pipe.execute()
                 log.warning("job.host_lost", job_id=job_id, host_id=host, infra_failures=failures)
@@ -207,6 +200,18 @@ class Sweeper:
         return True
 
 
+def _end_hold(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, bytes], phase: int,
+              message: str) -> None:
+    """Inside a transaction on a running job's record: take the job from its holder (the fence moves on, so
+    whatever the old holder still writes is refused; it leaves the running set) and publish the job's next
+    event, at the step it had reached."""
+    last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
+    pipe.hincrby(job_key(job_id), "fence", 1)
+    pipe.srem(RUNNING_SET, job_id)
+    events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, phase, step=last.step,
+                             total_steps=last.total_steps, message=message), pipeline=pipe)
+
+
 def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool:
     """A holder gives its job back (drained or preempted, checkpoint written): QUEUED again at the front of its
     queue, lease released, no failure counted. False when the job had already moved on (stale fence)."""
@@ -219,15 +224,10 @@ def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool
                 record = pipe.hgetall(key)
                 if int(record.get(b"fence", 0)) != fence:
                     return False
-                last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
                 pipe.multi()
                 pipe.hset(key, mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
-                pipe.hincrby(key, "fence", 1)
-                pipe.srem(RUNNING_SET, job_id)
                 pipe.delete(lease_key(job_id))
-                events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_QUEUED,
-                                         step=last.step, total_steps=last.total_steps, message=message),
-                               pipeline=pipe)
+                _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message)
                 queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0),
                                pipeline=pipe, at_front=True)
                 pipe.execute()
