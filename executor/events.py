@@ -83,6 +83,20 @@ class EventLog:
                                  f"event {event.sequence} refused")
         return bool(result == 1)
 
+    def publish_in_order(self, events: list[tuple[progress_pb2.ProgressEvent, progress_pb2.Feedback | None]],
+                         fence: int = 0) -> int:
+        """Publish (event, Feedback) pairs oldest first, stopping at the first Redis error: the stream refuses an
+        event older than its newest, so publishing past a gap would lose the gap for good. Returns how many are
+        in the stream now (published, or already there); LeaseLostError and KeyError as publish raises them."""
+        for done, (event, feedback) in enumerate(events):
+            try:
+                self.publish(event, feedback, fence=fence)
+            except redis.RedisError as e:
+                log.warning("events.publish_waiting", sequence=event.sequence, waiting=len(events) - done,
+                            error=str(e))
+                return done
+        return len(events)
+
     def last_sequence(self, job_id: str) -> int:
         value = self.redis.hget(job_key(job_id), "last_sequence")
         return int(value or 0)
@@ -129,20 +143,17 @@ class RedisProgressSink:
         return self._file.write(stamped)
 
     def _publish_backlog(self) -> None:
-        """Publish waiting events oldest first, stopping at the first Redis error: the stream refuses an event
-        older than its newest, so publishing past a gap would lose the gap for good."""
+        """Publish waiting events oldest first (EventLog.publish_in_order); what Redis did not take waits."""
         if time.monotonic() < self._retry_at:
             return  # Redis failed a moment ago: training does not wait on it again yet
-        while self._backlog:
-            stamped, feedback = self._backlog[0]
-            try:
-                self._events.publish(stamped, feedback, fence=self.guard.fence if self.guard else 0)
-            except (redis.RedisError, KeyError) as e:
-                log.warning("events.publish_failed", sequence=stamped.sequence, waiting=len(self._backlog),
-                            error=str(e))
-                self._retry_at = time.monotonic() + BACKLOG_RETRY_S
-                return
-            self._backlog.pop(0)
+        try:
+            published = self._events.publish_in_order(self._backlog, self.guard.fence if self.guard else 0)
+        except KeyError as e:
+            log.warning("events.publish_failed", waiting=len(self._backlog), error=str(e))
+            published = 0
+        del self._backlog[:published]
+        if self._backlog:
+            self._retry_at = time.monotonic() + BACKLOG_RETRY_S
 
     def confirm_lease(self) -> bool:
         """Before a write outside Redis (a checkpoint seal): LeaseLostError when the job moved on, False when

@@ -290,18 +290,12 @@ class WorkerRuntime:
 
     def _backfill(self, events: list[progress_pb2.ProgressEvent], held: _Held) -> list[progress_pb2.ProgressEvent]:
         """Publish the run's events in order (each is refused if already there); the ones still waiting when
-        Redis cannot be reached. Never past a gap: the stream refuses an event older than its newest."""
-        for i, event in enumerate(events):
-            try:
-                self.events.publish(event, fence=held.fence)
-            except redis.RedisError as e:
-                log.warning("events.backfill_waiting", sequence=event.sequence, waiting=len(events) - i,
-                            error=str(e))
-                return events[i:]
-            except (KeyError, LeaseLostError) as e:
-                log.warning("events.backfill_refused", sequence=event.sequence, error=str(e))
-                return []
-        return []
+        Redis cannot be reached."""
+        try:
+            return events[self.events.publish_in_order([(e, None) for e in events], held.fence):]
+        except (KeyError, LeaseLostError) as e:
+            log.warning("events.backfill_refused", error=str(e))
+            return []
 
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
