@@ -122,8 +122,8 @@ def follow(responses: Iterator[executor_pb2.WatchResponse], predicted_bytes: int
                 fields["eta"] = f"{e.eta_s:,.0f}s"
             elif e.phase in (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED):
                 fields["eta"] = "-"
-            if _memory(e, predicted_bytes):
-                fields["memory"] = _memory(e, predicted_bytes)
+            if memory := _memory(e, predicted_bytes):
+                fields["memory"] = memory
             if e.checkpoint_path:
                 fields["checkpoint"] = f"ckpt @ {e.step}"
             bar.update(task, **fields)  # type: ignore[arg-type]

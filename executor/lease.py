@@ -9,8 +9,8 @@ everywhere it writes:
 - events: the publish script (executor.events) compares the publisher's fence with the record's;
 - checkpoints: rank 0 confirms its fence (FenceGuard) just before it seals a checkpoint;
 - the job record: the worker's own requeue and release compare fences inside their transactions.
-A holder that cannot reach Redis stops its run by itself once SELF_FENCE_S have passed without a renewal,
-before its lease can expire and the job move (the classic lease + self-fencing scheme).
+A holder that cannot reach Redis stops its run by itself once self_fence_after_s(ttl) have passed without a
+renewal, before its lease can expire and the job move (the classic lease + self-fencing scheme).
 
 Limit: a holder paused between its fence check and the checkpoint rename (microseconds) can still seal one
 checkpoint after the job moved; it then lands beside the new holder's and the newest complete one wins.

@@ -6,6 +6,7 @@ across restarts of the same job), and the time.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Callable
@@ -97,7 +98,18 @@ class FleetLink:
     fence: int = 0
 
     def arguments(self) -> list[str]:
+        """The command-line flags that carry the link to a child process (read back by from_arguments)."""
         return ["--redis-url", self.redis_url, "--fence", str(self.fence)]
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The flags of `arguments`, hidden: only a fleet worker passes them."""
+        parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+        parser.add_argument("--fence", type=int, default=0, help=argparse.SUPPRESS)
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> FleetLink | None:
+        return cls(args.redis_url, args.fence) if args.redis_url else None
 
 
 def open_sink(path: Path, job_id: str, link: FleetLink | None = None) -> ProgressSink:

@@ -84,6 +84,15 @@ def _write_json(path: Path, value: Any) -> None:
         os.fsync(f.fileno())
 
 
+def rank0_decides(value: bool, device: Any) -> bool:
+    """Rank 0's value on every rank (a broadcast), for decisions all ranks must act on together."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    flag = torch.tensor([int(value)], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
@@ -105,7 +114,7 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
     engine.save_checkpoint(str(partial), tag=DEEPSPEED_TAG, exclude_frozen_parameters=frozen_excluded)
     torch.save(torch.get_rng_state(), partial / f"rng-rank{rank:05d}.pt")
     _barrier()
-    sealed = torch.tensor([1], device=engine.device)
+    sealed = True
     if rank == 0:
         _write_json(partial / TRAINER_STATE, asdict(state))
         _write_json(partial / MANIFEST, {"files": _manifest(partial)})
@@ -119,10 +128,8 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
                 if int(leftover.name.removeprefix(PARTIAL_PREFIX)[:8]) <= state.step:
                     shutil.rmtree(leftover, ignore_errors=True)
         else:
-            sealed[0] = 0
-    if dist.is_initialized():
-        dist.broadcast(sealed, src=0)
-    return final if bool(sealed.item()) else None
+            sealed = False
+    return final if rank0_decides(sealed, engine.device) else None
 
 
 def load(engine: Any, path: Path, rank: int, frozen_excluded: bool) -> None:

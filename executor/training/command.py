@@ -42,8 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                    help="seconds between training progress events (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
-    p.add_argument("--redis-url", help=argparse.SUPPRESS)  # a fleet worker's run: events also go to Redis,
-    p.add_argument("--fence", type=int, default=0, help=argparse.SUPPRESS)  # under the worker's fencing token
+    FleetLink.add_arguments(p)  # a fleet worker's run: events also go to Redis, under its fencing token
     p.add_argument("--check", action="store_true",
                    help="run every check (plan, host, model modules, dataset) and say what the run would be; "
                         "train nothing")
@@ -73,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
                   f"learn), {r.total_steps:,} steps of {t.micro_batch_size} x {r.config.world_size} rank(s) x "
                   f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
             return 0
-        link = FleetLink(args.redis_url, args.fence) if args.redis_url else None
-        result = train(args.plan, args.output, args.progress_interval_s, on_event=show, link=link)
+        result = train(args.plan, args.output, args.progress_interval_s, on_event=show,
+                       link=FleetLink.from_arguments(args))
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)
         return EXIT_REFUSED

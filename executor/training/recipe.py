@@ -181,12 +181,7 @@ class Trainer:
 
     def _asked_to_stop(self, engine: Any) -> bool:
         """Whether rank 0 sees the STOP file, agreed by every rank (they must checkpoint together)."""
-        asked = self.rank == 0 and self.cfg.stop_path.is_file()
-        if not dist.is_initialized() or self.world_size == 1:
-            return asked
-        flag = torch.tensor([int(asked)], device=engine.device)
-        dist.broadcast(flag, src=0)
-        return bool(flag.item())
+        return checkpoint.rank0_decides(self.rank == 0 and self.cfg.stop_path.is_file(), engine.device)
 
     def _micro_step(self, engine: Any, batch: Batch, preflight: bool) -> torch.Tensor:
         try:
@@ -289,8 +284,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("plan", type=Path)
     p.add_argument("--output", required=True)
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S)
-    p.add_argument("--redis-url", help="also publish rank 0's events to the job's Redis stream")
-    p.add_argument("--fence", type=int, default=0, help="the fleet worker's fencing token for the job")
+    FleetLink.add_arguments(p)  # also publish rank 0's events to the job's Redis stream, under the worker's fence
     return p.parse_args(argv)
 
 
@@ -300,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cfg = read_run_config(args.plan, args.output)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
-    link = FleetLink(args.redis_url, args.fence) if args.redis_url else None
+    link = FleetLink.from_arguments(args)
     sink: ProgressSink = open_sink(cfg.progress_path, cfg.plan_id, link) if rank == 0 else _NullSink()
     try:
         host = detect_host()
