@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 from benchmarks.common import pct, print_table, write_csv
 from clients.executor_client import ExecutorClient
 from common.rpc import shutdown
+from common.wait import wait_until
 from executor.local_redis import start_redis_server, stop_redis_server
 from executor.server import connect, create_server
 from executor.service import ExecutorConfig
@@ -37,7 +37,6 @@ from executor.sweeper import FleetPolicy
 from executor.tiny import build_model, counting_text, make_plan
 
 WAIT_S = 600.0
-POLL_S = 0.1
 
 
 def _s(ts: timestamp_pb2.Timestamp) -> float:
@@ -82,14 +81,6 @@ class Fleet:
         stop_redis_server(self.redis_proc)
 
 
-def _wait(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline, pause = time.monotonic() + WAIT_S, threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        pause.wait(POLL_S)
-
-
 def _events_until(client: ExecutorClient, job_id: str, stop, after: int = 0) -> list[progress_pb2.ProgressEvent]:  # type: ignore[no-untyped-def]
     seen = []
     for r in client.watch(job_id, after_sequence=after):
@@ -115,7 +106,7 @@ def lost_host(work: Path, model: Path, data: Path, runs: int) -> list[list[objec
         fleet.start_worker("host-1")
         spare = 2
         with ExecutorClient(fleet.address, timeout_s=60) as client:
-            _wait(lambda: len(client.fleet().hosts) == 2, "two workers")
+            wait_until(lambda: len(client.fleet().hosts) == 2, WAIT_S)
             for i in range(runs):
                 every = 10 if i % 2 == 0 else 40
                 job_id = f"lost-{i}"

@@ -29,6 +29,7 @@ from clients import fleet_render, render
 from clients.executor_client import ExecutorClient
 from clients.planner_client import PlannerClient
 from common.net import free_port
+from common.wait import wait_until
 from executor.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -64,19 +65,21 @@ def _process(name: str, command: list[str], log_dir: Path) -> Iterator[subproces
 
 
 def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
+
+        def serving() -> bool:
             if proc.poll() is not None:
                 raise SystemExit(f"{name} exited with status {proc.returncode}; see {STATE_DIR / 'logs' / name}.log")
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    return
+                return bool(stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status ==
+                            health_pb2.HealthCheckResponse.SERVING)
             except grpc.RpcError:
-                time.sleep(0.2)  # not up yet: poll again, bounded by START_TIMEOUT_S
-    raise SystemExit(f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s")
+                return False  # not up yet
+        try:
+            wait_until(serving, START_TIMEOUT_S, poll_s=0.2)
+        except TimeoutError:
+            raise SystemExit(f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s") from None
 
 
 def _redis(stack: ExitStack, logs: Path) -> str:
@@ -139,9 +142,9 @@ def run(steps: int) -> int:
             _say(f"submitted job {job_id} to {submitted.job.queue}; watching it")
             last = fleet_render.follow(client.watch(job_id), fit.per_gpu.total_bytes)
             job = client.get(job_id)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while any(h.running_job_id == job_id for h in client.fleet().hosts) and time.monotonic() < deadline:
-                time.sleep(0.2)  # the worker finishes its bookkeeping; bounded by STOP_TIMEOUT_S
+            with contextlib.suppress(TimeoutError):  # the worker finishes its bookkeeping (best effort)
+                wait_until(lambda: all(h.running_job_id != job_id for h in client.fleet().hosts), STOP_TIMEOUT_S,
+                           poll_s=0.2)
             print()
             print(fleet_render.jobs_text([job]))
             print()

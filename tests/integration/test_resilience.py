@@ -19,6 +19,7 @@ import pytest
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from clients.executor_client import ExecutorClient
+from common.wait import wait_until
 from executor.local_redis import start_redis_server, stop_redis_server
 from executor.progress import read_events
 from executor.sweeper import FleetPolicy
@@ -29,7 +30,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TERMINAL = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)
 DETECTION_BOUND_S = 60.0  # the issue's bound: a lost host's job is requeued within a minute
 WAIT_S = 300.0
-POLL_S = 0.1
 
 
 def _plan(tiny_model: Path, data: Path, job_id: str, **kw: object) -> plan_pb2.Plan:
@@ -40,12 +40,10 @@ def _plan(tiny_model: Path, data: Path, job_id: str, **kw: object) -> plan_pb2.P
 
 def _wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> object:
     """Poll a condition (not a sleep: it returns as soon as the condition holds)."""
-    deadline = time.monotonic() + timeout_s
-    stop = threading.Event()
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        stop.wait(POLL_S)
-    return value
+    try:
+        return wait_until(condition, timeout_s)
+    except TimeoutError:
+        pytest.fail(f"timed out waiting for {what}")
 
 
 def _watch_until(client: ExecutorClient, job_id: str, done: Callable[[progress_pb2.ProgressEvent], bool],
