@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from common import metrics
+from common.bounds import Bounds, echo
 from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
 
 log = structlog.get_logger("tunefleet.rpc")
@@ -28,6 +29,8 @@ HEALTH_PREFIX = "/grpc.health.v1.Health/"
 # gRPC's own default receive limit (4 MiB) stated explicitly, and a send limit: no response may grow past it.
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
+# An error message (and its log line) never grows past this, whatever the request held.
+MAX_ERROR_CHARS = 2000
 
 
 def _status(code: int, message: str, details: list[Any]) -> status_pb2.Status:
@@ -39,13 +42,19 @@ def _status(code: int, message: str, details: list[Any]) -> status_pb2.Status:
     return status_pb2.Status(code=code, message=message, details=packed)
 
 
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else f"{text[:MAX_ERROR_CHARS]}… ({len(text):,} characters)"
+
+
 def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusCode, str]:
     """The one table from error categories (common.errors) to gRPC status codes."""
     if isinstance(exc, FieldError):
-        violation = error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=exc.description)
-        return (_status(code_pb2.INVALID_ARGUMENT, str(exc),
+        violation = error_details_pb2.BadRequest.FieldViolation(field=_short(exc.field),
+                                                                description=_short(exc.description))
+        message = _short(str(exc))
+        return (_status(code_pb2.INVALID_ARGUMENT, message,
                         [error_details_pb2.BadRequest(field_violations=[violation])]),
-                grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                grpc.StatusCode.INVALID_ARGUMENT, message)
     for category, code, proto_code in ((MissingError, grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
                                        (PreconditionError, grpc.StatusCode.FAILED_PRECONDITION,
                                         code_pb2.FAILED_PRECONDITION),
@@ -53,7 +62,7 @@ def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusC
                                         code_pb2.RESOURCE_EXHAUSTED),
                                        (UnavailableError, grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE)):
         if isinstance(exc, category):
-            return _status(proto_code, str(exc), []), code, str(exc)
+            return _status(proto_code, _short(str(exc)), []), code, _short(str(exc))
     return None, grpc.StatusCode.INTERNAL, "internal error; the server log has the details"
 
 
@@ -108,7 +117,11 @@ def _code_name(context: grpc.ServicerContext, exc: BaseException | None) -> str:
 
 
 class RequestContextInterceptor(grpc.ServerInterceptor):
-    """Binds a request id (from x-request-id or new) to every log line; counts and times each call."""
+    """Binds a request id (from x-request-id or new) to every log line; counts and times each call; refuses a
+    request out of `bounds` (common.bounds) before its handler runs."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        self._bounds = bounds
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = continuation(details)
@@ -123,7 +136,11 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
             context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
             if isinstance(request, _Malformed):
                 abort(context, FieldError("request", f"is not a valid request message for {method}: "
-                                                     f"{request.error}"))
+                                                     f"{echo(str(request.error), MAX_ERROR_CHARS)}"))
+            try:
+                self._bounds.check(request)
+            except FieldError as e:
+                abort(context, e)
 
         def end(context: grpc.ServicerContext, start: float, exc: BaseException | None) -> None:
             duration_s = time.perf_counter() - start
@@ -202,8 +219,9 @@ class ServerOptions:
 
 
 def build_server(address: str, register: Callable[[grpc.Server], None], service_names: list[str],
-                 options: ServerOptions) -> tuple[grpc.Server, int, health.HealthServicer]:
-    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor()]
+                 options: ServerOptions, bounds: Bounds) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A ready (not started) server; every request is checked against `bounds` before its handler runs."""
+    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds)]
     if options.token:
         interceptors.insert(0, BearerTokenInterceptor(options.token))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=options.max_workers), interceptors=interceptors,

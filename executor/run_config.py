@@ -13,16 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tunefleet.v1 import plan_pb2, training_pb2
 
+from common.bounds import echo
+from common.errors import FieldError
+from common.rpc import MAX_RECEIVE_MESSAGE_BYTES
+from common.strict_json import loads_object
+from executor.deepspeed_keys import check_deepspeed_config
 from executor.errors import PlanError
 from planner import convert
 from planner.errors import InvalidFieldError
+from planner.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
 from planner.schema import Method, Objective, Optimizer, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
 DEFAULT_KEEP_CHECKPOINTS = 2
+# A plan file is at most what a Submit can carry.
+PLAN_BYTES = MAX_RECEIVE_MESSAGE_BYTES
+PLAN_JSON_DEPTH = 32
+DEEPSPEED_JSON_DEPTH = 8
 _PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Methods and objectives this executor trains; the planner can size more than it can run.
 _RUNNABLE_METHODS = (Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.FREEZE)
@@ -120,13 +131,21 @@ def stop_path(output_dir: Path) -> Path:
 def parse_plan(text: str | bytes, source: str = "plan") -> plan_pb2.Plan:
     """A Plan from its JSON form (what `tunefleet recommend --save-plan` writes) or binary protobuf."""
     plan = plan_pb2.Plan()
-    try:
-        if isinstance(text, bytes) and not text.lstrip().startswith(b"{"):
+    if len(text) > PLAN_BYTES:
+        raise PlanError(source, f"is {len(text):,} bytes; a plan is at most {PLAN_BYTES:,}")
+    if isinstance(text, bytes) and not text.lstrip().startswith(b"{"):
+        try:
             plan.ParseFromString(text)
-        else:
-            json_format.Parse(text, plan)
-    except (json_format.ParseError, ValueError) as e:
-        raise PlanError(source, f"is not a tunefleet.v1.Plan in JSON or protobuf form: {e}") from e
+        except DecodeError as e:
+            raise PlanError(source, "is neither a JSON plan (it does not start with '{') nor a binary "
+                                    f"tunefleet.v1.Plan ({e}); give the file `tunefleet recommend --save-plan` "
+                                    "wrote") from e
+        return plan
+    fields = loads_object(text, source, max_chars=PLAN_BYTES, max_depth=PLAN_JSON_DEPTH, error=PlanError)
+    try:
+        json_format.ParseDict(fields, plan)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as e:
+        raise PlanError(source, f"is not a tunefleet.v1.Plan: {echo(str(e), 300)}") from e
     return plan
 
 
@@ -161,12 +180,9 @@ def _deepspeed_json(plan: plan_pb2.Plan, t: TrainingSpec, world_size: int) -> st
     text = plan.deepspeed_config_json
     if not text:
         raise PlanError("deepspeed_config_json", "is empty; plans from the planner carry the DeepSpeed config")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanError("deepspeed_config_json", f"is not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise PlanError("deepspeed_config_json", "must be a JSON object")
+    config = loads_object(text, "deepspeed_config_json", max_chars=DEEPSPEED_JSON_CHARS,
+                          max_depth=DEEPSPEED_JSON_DEPTH, error=PlanError)
+    check_deepspeed_config(config)
     expected = {"train_micro_batch_size_per_gpu": t.micro_batch_size,
                 "gradient_accumulation_steps": t.gradient_accumulation_steps,
                 "train_batch_size": t.micro_batch_size * t.gradient_accumulation_steps * world_size}
@@ -186,7 +202,7 @@ def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
     if uri.startswith("file://"):
         uri = uri.removeprefix("file://")
     elif "://" in uri:
-        raise PlanError("output_uri", f"{uri!r}: this executor writes to local paths only; "
+        raise PlanError("output_uri", f"{echo(uri)}: this executor writes to local paths only; "
                                       "give a directory (or file:// URI), or pass --output")
     return Path(uri)
 
@@ -206,8 +222,12 @@ def _dataset(plan: plan_pb2.Plan) -> DatasetConfig:
 
 def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> RunConfig:
     """Validate a plan for this executor and resolve every default; raises PlanError naming the field."""
+    try:
+        PLAN_BOUNDS.check(plan)
+    except FieldError as e:
+        raise PlanError(e.field, e.description) from e
     if not _PLAN_ID.match(plan.plan_id):
-        raise PlanError("plan_id", f"{plan.plan_id!r} must be 1-128 letters, digits, '.', '_' or '-'")
+        raise PlanError("plan_id", f"{echo(plan.plan_id)} must be 1-128 letters, digits, '.', '_' or '-'")
     model_path = plan.model.weights or plan.model.catalog_name
     if not model_path:
         raise PlanError("model.weights", "is empty; give a Hugging Face model id or a local model folder")
@@ -218,8 +238,6 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
     world_size = hw.gpus_per_node or 1
     t = _training(plan, world_size)
     w = plan.workload
-    if w.epochs < 0:
-        raise PlanError("workload.epochs", f"is {w.epochs}; must be positive")
     h = plan.hyperparameters
     fit, est = plan.prediction.fit, plan.prediction.estimate
     return RunConfig(

@@ -10,13 +10,17 @@ import redis
 from grpc_health.v1 import health
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
+from common.bounds import Bounds
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
 from executor import redis_conn
 from executor.errors import FleetUnavailableError
 from executor.metrics import EVENTS_STREAMED, register_fleet_collector
 from executor.service import Executor, ExecutorConfig
 from planner.catalog import default_catalog
+from planner.limits import PLAN_BOUNDS
 
+# Every executor request: the plan inside Submit has a plan file's bounds; a cancel reason is kept (cut) anyway.
+REQUEST_BOUNDS = PLAN_BOUNDS.prefixed("plan.").merged(Bounds(string_chars={"reason": 4096, "page_token": 1024}))
 SERVICE_NAME = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
 # Each Watch holds a server thread while it streams: size the pool for the watchers one service carries.
 DEFAULT_WORKERS = 256
@@ -80,5 +84,6 @@ def create_server(address: str, executor: Executor,
     servicer = ExecutorServicer(executor)
     server, port, health_servicer = build_server(
         address, lambda s: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, s), [SERVICE_NAME],
-        options or ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS))
+        options or ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS),
+        REQUEST_BOUNDS)
     return server, port, health_servicer

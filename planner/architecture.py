@@ -6,13 +6,15 @@ with models instantiated on the meta device.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from common.bounds import echo
+from common.strict_json import loads_object
 from planner.errors import InvalidFieldError, UnsupportedError
+from planner.limits import CONFIG_JSON_CHARS, CONFIG_JSON_DEPTH
 from planner.schema import ALL_LINEAR, Architecture, Family, VisionTower
 
 
@@ -131,7 +133,7 @@ def lora_targets(a: Architecture, target_modules: tuple[str, ...], field: str) -
         matched = [layer for layer in layers if layer.name == target or layer.name.endswith("." + target)]
         if not matched:
             known = sorted({layer.name.split(".")[-1] for layer in layers} | {ALL_LINEAR})
-            raise InvalidFieldError(field, f"{a.family.value} has no module '{target}'; "
+            raise InvalidFieldError(field, f"{a.family.value} has no module {echo(target)}; "
                                            f"choose from {', '.join(known)}")
         chosen += [layer for layer in matched if layer not in chosen]
     return tuple(chosen)
@@ -155,70 +157,93 @@ _FAMILY_BY_MODEL_TYPE = {
 }
 
 
-def _require(cfg: Mapping[str, Any], *keys: str) -> int:
+_CONFIG = "model.config_json"
+
+
+def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
+    """The first of `keys` that is set (not null), as an integer; `default` when none is, else an error."""
     for key in keys:
         value = cfg.get(key)
-        if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidFieldError("model.config_json", f"'{key}' must be an integer, got {value!r}")
-            return value
-    raise InvalidFieldError("model.config_json", f"missing '{keys[0]}'")
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidFieldError(_CONFIG, f"'{key}' must be an integer, got {echo(value)}")
+        if value < 0:
+            raise InvalidFieldError(_CONFIG, f"'{key}' must not be negative, got {value}")
+        return value
+    if default is None:
+        raise InvalidFieldError(_CONFIG, f"missing '{keys[0]}'")
+    return default
+
+
+def _bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidFieldError(_CONFIG, f"'{key}' must be true or false, got {echo(value)}")
+    return value
+
+
+def _object(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidFieldError(_CONFIG, f"'{key}' must be a JSON object, got {echo(value)}")
+    return value
 
 
 def architecture_from_config(text: str) -> Architecture:
-    """Parse the text of a Hugging Face config.json into an Architecture."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidFieldError("model.config_json",
-                                f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
-    if not isinstance(cfg, dict):
-        raise InvalidFieldError("model.config_json", "must be a JSON object")
+    """Parse the text of a Hugging Face config.json into an Architecture: strictly typed, size- and depth-bounded;
+    every failure names the key."""
+    cfg = loads_object(text, _CONFIG, max_chars=CONFIG_JSON_CHARS, max_depth=CONFIG_JSON_DEPTH,
+                       error=InvalidFieldError)
     model_type = cfg.get("model_type")
-    family = _FAMILY_BY_MODEL_TYPE.get(str(model_type))
+    family = _FAMILY_BY_MODEL_TYPE.get(model_type) if isinstance(model_type, str) else None
     if family is None:
-        raise UnsupportedError("model.config_json",
-                               f"model_type {model_type!r} is not supported; supported: "
-                               f"{', '.join(sorted(_FAMILY_BY_MODEL_TYPE))}")
+        raise UnsupportedError(_CONFIG, f"model_type {echo(model_type)} is not supported; supported: "
+                                        f"{', '.join(sorted(_FAMILY_BY_MODEL_TYPE))}")
     vision = None
     text_cfg: Mapping[str, Any] = cfg
     if family is Family.QWEN2_VL:
-        text_cfg = {**cfg, **cfg.get("text_config", {})}
-        vc = cfg.get("vision_config") or {}
+        text_cfg = {**cfg, **_object(cfg, "text_config")}
+        vc = _object(cfg, "vision_config")
         vision = VisionTower(
-            depth=_require(vc, "depth"), embed_dim=_require(vc, "embed_dim"),
-            num_heads=_require(vc, "num_heads"), mlp_ratio=int(vc.get("mlp_ratio", 4)),
-            patch_size=_require(vc, "patch_size", "spatial_patch_size"),
-            temporal_patch_size=int(vc.get("temporal_patch_size", 2)),
-            in_channels=int(vc.get("in_chans", vc.get("in_channels", 3))),
-            spatial_merge_size=int(vc.get("spatial_merge_size", 2)),
-            out_hidden_size=int(vc.get("hidden_size", _require(text_cfg, "hidden_size"))),
+            depth=_int(vc, "depth"), embed_dim=_int(vc, "embed_dim"), num_heads=_int(vc, "num_heads"),
+            mlp_ratio=_int(vc, "mlp_ratio", default=4), patch_size=_int(vc, "patch_size", "spatial_patch_size"),
+            temporal_patch_size=_int(vc, "temporal_patch_size", default=2),
+            in_channels=_int(vc, "in_chans", "in_channels", default=3),
+            spatial_merge_size=_int(vc, "spatial_merge_size", default=2),
+            out_hidden_size=_int(vc, "hidden_size", default=_int(text_cfg, "hidden_size")),
         )
     if family is Family.GPT2:
-        hidden = _require(cfg, "n_embd")
+        hidden = _int(cfg, "n_embd")
         return Architecture(
-            family=family, num_layers=_require(cfg, "n_layer"), hidden_size=hidden,
-            intermediate_size=cfg.get("n_inner") or 4 * hidden,
-            num_attention_heads=_require(cfg, "n_head"), num_key_value_heads=_require(cfg, "n_head"),
-            vocab_size=_require(cfg, "vocab_size"), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-            max_position_embeddings=_require(cfg, "n_positions"),
+            family=family, num_layers=_int(cfg, "n_layer"), hidden_size=hidden,
+            intermediate_size=_int(cfg, "n_inner", default=4 * hidden),
+            num_attention_heads=_int(cfg, "n_head"), num_key_value_heads=_int(cfg, "n_head"),
+            vocab_size=_int(cfg, "vocab_size"), tie_word_embeddings=_bool(cfg, "tie_word_embeddings", True),
+            max_position_embeddings=_int(cfg, "n_positions"),
         )
-    heads = _require(text_cfg, "num_attention_heads")
+    heads = _int(text_cfg, "num_attention_heads")
     tie_default = family in (Family.GEMMA, Family.GEMMA2)
     return Architecture(
         family=family,
-        num_layers=_require(text_cfg, "num_hidden_layers"),
-        hidden_size=_require(text_cfg, "hidden_size"),
-        intermediate_size=_require(text_cfg, "intermediate_size"),
+        num_layers=_int(text_cfg, "num_hidden_layers"),
+        hidden_size=_int(text_cfg, "hidden_size"),
+        intermediate_size=_int(text_cfg, "intermediate_size"),
         num_attention_heads=heads,
-        num_key_value_heads=int(text_cfg.get("num_key_value_heads") or heads),
-        head_dim=int(text_cfg.get("head_dim") or 0),
-        vocab_size=_require(text_cfg, "vocab_size"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", text_cfg.get("tie_word_embeddings", tie_default))),
-        attention_bias=bool(text_cfg.get("attention_bias", False)),
-        mlp_bias=bool(text_cfg.get("mlp_bias", False)),
-        num_experts=int(text_cfg.get("num_local_experts", 0) or 0),
-        experts_per_token=int(text_cfg.get("num_experts_per_tok", 0) or 0),
-        max_position_embeddings=int(text_cfg.get("max_position_embeddings", 0) or 0),
+        num_key_value_heads=_int(text_cfg, "num_key_value_heads", default=heads) or heads,
+        head_dim=_int(text_cfg, "head_dim", default=0),
+        vocab_size=_int(text_cfg, "vocab_size"),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", _bool(text_cfg, "tie_word_embeddings", tie_default)),
+        attention_bias=_bool(text_cfg, "attention_bias", False),
+        mlp_bias=_bool(text_cfg, "mlp_bias", False),
+        num_experts=_int(text_cfg, "num_local_experts", default=0),
+        experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
+        max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
         vision=vision,
     )

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from common.bounds import echo
 from planner.data.flavors import FLAVORS
 from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
@@ -49,7 +50,7 @@ class Catalog:
         found = index.get(normalise_gpu_name(name))
         if found is None:
             hint = _did_you_mean(normalise_gpu_name(name), list(index))
-            raise UnknownNameError(field, f"unknown GPU '{name}'.{hint} "
+            raise UnknownNameError(field, f"unknown GPU {echo(name)}.{hint} "
                                        "Run 'tunefleet hardware' for the catalog.")
         return found
 
@@ -57,7 +58,7 @@ class Catalog:
         index: dict[str, Flavor] = self._flavor_index  # type: ignore[attr-defined]
         found = index.get(name.strip().lower())
         if found is None:
-            raise UnknownNameError(field, f"unknown flavor '{name}'.{_did_you_mean(name, list(index))} "
+            raise UnknownNameError(field, f"unknown flavor {echo(name)}.{_did_you_mean(name, list(index))} "
                                        "Run 'tunefleet hardware' for the catalog.")
         return found
 
@@ -67,7 +68,7 @@ class Catalog:
         found = index.get(canonical.strip().lower())
         if found is None:
             names = [m.name for m in self.models] + list(self.model_aliases)
-            raise UnknownNameError(field, f"unknown model '{name}'.{_did_you_mean(name, names)} Pass the model's "
+            raise UnknownNameError(field, f"unknown model {echo(name)}.{_did_you_mean(name, names)} Pass the model's "
                                        "config.json instead, or run 'tunefleet models' for the catalog.")
         return found
 

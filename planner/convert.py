@@ -6,11 +6,13 @@ from dataclasses import replace
 
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
+from common.bounds import echo
 from planner.architecture import architecture_from_config, parameter_counts
 from planner.catalog import Catalog
 from planner.errors import InvalidFieldError, UnsupportedError
 from planner.estimate import Estimate
 from planner.fit import FitResult
+from planner.limits import MAX_PARAMETERS
 from planner.schema import (
     Architecture,
     Attention,
@@ -105,10 +107,16 @@ def model_from_proto(p: model_pb2.ModelRef, catalog: Catalog) -> ModelSpec:
         spec = catalog.model(p.catalog_name)
         return ModelSpec(spec.name, spec.architecture, p.weights or spec.weights, spec.source)
     if source == "architecture":
-        return ModelSpec("custom", _architecture_from_proto(p.architecture), p.weights, "inline architecture")
-    if source == "config_json":
-        return ModelSpec(p.weights or "config.json", architecture_from_config(p.config_json), p.weights, "config.json")
-    raise InvalidFieldError("model", "set one of catalog_name, architecture or config_json")
+        spec = ModelSpec("custom", _architecture_from_proto(p.architecture), p.weights, "inline architecture")
+    elif source == "config_json":
+        spec = ModelSpec(p.weights or "config.json", architecture_from_config(p.config_json), p.weights, "config.json")
+    else:
+        raise InvalidFieldError("model", "set one of catalog_name, architecture or config_json")
+    total = parameter_counts(spec.architecture).total
+    if total > MAX_PARAMETERS:
+        raise InvalidFieldError(f"model.{source}", f"describes {total:.3g} parameters, more than the "
+                                                   f"{MAX_PARAMETERS:.0e} the planner accepts; check the shapes")
+    return spec
 
 
 def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
@@ -143,7 +151,8 @@ def training_from_proto(p: training_pb2.TrainingSpec, world_size: int) -> Traini
     if p.HasField("lora"):
         lora = LoraSpec(
             rank=p.lora.rank or DEFAULT_LORA.rank, alpha=p.lora.alpha or DEFAULT_LORA.alpha,
-            dropout=p.lora.dropout, target_modules=tuple(p.lora.target_modules) or DEFAULT_LORA.target_modules)
+            dropout=p.lora.dropout,
+            target_modules=tuple(dict.fromkeys(p.lora.target_modules)) or DEFAULT_LORA.target_modules)
     for name in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps"):
         if getattr(p, name) < 0:
             raise InvalidFieldError(f"training.{name}", "must not be negative")
@@ -177,7 +186,13 @@ def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
         raise InvalidFieldError("training.freeze_trainable_layers",
                                 f"the model has {a.num_layers} layers, asked to train {t.freeze_trainable_layers}")
     if (t.image_tokens or t.train_vision_tower) and a.vision is None:
-        raise InvalidFieldError("training.image_tokens", f"{m.name} has no vision tower")
+        raise InvalidFieldError("training.image_tokens", f"{echo(m.name)} has no vision tower")
+    if a.max_position_embeddings and t.sequence_length > a.max_position_embeddings:
+        raise InvalidFieldError("training.sequence_length",
+                                f"{t.sequence_length:,} tokens is longer than the model's context "
+                                f"({a.max_position_embeddings:,} max_position_embeddings); shorten it, or plan a "
+                                "context extension by giving a config.json with the extended "
+                                "max_position_embeddings")
 
 
 def training_to_proto(t: TrainingSpec) -> training_pb2.TrainingSpec:
@@ -310,17 +325,18 @@ def estimate_to_proto(e: Estimate) -> plan_pb2.TimeEstimate:
 
 
 def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Constraints:
-    for i, name in enumerate(p.allowed_gpus):
-        catalog.gpu(name, f"constraints.allowed_gpus[{i}]")
+    gpus = tuple(dict.fromkeys(catalog.gpu(name, f"constraints.allowed_gpus[{i}]").name
+                               for i, name in enumerate(p.allowed_gpus)))
     if p.HasField("max_cost_usd") and p.max_cost_usd <= 0:
         raise InvalidFieldError("constraints.max_cost_usd", "must be greater than 0")
     if p.HasField("max_duration_s") and p.max_duration_s <= 0:
         raise InvalidFieldError("constraints.max_duration_s", "must be greater than 0")
-    methods = tuple(_from_proto(METHOD, m, None, "constraints.allowed_methods") for m in p.allowed_methods)
+    methods = tuple(dict.fromkeys(_from_proto(METHOD, m, None, f"constraints.allowed_methods[{i}]")
+                                  for i, m in enumerate(p.allowed_methods)))
     return Constraints(
         max_cost_usd=p.max_cost_usd if p.HasField("max_cost_usd") else None,
         max_duration_s=p.max_duration_s if p.HasField("max_duration_s") else None,
-        allowed_gpus=tuple(p.allowed_gpus), allowed_providers=tuple(p.allowed_providers), max_gpus=p.max_gpus or 8,
+        allowed_gpus=gpus, allowed_providers=tuple(dict.fromkeys(p.allowed_providers)), max_gpus=p.max_gpus or 8,
         allow_spot=p.allow_spot, allowed_methods=methods,  # type: ignore[arg-type]
         rank_by=_from_proto(RANK_BY, p.rank_by, RankBy.COST, "constraints.rank_by"))  # type: ignore[arg-type]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner import constants as k
+from planner.errors import InvalidFieldError
+from planner.limits import MAX_TRAINING_TOKENS
 from planner.schema import Hardware, ModelSpec, TrainingSpec, Workload
 from planner.throughput import StepTime, step_time, total_steps
 
@@ -40,6 +42,10 @@ class Estimate:
 def estimate(model: ModelSpec, t: TrainingSpec, hw: Hardware, workload: Workload) -> Estimate:
     step = step_time(model, t, hw)
     steps = total_steps(step.tokens_per_step, workload.dataset_tokens, workload.epochs, workload.max_steps)
+    if steps * step.tokens_per_step > MAX_TRAINING_TOKENS:
+        field = "workload.max_steps" if workload.max_steps else "workload.dataset_tokens"
+        raise InvalidFieldError(field, f"{steps:,} steps of {step.tokens_per_step:,} tokens is more than "
+                                       f"{MAX_TRAINING_TOKENS:.0e} tokens, beyond any training run; check the workload")
     train_s = steps * step.step_s
     expected = k.STARTUP_S + train_s
     hourly = hw.hourly_usd_per_gpu * hw.world_size

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.catalog import Catalog
+from planner.errors import InvalidFieldError
 from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, parameter_split, per_gpu_memory
 from planner.schema import Hardware, Loss, Method, ModelSpec, Offload, TrainingSpec
 
 GiB = 1024**3
+# The largest byte count a uint64 field carries on every client (int64's maximum: Java and JSON readers).
+MAX_REPORTABLE_BYTES = 2 ** 63 - 1
 MAX_MICRO_BATCH = 4096
 
 
@@ -134,6 +137,11 @@ def _kbit_amp_note(model: ModelSpec, t: TrainingSpec, layers: int) -> str:
 
 def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> FitResult:
     ok, gpu, host = _fits(model, t, hw)
+    if max(gpu.total_bytes, host.total_bytes) > MAX_REPORTABLE_BYTES:
+        raise InvalidFieldError("training.sequence_length",
+                                f"this configuration needs {max(gpu.total_bytes, host.total_bytes):.3g} bytes, "
+                                "beyond any hardware and beyond what the answer can carry; shorten "
+                                "sequence_length, lower micro_batch_size or enable gradient checkpointing")
     best = max_micro_batch(model, t, hw)
     split = parameter_split(model.architecture, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     notes: list[str] = []

@@ -96,7 +96,9 @@ def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
     return float(k.INT8_BYTES_PER_PARAM)
 
 
-@lru_cache(maxsize=4096)
+# Keys are small: an Architecture and a LoraSpec whose target modules are de-duplicated and capped
+# (planner.limits: at most 32 names of at most 256 characters), so the cache holds at most a few MB.
+@lru_cache(maxsize=512)
 def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vision_tower: bool,
                     freeze_trainable_layers: int) -> ParameterSplit:
     counts = parameter_counts(arch)

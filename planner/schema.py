@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from planner.errors import InvalidFieldError
+from planner.limits import MAX_TOKENS_PER_MICRO_BATCH
 
 
 class Family(enum.Enum):
@@ -189,6 +190,10 @@ class LoraSpec:
         if not self.target_modules:
             raise InvalidFieldError("training.lora.target_modules",
                                     f"name at least one module, or '{ALL_LINEAR}'")
+        if ALL_LINEAR in self.target_modules and len(self.target_modules) > 1:
+            raise InvalidFieldError("training.lora.target_modules",
+                                    f"'{ALL_LINEAR}' already adapts every linear layer: give it alone, "
+                                    "or list module names without it")
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,11 @@ class TrainingSpec:
         _positive("training.micro_batch_size", self.micro_batch_size)
         _positive("training.sequence_length", self.sequence_length)
         _positive("training.gradient_accumulation_steps", self.gradient_accumulation_steps)
+        if self.micro_batch_size * self.sequence_length > MAX_TOKENS_PER_MICRO_BATCH:
+            raise InvalidFieldError("training.micro_batch_size",
+                                    f"micro_batch_size {self.micro_batch_size} × sequence_length "
+                                    f"{self.sequence_length} is more than {MAX_TOKENS_PER_MICRO_BATCH:,} tokens "
+                                    "per GPU per micro-batch; use gradient accumulation for a larger batch")
         if self.zero_stage not in (0, 1, 2, 3):
             raise InvalidFieldError("training.zero_stage",
                                     f"DeepSpeed ZeRO has stages 0, 1, 2 and 3, got {self.zero_stage}")

@@ -8,6 +8,7 @@ from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
 from common.rpc import ServerOptions, build_server, call_unary
 from planner.catalog import Catalog, default_catalog
+from planner.limits import REQUEST_BOUNDS
 from planner.service import Planner
 
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
@@ -38,4 +39,4 @@ def create_server(address: str = "127.0.0.1:0", catalog: Catalog | None = None,
     """A started-ready (not yet started) planner server bound to `address`; port 0 picks a free port."""
     servicer = PlannerServicer(Planner(catalog or default_catalog()))
     return build_server(address, lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s),
-                        [SERVICE_NAME], options or ServerOptions())
+                        [SERVICE_NAME], options or ServerOptions(), REQUEST_BOUNDS)

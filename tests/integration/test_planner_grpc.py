@@ -14,6 +14,7 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 from clients.errors import InvalidArgument, Unauthenticated
 from clients.planner_client import PlannerClient
 from common.rpc import shutdown
+from planner.limits import MAX_RECOMMEND_LIMIT
 from planner.server import create_server
 from tests.conftest import TOKEN
 
@@ -106,7 +107,7 @@ def test_recommend_returns_an_executable_plan_within_budget(planner_address: str
     request = planner_pb2.RecommendRequest(
         model=model_pb2.ModelRef(catalog_name="Qwen/Qwen2.5-7B"),
         training=training_pb2.TrainingSpec(method=training_pb2.METHOD_LORA, micro_batch_size=4),
-        workload=training_pb2.WorkloadSpec(dataset_tokens=20_000_000), limit=500)
+        workload=training_pb2.WorkloadSpec(dataset_tokens=20_000_000), limit=MAX_RECOMMEND_LIMIT)
     unconstrained = client.recommend(request)
     budget = unconstrained.candidates[2].estimate.cost_usd
     request.constraints.max_cost_usd = budget
