@@ -7,6 +7,7 @@ PlannerService over gRPC. Results print as tables, or as JSON with --json.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
-from clients import fleet_cli, health, render
+from clients import connection, fleet_cli, health, render
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
 from executor.training import command as train_command
@@ -54,7 +55,10 @@ def count(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
     if not m:
         raise argparse.ArgumentTypeError(f"'{text}' is not a count; write e.g. 500000, 10M or 1.5B")
-    return int(float(m.group(1)) * _SUFFIX[m.group(2)])
+    value = float(m.group(1)) * _SUFFIX[m.group(2)]
+    if not math.isfinite(value) or value >= 2 ** 63:
+        raise argparse.ArgumentTypeError(f"'{text}' is too large to be a count")
+    return int(value)
 
 
 def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float]:
@@ -63,6 +67,8 @@ def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float
             value = cast(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be {'1 or more' if cast is int else 'greater than 0'}, "
                                              f"got {value}")
@@ -72,6 +78,17 @@ def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float
 
 positive_int = _positive(int, "a whole number")
 positive_float = _positive(float, "a number")
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and less than 1, got {text}")
+    return value
 
 
 def model_ref(text: str) -> model_pb2.ModelRef:
@@ -96,7 +113,7 @@ def _add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                    help="bf16/fp16: mixed precision with fp32 master weights; bf16-pure: no master copy")
     g.add_argument("--lora-r", type=positive_int, default=16, help="LoRA rank (default %(default)s)")
     g.add_argument("--lora-alpha", type=positive_float, default=32.0)
-    g.add_argument("--lora-dropout", type=float, default=0.05)
+    g.add_argument("--lora-dropout", type=fraction, default=0.05, help="in [0, 1) (default %(default)s)")
     g.add_argument("--lora-targets", default="all-linear", help="comma-separated module names, or all-linear")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     g.add_argument("--dpo", action="store_true", help="DPO objective (chosen + rejected per example)")
@@ -131,7 +148,7 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     c.add_argument("--address", default=os.environ.get("TUNEFLEET_PLANNER", ""),
                    help="planner host:port (env TUNEFLEET_PLANNER); empty plans in-process")
-    c.add_argument("--token", default=os.environ.get("TUNEFLEET_TOKEN", ""), help="bearer token (env TUNEFLEET_TOKEN)")
+    connection.add_arguments(c)
 
 
 def _training(a: argparse.Namespace) -> training_pb2.TrainingSpec:
@@ -249,10 +266,15 @@ def _recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
                                         constraints=constraints, limit=a.limit, dataset=_dataset(a))
 
 
+def _planner(a: argparse.Namespace) -> PlannerClient:
+    c = connection.from_arguments(a, a.address)
+    return PlannerClient(a.address or None, token=c.token, tls_ca=c.tls_ca, tls_server_name=c.tls_server_name)
+
+
 def recommended_plan(argv: list[str]) -> plan_pb2.Plan:
     """The plan `tunefleet recommend ARGV` would save: for `tunefleet submit --from-recommend ARGV`."""
     a = build_parser().parse_args(["recommend", *argv])
-    with PlannerClient(a.address or None, token=a.token) as client:
+    with _planner(a) as client:
         rec = client.recommend(_recommend_request(a))
     if not rec.HasField("plan"):
         raise SystemExit("error: --from-recommend: no option meets the constraints; run 'tunefleet recommend' with "
@@ -312,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in fleet_cli.COMMANDS:
         return fleet_cli.main(args, recommended_plan)
     try:
-        with PlannerClient(args.address or None, token=args.token) as client:
+        with _planner(args) as client:
             print(run(args, client))
     except InvalidArgument as exc:
         for v in exc.violations or []:

@@ -10,7 +10,8 @@ import grpc
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
 from clients.errors import Unavailable, from_rpc_error
-from clients.planner_client import DEFAULT_TIMEOUT_S, channel_for
+from clients.connection import Connection, channel_for, metadata
+from clients.planner_client import DEFAULT_TIMEOUT_S
 
 # Watch gives up when it could not reconnect for this long; each retry waits twice as long as the last.
 DEFAULT_RECONNECT_TIMEOUT_S = 60.0
@@ -22,12 +23,13 @@ _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EX
 
 
 class ExecutorClient:
-    def __init__(self, address: str, *, token: str = "", tls_ca: bytes | None = None,
+    def __init__(self, address: str, *, token: str = "", tls_ca: bytes | None = None, tls_server_name: str = "",
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        connection = Connection(token, tls_ca, tls_server_name)
         self.address = address
         self._timeout_s = timeout_s
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = channel_for(address, tls_ca)
+        self._metadata = metadata(connection)
+        self._channel = channel_for(address, connection)
         self._stub: Any = executor_pb2_grpc.ExecutorServiceStub(self._channel)
 
     def close(self) -> None:

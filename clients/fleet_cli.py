@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
-from clients import fleet_render, render
+from clients import connection, fleet_render, render
 from clients.errors import InvalidArgument, NotFound, TunefleetError, Unavailable
 from clients.executor_client import ExecutorClient
 
@@ -33,7 +33,7 @@ def _add_executor_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("executor")
     g.add_argument("--executor", default=os.environ.get("TUNEFLEET_EXECUTOR", DEFAULT_EXECUTOR),
                    help="executor service host:port (env TUNEFLEET_EXECUTOR; default %(default)s)")
-    g.add_argument("--token", default=os.environ.get("TUNEFLEET_TOKEN", ""), help="bearer token (env TUNEFLEET_TOKEN)")
+    connection.add_arguments(g)
     g.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -162,7 +162,8 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
 def main(a: argparse.Namespace, recommended: PlanSource) -> int:
     """Run a fleet command; `recommended` turns recommend options into a plan (submit --from-recommend)."""
     try:
-        with ExecutorClient(a.executor, token=a.token) as client:
+        c = connection.from_arguments(a, a.executor)
+        with ExecutorClient(a.executor, token=c.token, tls_ca=c.tls_ca, tls_server_name=c.tls_server_name) as client:
             return _run(a, client, recommended)
     except InvalidArgument as exc:
         for v in exc.violations or []:

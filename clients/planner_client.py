@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import grpc
 from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
+from clients.connection import Connection, channel_for, metadata
 from clients.errors import from_domain_error, from_rpc_error
 from planner.errors import PlannerError
 
@@ -15,22 +16,17 @@ R = TypeVar("R")
 DEFAULT_TIMEOUT_S = 30.0
 
 
-def channel_for(address: str, tls_ca: bytes | None = None) -> grpc.Channel:
-    if tls_ca is not None:
-        return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=tls_ca or None))
-    return grpc.insecure_channel(address)
-
-
 class PlannerClient:
     """`PlannerClient("host:port")` talks gRPC; `PlannerClient()` plans in this process."""
 
     def __init__(self, address: str | None = None, *, token: str = "", tls_ca: bytes | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 tls_server_name: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        connection = Connection(token, tls_ca, tls_server_name)
         self._timeout_s = timeout_s
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = metadata(connection)
         self._channel: grpc.Channel | None = None
         if address:
-            self._channel = channel_for(address, tls_ca)
+            self._channel = channel_for(address, connection)
             self._stub: Any = planner_pb2_grpc.PlannerServiceStub(self._channel)
             self._local: Any = None
         else:

@@ -38,10 +38,23 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    max_concurrent_rpcs: int) -> ServerOptions:
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
-    token = args.token_file.read_text().strip() if args.token_file else os.environ.get(TOKEN_ENV, "")
+    token = os.environ.get(TOKEN_ENV, "")
+    if args.token_file:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as e:
+            parser.error(f"--token-file {args.token_file}: {e.strerror}")
+        if not token:
+            parser.error(f"--token-file {args.token_file} is empty: put the token in it, or leave --token-file out "
+                         "to serve without authentication")
+    def read(flag: str, path: Path | None) -> bytes:
+        try:
+            return path.read_bytes() if path else b""
+        except OSError as e:
+            parser.error(f"{flag} {path}: {e.strerror}")
+
     return ServerOptions(max_workers=args.workers, max_concurrent_rpcs=max_concurrent_rpcs, token=token,
-                         tls_cert_chain=args.tls_cert.read_bytes() if args.tls_cert else b"",
-                         tls_private_key=args.tls_key.read_bytes() if args.tls_key else b"")
+                         tls_cert_chain=read("--tls-cert", args.tls_cert), tls_private_key=read("--tls-key", args.tls_key))
 
 
 def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, health.HealthServicer]],

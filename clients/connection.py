@@ -1,0 +1,76 @@
+"""How a command reaches a tunefleet server: its bearer token, TLS (CA bundle and the name on the server's
+certificate), and a warning before a token would cross the network in plaintext."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+TOKEN_ENV = "TUNEFLEET_TOKEN"
+TLS_CA_ENV = "TUNEFLEET_TLS_CA"
+TLS_SERVER_NAME_ENV = "TUNEFLEET_TLS_SERVER_NAME"
+
+
+@dataclass(frozen=True)
+class Connection:
+    token: str = ""
+    tls_ca: bytes | None = None  # None: plaintext; b"": TLS with the system's CA bundle
+    tls_server_name: str = ""
+
+
+def add_arguments(group: argparse._ArgumentGroup | argparse.ArgumentParser, token: bool = True) -> None:
+    if token:
+        group.add_argument("--token", default=os.environ.get(TOKEN_ENV, ""),
+                           help=f"bearer token (env {TOKEN_ENV}); sent in plaintext unless --tls-ca is given")
+    group.add_argument("--tls-ca", type=Path, default=os.environ.get(TLS_CA_ENV) or None,
+                       help=f"PEM CA bundle: connect with TLS (the server runs with --tls-cert; env {TLS_CA_ENV})")
+    group.add_argument("--tls-server-name", default=os.environ.get(TLS_SERVER_NAME_ENV, ""),
+                       help="the name on the server's certificate, when it differs from the address's host "
+                            f"(env {TLS_SERVER_NAME_ENV})")
+
+
+def is_loopback(address: str) -> bool:
+    """True when host:port (or [v6]:port, or a unix: socket) never leaves this machine."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def from_arguments(args: argparse.Namespace, address: str, program: str = "tunefleet") -> Connection:
+    """The connection the flags describe; exits 2 when the CA file cannot be read, and warns on stderr when a
+    token would go to another machine without TLS."""
+    ca = None
+    if args.tls_ca:
+        try:
+            ca = Path(args.tls_ca).read_bytes()
+        except OSError as e:
+            raise SystemExit(f"{program}: --tls-ca {args.tls_ca}: {e.strerror}") from e
+    token = getattr(args, "token", "")
+    if token and ca is None and address and not is_loopback(address):
+        print(f"{program}: warning: sending the bearer token to {address} in plaintext; pass --tls-ca (or set "
+              f"{TLS_CA_ENV}) to use TLS", file=sys.stderr)
+    return Connection(token, ca, args.tls_server_name)
+
+
+def channel_for(address: str, connection: Connection = Connection()) -> grpc.Channel:
+    if connection.tls_ca is None:
+        return grpc.insecure_channel(address)
+    options = [("grpc.ssl_target_name_override", connection.tls_server_name)] if connection.tls_server_name else []
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=connection.tls_ca or None),
+                               options=options)
+
+
+def metadata(connection: Connection) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {connection.token}"),) if connection.token else ()
