@@ -48,7 +48,8 @@ def submit_to_first_step(address: str, redis_url: str, work: Path, runs: int) ->
     model = build_model(work / "model")
     data = counting_text(work / "data.jsonl", records=64)
     worker = subprocess.Popen([sys.executable, "-m", "clients.cli", "worker", "--redis", redis_url, "--gpu-class",
-                               "cpu", "--work-dir", str(work / "runs"), "--progress-interval-s", "0"],
+                               "cpu", "--work-dir", str(work / "runs"), "--data-root", str(work),
+                               "--progress-interval-s", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     rows: list[list[object]] = []
     try:

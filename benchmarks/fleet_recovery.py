@@ -59,7 +59,8 @@ class Fleet:
     def start_worker(self, host_id: str) -> None:
         self.workers[host_id] = subprocess.Popen(
             [sys.executable, "-m", "clients.cli", "worker", "--redis", self.url, "--gpu-class", "cpu", "--host-id",
-             host_id, "--work-dir", str(self.work / "shared"), "--work-dir-shared", "--progress-interval-s", "0"],
+             host_id, "--work-dir", str(self.work / "shared"), "--work-dir-shared", "--data-root", str(self.work),
+             "--progress-interval-s", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def kill_host(self, host_id: str) -> None:

@@ -55,9 +55,11 @@ def _data(path: Path, records: int, words: int) -> Path:
 
 
 def _executor_tokens_per_s(plan_path: Path, out: Path) -> float:
+    from executor.paths import Roots
     from executor.training.launcher import train
 
-    result = train(plan_path, progress_interval_s=0)
+    base = plan_path.parent.resolve()  # model, data, plan and run all live in the benchmark's scratch directory
+    result = train(plan_path, progress_interval_s=0, roots=Roots((base,), (base,)))
     if not result.succeeded:
         raise SystemExit(f"executor run failed: {result.last_event.message}")
     rates = [e.tokens_per_s for e in read_events(out / "progress.jsonl")

@@ -117,6 +117,7 @@ def run(steps: int) -> int:
         host_id = f"demo-{socket.gethostname()}"
         stack.enter_context(_process("worker", [*cli, "worker", "--redis", redis_url, "--gpu-class", "cpu",
                                                 "--host-id", host_id, "--work-dir", str(STATE_DIR / "runs"),
+                                                "--data-root", str(STATE_DIR),
                                                 "--progress-interval-s", "1"], logs))
         _wait_healthy(planner_address, planner, "planner")
         _wait_healthy(executor_address, executor, "executor")

@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
-from clients.errors import Unavailable, from_rpc_error
 from clients.connection import Connection, channel_for, metadata
+from clients.errors import Unavailable, from_rpc_error
 from clients.planner_client import DEFAULT_TIMEOUT_S
 
 # Watch gives up when it could not reconnect for this long; each retry waits twice as long as the last.

@@ -34,3 +34,7 @@ class ExhaustedError(Exception):
 
 class UnavailableError(Exception):
     """A backing service (the fleet's Redis) cannot be reached now; the client may retry (UNAVAILABLE)."""
+
+
+class AbandonedError(Exception):
+    """The caller is gone (cancelled, or its deadline passed): the work stopped unfinished (CANCELLED)."""

@@ -4,6 +4,7 @@ bearer-token auth, health, reflection and TLS."""
 from __future__ import annotations
 
 import hmac
+import os
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ from grpc_status import rpc_status
 
 from common import metrics
 from common.bounds import Bounds, echo
-from common.errors import ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
+from common.errors import AbandonedError, ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
 
 log = structlog.get_logger("tunefleet.rpc")
 REQUEST_ID_KEY = "x-request-id"
@@ -61,7 +62,8 @@ def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusC
                                         code_pb2.FAILED_PRECONDITION),
                                        (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                         code_pb2.RESOURCE_EXHAUSTED),
-                                       (UnavailableError, grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE)):
+                                       (UnavailableError, grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
+                                       (AbandonedError, grpc.StatusCode.CANCELLED, code_pb2.CANCELLED)):
         if isinstance(exc, category):
             return _status(proto_code, _short(str(exc)), []), code, _short(str(exc))
     return None, grpc.StatusCode.INTERNAL, "internal error; the server log has the details"
@@ -117,12 +119,58 @@ def _code_name(context: grpc.ServicerContext, exc: BaseException | None) -> str:
     return "OK" if exc is None else "UNKNOWN"
 
 
+def caller_gone(context: grpc.ServicerContext) -> Callable[[], bool]:
+    """A check long handlers call between units of work: True once the caller cancelled, its deadline passed, or
+    the server stopped (which cancels every call still running after its grace period)."""
+    def gone() -> bool:
+        remaining = context.time_remaining()
+        return not context.is_active() or (remaining is not None and remaining <= 0)
+    return gone
+
+
+# How often a call waiting for a compute slot looks whether its caller is still there.
+_ADMISSION_POLL_S = 0.1
+
+
+class Admission:
+    """Bounds the expensive calls (Fit, Recommend, ...): at most `compute_slots` run at once, at most `max_waiting`
+    more wait for a slot (for no longer than their deadline), and any beyond that are refused at once with
+    RESOURCE_EXHAUSTED. The server's other threads stay free for health checks and cheap calls."""
+
+    def __init__(self, compute_slots: int, max_waiting: int) -> None:
+        self._slots = threading.BoundedSemaphore(compute_slots)
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self._limit = compute_slots + max_waiting
+
+    def run(self, context: grpc.ServicerContext, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._admitted >= self._limit:
+                raise ExhaustedError(f"the server is at capacity ({self._limit} expensive calls running or "
+                                     "waiting); retry with backoff")
+            self._admitted += 1
+        try:
+            gone = caller_gone(context)
+            while not self._slots.acquire(timeout=_ADMISSION_POLL_S):
+                if gone():
+                    raise AbandonedError("the caller left before a compute slot was free")
+            try:
+                return fn()
+            finally:
+                self._slots.release()
+        finally:
+            with self._lock:
+                self._admitted -= 1
+
+
 class RequestContextInterceptor(grpc.ServerInterceptor):
     """Binds a request id (from x-request-id or new) to every log line; counts and times each call; refuses a
     request out of `bounds` (common.bounds) before its handler runs."""
 
-    def __init__(self, bounds: Bounds) -> None:
+    def __init__(self, bounds: Bounds, admission: Admission, expensive: frozenset[str]) -> None:
         self._bounds = bounds
+        self._admission = admission
+        self._expensive = expensive
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = continuation(details)
@@ -151,11 +199,14 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
 
         if handler.unary_unary is not None:
             inner = handler.unary_unary
+            admitted = method.rsplit("/", 1)[-1] in self._expensive
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
                 start, exc = time.perf_counter(), None
                 try:
                     begin(request, context)
+                    if admitted:
+                        return self._admission.run(context, lambda: inner(request, context))
                     return inner(request, context)
                 except BaseException as e:
                     exc = e
@@ -243,20 +294,32 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(deny)
 
 
+# Server threads kept free of expensive calls, for health checks, cheap calls and quick refusals.
+RESERVED_WORKERS = 4
+
+
 @dataclass(frozen=True)
 class ServerOptions:
-    max_workers: int = 8
+    max_workers: int = 16
     # Calls beyond this are refused with RESOURCE_EXHAUSTED instead of queueing without bound.
     max_concurrent_rpcs: int = 64
+    # Expensive calls computing at once: more than the cores only adds GIL contention.
+    compute_slots: int = max(2, os.cpu_count() or 2)
     token: str = ""
     tls_cert_chain: bytes = b""
     tls_private_key: bytes = b""
 
 
 def build_server(address: str, register: Callable[[grpc.Server], None], service_names: list[str],
-                 options: ServerOptions, bounds: Bounds) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A ready (not started) server; every request is checked against `bounds` before its handler runs."""
-    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds)]
+                 options: ServerOptions, bounds: Bounds, expensive: frozenset[str] = frozenset()
+                 ) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A ready (not started) server; every request is checked against `bounds` before its handler runs, and the
+    `expensive` methods (by name) go through Admission so that RESERVED_WORKERS threads stay free."""
+    if options.max_workers <= RESERVED_WORKERS:
+        raise ValueError(f"max_workers must be more than the {RESERVED_WORKERS} reserved for health checks")
+    slots = min(options.compute_slots, options.max_workers - RESERVED_WORKERS)
+    admission = Admission(slots, options.max_workers - RESERVED_WORKERS - slots)
+    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds, admission, expensive)]
     if options.token:
         interceptors.insert(0, BearerTokenInterceptor(options.token))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=options.max_workers), interceptors=interceptors,
@@ -279,7 +342,11 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
     return server, port, health_servicer
 
 
-def shutdown(server: grpc.Server, health_servicer: health.HealthServicer, grace_s: float) -> None:
-    """Graceful stop: report NOT_SERVING, refuse new calls, let running ones finish."""
+def shutdown(server: grpc.Server, health_servicer: health.HealthServicer, grace_s: float,
+             drain_delay_s: float = 0.0) -> None:
+    """Graceful stop: report NOT_SERVING (still serving for `drain_delay_s`), then refuse new calls and let running
+    ones finish within `grace_s`; calls still running then are cancelled (long handlers see caller_gone)."""
     health_servicer.enter_graceful_shutdown()
+    if drain_delay_s > 0:
+        threading.Event().wait(drain_delay_s)
     server.stop(grace_s).wait()

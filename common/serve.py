@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,9 +17,13 @@ from grpc_health.v1 import health
 
 from common.log import configure_logging
 from common.metrics import metrics_endpoint
-from common.rpc import ServerOptions, shutdown
+from common.rpc import RESERVED_WORKERS, ServerOptions, shutdown
 
 SHUTDOWN_GRACE_S = 10.0
+# Seconds between reporting NOT_SERVING and refusing connections (Kubernetes: endpoints update within ~1-5 s).
+DEFAULT_DRAIN_DELAY_S = 2.0
+MAX_DRAIN_DELAY_S = 60.0
+EXIT_FORCED = 1
 TOKEN_ENV = "TUNEFLEET_TOKEN"
 
 
@@ -30,6 +35,12 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_address: str, 
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS with --tls-key")
     parser.add_argument("--tls-key", type=Path, help="PEM private key")
     parser.add_argument("--workers", type=int, default=workers, help="request threads (default %(default)s)")
+    parser.add_argument("--compute-slots", type=int, default=ServerOptions.compute_slots,
+                        help="expensive calls computing at once; more wait (up to the free threads) or are refused "
+                             "with RESOURCE_EXHAUSTED (default: the CPU count, %(default)s)")
+    parser.add_argument("--drain-delay-s", type=float, default=DEFAULT_DRAIN_DELAY_S,
+                        help="on SIGTERM, report NOT_SERVING and keep serving this long before refusing calls "
+                             "(default %(default)s); a second SIGTERM exits at once")
     parser.add_argument("--metrics-address", default="",
                         help="serve Prometheus /metrics on host:port (e.g. 0.0.0.0:9100); off when empty")
 
@@ -53,14 +64,23 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
         except OSError as e:
             parser.error(f"{flag} {path}: {e.strerror}")
 
+    if args.workers <= RESERVED_WORKERS:
+        parser.error(f"--workers must be more than {RESERVED_WORKERS} (threads kept for health checks)")
+    if args.compute_slots < 1:
+        parser.error("--compute-slots must be at least 1")
+    if not 0 <= args.drain_delay_s <= MAX_DRAIN_DELAY_S:
+        parser.error(f"--drain-delay-s must be between 0 and {MAX_DRAIN_DELAY_S}")
     return ServerOptions(max_workers=args.workers, max_concurrent_rpcs=max_concurrent_rpcs, token=token,
+                         compute_slots=args.compute_slots,
                          tls_cert_chain=read("--tls-cert", args.tls_cert), tls_private_key=read("--tls-key", args.tls_key))
 
 
 def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, health.HealthServicer]],
-                        options: ServerOptions, metrics_address: str,
+                        options: ServerOptions, metrics_address: str, drain_delay_s: float = 0.0,
                         on_stop: Callable[[], None] = lambda: None) -> int:
-    """Start the server, log where it listens, wait for SIGTERM/SIGINT, then drain, stop, and call on_stop."""
+    """Start the server, log where it listens, wait for SIGTERM/SIGINT; then report NOT_SERVING, keep serving for
+    `drain_delay_s` (load balancers see the health change and stop sending), refuse new calls, give running ones
+    SHUTDOWN_GRACE_S, cancel the rest, and call on_stop. A second signal exits at once."""
     configure_logging()
     log = structlog.get_logger(f"tunefleet.{name}")
     stop = threading.Event()
@@ -72,8 +92,16 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
         log.info(f"{name}.serving", port=port, tls=bool(options.tls_cert_chain), auth=bool(options.token),
                  metrics_port=metrics_port or None)
         stop.wait()
-        log.info(f"{name}.draining", grace_s=SHUTDOWN_GRACE_S)
-        shutdown(server, health_servicer, SHUTDOWN_GRACE_S)
+
+        def force(signum: int, _frame: object) -> None:
+            log.warning(f"{name}.forced_stop", signal=signal.Signals(signum).name)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_FORCED)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, force)  # a second signal ends the process now
+        log.info(f"{name}.draining", drain_delay_s=drain_delay_s, grace_s=SHUTDOWN_GRACE_S)
+        shutdown(server, health_servicer, SHUTDOWN_GRACE_S, drain_delay_s)
         on_stop()
     log.info(f"{name}.stopped")
     return 0

@@ -35,15 +35,17 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 
 from common.log import configure_logging
 from executor import job_queue
+from executor.errors import PlanError
 from executor.events import EventLog, RedisProgressSink
 from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegistry, default_host_id, detect_gpus
 from executor.lease import LEASE_TTL_S, RENEW_INTERVAL_S, LeaseLostError, Leases, self_fence_after_s
+from executor.paths import Roots
 from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
 from executor.redis_conn import connect
 from executor.run_config import stop_path
 from executor.store import JobStore, now_ms
 from executor.sweeper import Sweeper, requeue_held
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
+from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S, add_root_arguments, roots_from_arguments
 from planner.catalog import default_catalog
 
 log = structlog.get_logger("executor.worker")
@@ -89,10 +91,12 @@ class WorkerRuntime:
     lease_ttl_s: float = LEASE_TTL_S
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
     work_dir_shared: bool = False
+    roots: Roots | None = None  # default: read and write only under work_dir
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
 
     def __post_init__(self) -> None:
+        self.paths = self.roots or Roots((self.work_dir,), (self.work_dir,))
         self.redis = connect(self.redis_url)
         self.store = JobStore(self.redis)
         self.events = EventLog(self.redis)
@@ -106,9 +110,10 @@ class WorkerRuntime:
                                 self.work_dir_shared)
 
     def output_dir(self, output_uri: str, job_id: str) -> Path:
+        """Where the job writes: under --work-dir when relative; PlanError when outside the output roots."""
         uri = output_uri.removeprefix("file://") or job_id
         path = Path(uri)
-        return (path if path.is_absolute() else self.work_dir / path).resolve()
+        return self.paths.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -140,7 +145,11 @@ class WorkerRuntime:
         record = self.store.raw(job_id)  # read once: the plan and its timeout
         plan = plan_pb2.Plan.FromString(record[b"plan"])
         timeout_s = int(record.get(b"timeout_s") or 0)
-        out = self.output_dir(plan.output_uri, job_id)
+        try:
+            out = self.output_dir(plan.output_uri, job_id)
+        except PlanError as e:
+            self._fail_quietly(held, f"refused on host {self.host_id}: {e}")
+            return {"job_id": job_id, "phase": progress_pb2.Phase.Name(progress_pb2.PHASE_FAILED), "step": 0}
         (out / "logs").mkdir(parents=True, exist_ok=True)
         plan_path = out / "plan.json"
         plan_path.write_text(json_format.MessageToJson(plan))
@@ -166,7 +175,8 @@ class WorkerRuntime:
     def _launch(self, plan_path: Path, out: Path, fence: int) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out),
                    "--redis-url", self.redis_url, "--fence", str(fence),
-                   "--progress-interval-s", str(self.progress_interval_s)]
+                   "--progress-interval-s", str(self.progress_interval_s),
+                   *[f"--data-root={p}" for p in self.paths.data], *[f"--output-root={p}" for p in self.paths.output]]
         with (out / "logs" / "launcher.log").open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -401,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl-s", type=float, default=LEASE_TTL_S,
                    help="a job's lease outlives the last renewal (every 5 s) by this long; a lost host's job is "
                         "requeued after it (default %(default)s)")
+    add_root_arguments(p)
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     return p
 
@@ -415,9 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     gpus = detect_gpus(default_catalog())
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
-    runtime = WorkerRuntime(args.redis, args.host_id, gpus, args.work_dir.resolve(), args.progress_interval_s,
+    work_dir = args.work_dir.resolve()
+    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, args.progress_interval_s,
                             lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
-                            work_dir_shared=args.work_dir_shared)
+                            work_dir_shared=args.work_dir_shared, roots=roots_from_arguments(args, work_dir))
     try:
         runtime.heartbeat()
     except redis.RedisError as e:

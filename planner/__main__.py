@@ -9,7 +9,7 @@ from common.serve import add_server_arguments, run_until_signalled, server_optio
 from planner.server import create_server
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-DEFAULT_WORKERS = 8
+DEFAULT_WORKERS = 16
 MAX_CONCURRENT_RPCS = 64  # Fit answers in ~1 ms: a deeper backlog only adds latency
 
 
@@ -24,7 +24,7 @@ def serve(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     options = server_options(parser, args, MAX_CONCURRENT_RPCS)
     return run_until_signalled("planner", lambda: create_server(args.address, options=options), options,
-                               args.metrics_address)
+                               args.metrics_address, args.drain_delay_s)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from common.errors import AbandonedError
 from planner.catalog import Catalog
 from planner.estimate import Estimate, estimate
 from planner.fit import FitResult, fit, max_micro_batch
@@ -144,12 +146,15 @@ def _pareto(cands: list[Candidate]) -> list[Candidate]:
 
 
 def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constraints: Constraints,
-              catalog: Catalog, limit: int = 10) -> Recommendation:
+              catalog: Catalog, limit: int = 10, should_stop: Callable[[], bool] = lambda: False) -> Recommendation:
+    """Every hardware option, ranked; `should_stop` is asked before each option (the caller may have left)."""
     methods = constraints.allowed_methods or (base.method,)
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
     evaluated = 0
     for hw in _hardware_options(catalog, constraints):
+        if should_stop():
+            raise AbandonedError(f"recommend stopped after {evaluated} configurations: the caller left")
         label = hw.flavor or hw.gpu.name
         if hw.hourly_usd_per_gpu <= 0:
             rejections.append(Rejection(label, hw.world_size, Rejected.NO_PRICE,

@@ -6,11 +6,13 @@ import grpc
 from grpc_health.v1 import health
 from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
-from common.rpc import ServerOptions, build_server, call_unary
+from common.rpc import ServerOptions, build_server, call_unary, caller_gone
 from planner.catalog import Catalog, default_catalog
 from planner.limits import REQUEST_BOUNDS
 from planner.service import Planner
 
+# Calls that compute (milliseconds to seconds of CPU); the List calls read the catalog.
+EXPENSIVE = frozenset({"Fit", "Estimate", "Recommend"})
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
 
 
@@ -25,7 +27,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return call_unary(self._planner.estimate, request, context)
 
     def Recommend(self, request, context):  # noqa: N802
-        return call_unary(self._planner.recommend, request, context)
+        return call_unary(lambda r: self._planner.recommend(r, should_stop=caller_gone(context)), request, context)
 
     def ListHardware(self, request, context):  # noqa: N802
         return call_unary(self._planner.list_hardware, request, context)
@@ -39,4 +41,4 @@ def create_server(address: str = "127.0.0.1:0", catalog: Catalog | None = None,
     """A started-ready (not yet started) planner server bound to `address`; port 0 picks a free port."""
     servicer = PlannerServicer(Planner(catalog or default_catalog()))
     return build_server(address, lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s),
-                        [SERVICE_NAME], options or ServerOptions(), REQUEST_BOUNDS)
+                        [SERVICE_NAME], options or ServerOptions(), REQUEST_BOUNDS, EXPENSIVE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2
 
@@ -39,13 +41,15 @@ class Planner:
         return planner_pb2.EstimateResponse(fit=convert.fit_to_proto(fit(m, t, hw, self.catalog)),
                                             estimate=convert.estimate_to_proto(estimate(m, t, hw, workload)))
 
-    def recommend(self, request: planner_pb2.RecommendRequest) -> planner_pb2.RecommendResponse:
+    def recommend(self, request: planner_pb2.RecommendRequest,
+                  should_stop: Callable[[], bool] = lambda: False) -> planner_pb2.RecommendResponse:
         m = convert.model_from_proto(request.model, self.catalog)
         t = convert.training_from_proto(request.training, 1)
         convert.validate_against_model(t, m)
         workload = convert.workload_from_proto(request.workload)
         constraints = convert.constraints_from_proto(request.constraints, self.catalog)
-        result = recommend(m, t, workload, constraints, self.catalog, request.limit or DEFAULT_RECOMMEND_LIMIT)
+        result = recommend(m, t, workload, constraints, self.catalog, request.limit or DEFAULT_RECOMMEND_LIMIT,
+                           should_stop)
         response = convert.recommendation_to_proto(result)
         if result.candidates:
             best = result.candidates[0]

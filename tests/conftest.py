@@ -8,12 +8,22 @@ import grpc
 import pytest
 
 from common.rpc import ServerOptions, shutdown
+from executor.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV
 from planner.server import create_server
 
 TOKEN = "test-token"
 # Nothing in the suite may come from the Hugging Face hub: models and data are built locally.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _executor_roots(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Training in the suite reads models and data, and writes runs, under pytest's temporary directory, which the
+    executor's default roots (the current directory, a worker's --work-dir) would refuse; its children inherit."""
+    base = str(tmp_path_factory.getbasetemp().resolve())
+    os.environ[DATA_ROOTS_ENV] = base
+    os.environ[OUTPUT_ROOTS_ENV] = base
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,24 @@
-"""Atomic checkpoints: written under a temporary name, described by a manifest, then renamed into place.
+"""Atomic, signed checkpoints: written under a temporary name, described by a manifest, then renamed into place.
 
 A directory counts as a checkpoint only if its name is step-NNNNNNNN and its manifest lists files that all
 exist with the recorded sizes; anything else (a run killed mid-write, a truncated copy) is ignored.
+
+DeepSpeed loads its checkpoint files with torch.load(weights_only=False), which runs any pickled code. So the
+manifest also records each file's SHA-256 and an HMAC-SHA256 of the whole list under this host's checkpoint key
+(TUNEFLEET_CHECKPOINT_KEY or the file TUNEFLEET_CHECKPOINT_KEY_FILE names; else a key file made once per user,
+0600, at ~/.local/state/tunefleet/checkpoint.key).
+Before a run resumes, rank 0 recomputes both; a checkpoint that fails (hand-made, edited, or signed with another
+key) is refused with the reason, never loaded. Fleet workers that resume each other's jobs share the key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,6 +33,34 @@ TRAINER_STATE = "trainer_state.json"
 DEEPSPEED_TAG = "deepspeed"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 PARTIAL_PREFIX = ".partial-step-"
+KEY_ENV = "TUNEFLEET_CHECKPOINT_KEY"
+KEY_FILE_ENV = "TUNEFLEET_CHECKPOINT_KEY_FILE"  # a file holding the key (a container secret)
+DEFAULT_KEY_PATH = Path("~/.local/state/tunefleet/checkpoint.key")
+_HASH_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def signing_key(environ: dict[str, str] | None = None, path: Path = DEFAULT_KEY_PATH) -> bytes:
+    """The key checkpoints are signed with: TUNEFLEET_CHECKPOINT_KEY, else the file TUNEFLEET_CHECKPOINT_KEY_FILE
+    names, else this user's key file (created on first use)."""
+    env = os.environ if environ is None else environ
+    if env.get(KEY_ENV):
+        return env[KEY_ENV].encode()
+    if env.get(KEY_FILE_ENV):
+        return Path(env[KEY_FILE_ENV]).read_bytes().strip()
+    path = path.expanduser()
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another rank made it first
+        return path.read_bytes().strip()
+    key = secrets.token_hex(32).encode()
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
 
 
 @dataclass(frozen=True)
@@ -40,18 +78,56 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:08d}"
 
 
-def _manifest(directory: Path) -> dict[str, int]:
-    return {str(p.relative_to(directory)): p.stat().st_size
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != MANIFEST}
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _manifest(directory: Path, key: bytes) -> dict[str, Any]:
+    files = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(directory.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    return {"files": files, "hmac_sha256": _signature(files, key)}
+
+
+def _signature(files: dict[str, Any], key: bytes) -> str:
+    return hmac.new(key, json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def _recorded(directory: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        files = manifest["files"]
+        if isinstance(files, dict) and files and all(isinstance(v, dict) and isinstance(v.get("bytes"), int)
+                                                     for v in files.values()):
+            return manifest  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
 def is_complete(directory: Path) -> bool:
-    try:
-        recorded = json.loads((directory / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(recorded) and all((directory / name).is_file() and (directory / name).stat().st_size == size
-                                  for name, size in recorded.items())
+    """Every file the manifest lists is there with its size (cheap: for listing and clean-up, not for trust)."""
+    manifest = _recorded(directory)
+    return manifest is not None and all(
+        (directory / name).is_file() and (directory / name).stat().st_size == entry["bytes"]
+        for name, entry in manifest["files"].items())
+
+
+def verify(directory: Path, key: bytes) -> str:
+    """Why this checkpoint must not be loaded ("" when its signature and every file's hash hold)."""
+    manifest = _recorded(directory)
+    if manifest is None:
+        return "it has no readable manifest"
+    files = manifest["files"]
+    if not hmac.compare_digest(str(manifest.get("hmac_sha256", "")), _signature(files, key)):
+        return "its manifest is not signed with this host's checkpoint key"
+    on_disk = {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST}
+    if on_disk != set(files):
+        return f"its files differ from the manifest's ({len(on_disk ^ set(files))} unlisted or missing)"
+    for name, entry in files.items():
+        if _sha256(directory / name) != entry.get("sha256"):
+            return f"{name} does not match the hash its manifest records"
+    return ""
 
 
 def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
@@ -66,7 +142,10 @@ def latest(root: Path) -> tuple[TrainerState, Path] | None:
     if not checkpoints:
         return None
     _, path = checkpoints[-1]
-    return TrainerState(**json.loads((path / TRAINER_STATE).read_text())), path
+    try:
+        return TrainerState(**json.loads((path / TRAINER_STATE).read_text())), path
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -117,7 +196,7 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
     sealed = True
     if rank == 0:
         _write_json(partial / TRAINER_STATE, asdict(state))
-        _write_json(partial / MANIFEST, {"files": _manifest(partial)})
+        _write_json(partial / MANIFEST, _manifest(partial, signing_key()))
         if may_seal():
             shutil.rmtree(final, ignore_errors=True)
             os.rename(partial, final)
@@ -136,4 +215,4 @@ def load(engine: Any, path: Path, rank: int, frozen_excluded: bool) -> None:
     engine.load_checkpoint(str(path), tag=DEEPSPEED_TAG, load_module_strict=not frozen_excluded)
     rng = path / f"rng-rank{rank:05d}.pt"
     if rng.is_file():
-        torch.set_rng_state(torch.load(rng))
+        torch.set_rng_state(torch.load(rng, weights_only=True))

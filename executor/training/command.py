@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from executor.errors import ExecutorError
+from executor.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
 from executor.progress import FleetLink, describe, event_to_json
 
 # The training stack (torch, DeepSpeed) is imported only when a run starts, so that `tunefleet --help`
@@ -42,10 +43,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                    help="seconds between training progress events (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
+    add_root_arguments(p)
     FleetLink.add_arguments(p)  # a fleet worker's run: events also go to Redis, under its fencing token
     p.add_argument("--check", action="store_true",
                    help="run every check (plan, host, model modules, dataset) and say what the run would be; "
                         "train nothing")
+
+
+def add_root_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-root", type=Path, action="append", default=[],
+                   help=f"datasets and local model folders are read only under these (repeat; env {DATA_ROOTS_ENV}; "
+                        "default the current directory, or a worker's --work-dir)")
+    p.add_argument("--output-root", type=Path, action="append", default=[],
+                   help=f"runs write only under these (repeat; env {OUTPUT_ROOTS_ENV}; default as --data-root)")
+
+
+def roots_from_arguments(args: argparse.Namespace, default: Path | None = None) -> Roots:
+    """The flags, else the environment, else `default` (the current directory)."""
+    env = Roots.from_environment(default=default)
+    return Roots(tuple(p.resolve() for p in args.data_root) or env.data,
+                 tuple(p.resolve() for p in args.output_root) or env.output)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.check:
-            r = check_plan(args.plan, args.output)
+            r = check_plan(args.plan, args.output, roots_from_arguments(args))
             t = r.config.training
             where = f"{r.gpus} GPU(s)" if r.gpus else "the CPU (gloo)"
             print(f"plan {r.config.plan_id} can run here: {r.examples:,} examples ({r.trained_tokens:,} tokens to "
@@ -73,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
             return 0
         result = train(args.plan, args.output, args.progress_interval_s, on_event=show,
-                       link=FleetLink.from_arguments(args))
+                       link=FleetLink.from_arguments(args), roots=roots_from_arguments(args))
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)
         return EXIT_REFUSED

@@ -18,6 +18,7 @@ from tunefleet.v1 import progress_pb2
 
 from executor.errors import PlanError, TrainingFailedError
 from executor.lease import LeaseLostError
+from executor.paths import Roots
 from executor.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import data
@@ -56,9 +57,20 @@ def read_run_config(plan_path: Path, output_dir: str | None = None) -> RunConfig
     return run_config_from_plan(parse_plan(plan_path.read_bytes(), str(plan_path)), output_dir)
 
 
-def check(cfg: RunConfig) -> tuple[list[data.Example], data.DataOrder]:
-    """Everything that can be refused without training: host, model modules, dataset, data order.
+def confine(cfg: RunConfig, roots: Roots) -> None:
+    """The run reads only under the host's data roots and writes only under its output roots (executor.paths)."""
+    roots.writable("output_uri", cfg.output_dir)
+    if cfg.dataset.local_path:
+        roots.readable("dataset.local_path", cfg.dataset.local_path)
+    if cfg.dataset.hub_name:
+        roots.local_source("dataset.hub_name", cfg.dataset.hub_name)
+    roots.local_source("model.weights", cfg.model_path)
+
+
+def check(cfg: RunConfig, roots: Roots | None = None) -> tuple[list[data.Example], data.DataOrder]:
+    """Everything that can be refused without training: paths, host, model modules, dataset, data order.
     Returns the tokenized dataset and its order."""
+    confine(cfg, roots or Roots.from_environment())
     check_host(cfg, detect_host())
     check_model(cfg)
     tokenizer = load_tokenizer(cfg)
@@ -75,10 +87,10 @@ class CheckReport:
     gpus: int
 
 
-def check_plan(plan_path: Path, output_dir: str | None = None) -> CheckReport:
+def check_plan(plan_path: Path, output_dir: str | None = None, roots: Roots | None = None) -> CheckReport:
     """Run every check `train` runs before it starts, and say what the run would be; trains nothing."""
     cfg = read_run_config(plan_path, output_dir)
-    examples, order = check(cfg)
+    examples, order = check(cfg, roots)
     t = cfg.training
     return CheckReport(cfg, len(examples), sum(e.trained_tokens for e in examples),
                        data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps),
@@ -115,7 +127,7 @@ def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEv
 
 def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
           on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None,
-          link: FleetLink | None = None) -> RunResult:
+          link: FleetLink | None = None, roots: Roots | None = None) -> RunResult:
     """Check the plan, run it to the end (resuming from its last checkpoint), and return how it ended.
 
     Raises PlanError / HostError before anything runs when the plan cannot run here. With a FleetLink (a fleet
@@ -124,7 +136,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     """
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
-    examples, _ = check(cfg)
+    examples, _ = check(cfg, roots)
     saved = _save_plan(plan_bytes, cfg)
     data.save_examples(cfg.tokenized_path, examples)
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -207,6 +207,11 @@ class Trainer:
             raise PlanError("output_uri", f"{path} holds a checkpoint of plan {state.plan_id} on {state.world_size} "
                                           f"rank(s), not plan {self.cfg.plan_id} on {self.world_size}; "
                                           "give this run its own output directory")
+        refused = checkpoint.verify(path, checkpoint.signing_key()) if self.rank == 0 else ""
+        if checkpoint.rank0_decides(bool(refused), engine.device):
+            raise PlanError("output_uri", f"{path} was not loaded: {refused or 'rank 0 refused it'}. A checkpoint is "
+                                          "trusted only as its run wrote it; move it away to start over, or set "
+                                          f"{checkpoint.KEY_ENV} to the key of the host that wrote it")
         checkpoint.load(engine, path, self.rank, self.frozen_excluded)
         self.emit(progress_pb2.PHASE_LOADING, step=state.step, total_steps=total,
                   message=f"resumed from {path} at step {state.step}, micro-batch {state.next_micro_batch}")

@@ -33,6 +33,7 @@ KUBERNETES_VERSION = "1.32.0"  # the oldest release the manifests promise (nativ
 TOOLS = ROOT / ".venv-deploy"
 # Secrets the prod overlay expects to exist (created outside git, as the README says), with their keys.
 SECRETS = {"tunefleet-token": {"token"}, "tunefleet-redis": {"password", "url"},
+           "tunefleet-checkpoint-key": {"key"},
            "tunefleet-tls": {"tls.crt", "tls.key", "ca.crt"}}
 # Environment variables read by other programs than tunefleet, each with its reader.
 FOREIGN_ENV = {"DS_ACCELERATOR": "DeepSpeed's accelerator choice", "REDISCLI_AUTH": "redis-cli's password"}

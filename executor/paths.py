@@ -1,0 +1,64 @@
+"""Where a run may read and write. A plan names paths (dataset, local model folder, output directory); the host
+decides which parts of its file system plans may touch: reads only under the data roots, writes only under the
+output roots. Paths are resolved (symlinks and '..' followed) before they are compared, so neither can escape.
+
+Defaults: both are the current directory, or for a fleet worker its --work-dir. Set them with --data-root /
+--output-root, or TUNEFLEET_DATA_ROOTS / TUNEFLEET_OUTPUT_ROOTS (directories separated by ':').
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.bounds import echo
+from executor.errors import PlanError
+
+DATA_ROOTS_ENV = "TUNEFLEET_DATA_ROOTS"
+OUTPUT_ROOTS_ENV = "TUNEFLEET_OUTPUT_ROOTS"
+
+
+def _roots(value: str, default: Path) -> tuple[Path, ...]:
+    named = [Path(p).expanduser().resolve() for p in value.split(os.pathsep) if p]
+    return tuple(named) or (default.resolve(),)
+
+
+@dataclass(frozen=True)
+class Roots:
+    data: tuple[Path, ...]
+    output: tuple[Path, ...]
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ, default: Path | None = None) -> Roots:
+        base = default or Path.cwd()
+        return cls(_roots(environ.get(DATA_ROOTS_ENV, ""), base), _roots(environ.get(OUTPUT_ROOTS_ENV, ""), base))
+
+    def environment(self) -> dict[str, str]:
+        """The variables that give a child process (the training launcher and its ranks) these roots."""
+        return {DATA_ROOTS_ENV: os.pathsep.join(map(str, self.data)),
+                OUTPUT_ROOTS_ENV: os.pathsep.join(map(str, self.output))}
+
+    def readable(self, field: str, path: str | Path) -> Path:
+        """`path` resolved, if it lies under a data root; else PlanError naming `field`."""
+        return _inside(field, path, self.data, "data", DATA_ROOTS_ENV)
+
+    def writable(self, field: str, path: str | Path) -> Path:
+        """`path` resolved, if it lies under an output root; else PlanError naming `field`."""
+        return _inside(field, path, self.output, "output", OUTPUT_ROOTS_ENV)
+
+    def local_source(self, field: str, name: str) -> None:
+        """A model or dataset name that names a local path (it exists here, or is written as a path) must be
+        readable; a hub id that is not a local path passes."""
+        if name.startswith(("/", ".", "~")) or Path(name).expanduser().exists():
+            self.readable(field, Path(name).expanduser())
+
+
+def _inside(field: str, path: str | Path, roots: tuple[Path, ...], kind: str, env: str) -> Path:
+    resolved = Path(path).resolve()
+    if any(resolved == root or resolved.is_relative_to(root) for root in roots):
+        return resolved
+    raise PlanError(field, f"{echo(str(path))} resolves to {echo(str(resolved))}, outside this host's {kind} "
+                           f"roots ({', '.join(map(str, roots))}); use a path under one of them, or add a root "
+                           f"with --{kind}-root (env {env})")
