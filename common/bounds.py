@@ -26,10 +26,10 @@ _TEXT = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)
 
 def echo(value: object, limit: int = ECHO_CHARS) -> str:
     """`value` as repr, cut to `limit` characters with the length said: safe to put in an error or a log line."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        return f"{value[:limit]!r}… ({len(value):,} characters)"
     text = repr(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text)} characters)"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)

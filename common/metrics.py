@@ -11,12 +11,15 @@ from contextlib import contextmanager
 from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 RPC_TOTAL = Counter("tunefleet_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
 RPC_LATENCY_S = Histogram("tunefleet_rpc_duration_seconds", "gRPC call duration (a stream: until it ends)",
                           ["method"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                2.5, 10, 60, 600, 3600))
+
+EXPENSIVE_CALLS = Gauge("tunefleet_rpc_expensive_calls", "expensive calls admitted, by state (computing, waiting for "
+                        "a compute slot)", ["state"])
 
 
 def observe_rpc(method: str, code: str, duration_s: float) -> None:

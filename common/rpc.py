@@ -149,16 +149,25 @@ class Admission:
                 raise ExhaustedError(f"the server is at capacity ({self._limit} expensive calls running or "
                                      "waiting); retry with backoff")
             self._admitted += 1
+        waiting, computing = metrics.EXPENSIVE_CALLS.labels("waiting"), metrics.EXPENSIVE_CALLS.labels("computing")
+        waiting.inc()
         try:
             gone = caller_gone(context)
             while not self._slots.acquire(timeout=_ADMISSION_POLL_S):
                 if gone():
                     raise AbandonedError("the caller left before a compute slot was free")
-            try:
-                return fn()
-            finally:
-                self._slots.release()
+        except BaseException:
+            waiting.dec()
+            with self._lock:
+                self._admitted -= 1
+            raise
+        waiting.dec()
+        computing.inc()
+        try:
+            return fn()
         finally:
+            self._slots.release()
+            computing.dec()
             with self._lock:
                 self._admitted -= 1
 
@@ -206,7 +215,10 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
                 try:
                     begin(request, context)
                     if admitted:
-                        return self._admission.run(context, lambda: inner(request, context))
+                        try:
+                            return self._admission.run(context, lambda: inner(request, context))
+                        except (ExhaustedError, AbandonedError) as e:  # refused or abandoned before it ran
+                            abort(context, e)
                     return inner(request, context)
                 except BaseException as e:
                     exc = e

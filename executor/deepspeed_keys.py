@@ -37,12 +37,20 @@ SCHEMA: Mapping[str, Any] = {
     "bf16": {"enabled": bool},
     "data_types": {"grad_accum_dtype": str},
 }
+# Keys that define the run; a config without them is not one the planner wrote.
+REQUIRED = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization", "optimizer")
 _OFFLOAD_DEVICES = ("cpu", "none")
 _MAX_TEXT = 64
 
 
 def check_deepspeed_config(config: Mapping[str, Any], schema: Mapping[str, Any] = SCHEMA, path: str = "") -> None:
-    """Raise PlanError naming the first key tunefleet does not understand, or a value of the wrong type."""
+    """Raise PlanError naming the first key tunefleet does not understand, a value of the wrong type, or (at the
+    top level) a required key that is missing."""
+    if schema is SCHEMA:
+        missing = [key for key in REQUIRED if key not in config]
+        if missing:
+            raise PlanError(_FIELD, f"lacks {', '.join(missing)}; use the DeepSpeed config the planner writes "
+                                    "into the plan")
     for key, value in config.items():
         where = f"{path}{key}"
         if key not in schema:

@@ -7,12 +7,13 @@ from dataclasses import replace
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
 from common.bounds import echo
+from common.errors import FieldError
 from planner.architecture import architecture_from_config, parameter_counts
 from planner.catalog import Catalog
 from planner.errors import InvalidFieldError, UnsupportedError
 from planner.estimate import Estimate
 from planner.fit import FitResult
-from planner.limits import MAX_PARAMETERS
+from planner.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
 from planner.schema import (
     Architecture,
     Attention,
@@ -101,6 +102,17 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
     )
 
 
+def _check_ranges(a: Architecture, field: str) -> None:
+    for name, bound in ARCHITECTURE_RANGES.items():
+        holder = a.vision if name.startswith("vision.") else a
+        if holder is None:
+            continue
+        try:
+            bound.check(name, getattr(holder, name.removeprefix("vision.")))
+        except FieldError as e:
+            raise InvalidFieldError(field, f"'{name}' {e.description}") from e
+
+
 def model_from_proto(p: model_pb2.ModelRef, catalog: Catalog) -> ModelSpec:
     source = p.WhichOneof("source")
     if source == "catalog_name":
@@ -109,9 +121,17 @@ def model_from_proto(p: model_pb2.ModelRef, catalog: Catalog) -> ModelSpec:
     if source == "architecture":
         spec = ModelSpec("custom", _architecture_from_proto(p.architecture), p.weights, "inline architecture")
     elif source == "config_json":
-        spec = ModelSpec(p.weights or "config.json", architecture_from_config(p.config_json), p.weights, "config.json")
+        try:
+            architecture = architecture_from_config(p.config_json)
+        except InvalidFieldError as e:  # a shape check names the Architecture field; the client sent config.json
+            if e.field == "model.config_json":
+                raise
+            raise InvalidFieldError("model.config_json", f"'{e.field.removeprefix('model.architecture.')}' "
+                                                         f"{e.description}") from e
+        spec = ModelSpec(p.weights or "config.json", architecture, p.weights, "config.json")
     else:
         raise InvalidFieldError("model", "set one of catalog_name, architecture or config_json")
+    _check_ranges(spec.architecture, f"model.{source}")
     total = parameter_counts(spec.architecture).total
     if total > MAX_PARAMETERS:
         raise InvalidFieldError(f"model.{source}", f"describes {total:.3g} parameters, more than the "

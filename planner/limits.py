@@ -57,6 +57,10 @@ _workload = {
 }
 
 
+# An architecture from any source (a config.json is parsed after the request's own bounds were checked).
+ARCHITECTURE_RANGES = _architecture
+
+
 def _under(prefix: str, table: dict[str, Range]) -> dict[str, Range]:
     return {f"{prefix}.{k}": v for k, v in table.items()}
 

@@ -37,8 +37,9 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
 
 
 def create_server(address: str = "127.0.0.1:0", catalog: Catalog | None = None,
-                  options: ServerOptions | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started-ready (not yet started) planner server bound to `address`; port 0 picks a free port."""
-    servicer = PlannerServicer(Planner(catalog or default_catalog()))
+                  options: ServerOptions | None = None,
+                  planner: Planner | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A ready (not yet started) planner server bound to `address`; port 0 picks a free port."""
+    servicer = PlannerServicer(planner or Planner(catalog or default_catalog()))
     return build_server(address, lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s),
                         [SERVICE_NAME], options or ServerOptions(), REQUEST_BOUNDS, EXPENSIVE)

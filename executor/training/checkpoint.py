@@ -83,10 +83,11 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _manifest(directory: Path, key: bytes) -> dict[str, Any]:
+def write_manifest(directory: Path, key: bytes) -> None:
+    """Seal `directory`: every file's size and SHA-256, and an HMAC of that list under `key`."""
     files = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(directory.rglob("*")) if p.is_file() and p.name != MANIFEST}
-    return {"files": files, "hmac_sha256": _signature(files, key)}
+    _write_json(directory / MANIFEST, {"files": files, "hmac_sha256": _signature(files, key)})
 
 
 def _signature(files: dict[str, Any], key: bytes) -> str:
@@ -196,7 +197,7 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
     sealed = True
     if rank == 0:
         _write_json(partial / TRAINER_STATE, asdict(state))
-        _write_json(partial / MANIFEST, _manifest(partial, signing_key()))
+        write_manifest(partial, signing_key())
         if may_seal():
             shutil.rmtree(final, ignore_errors=True)
             os.rename(partial, final)

@@ -355,8 +355,9 @@ def test_the_watch_client_reconnects_across_a_service_restart_and_misses_nothing
 def test_submit_from_recommend_queues_the_cheapest_option_on_its_gpu_class(executor_service, tiny_model,
                                                                            counting_data):
     cli = [sys.executable, "-m", "clients.cli", "submit", "--executor", executor_service.address, "--json"]
-    proc = subprocess.run([*cli, "--from-recommend", "--model", str(tiny_model), "--method", "lora", "--tokens",
-                           "100k", "--dataset", str(counting_data)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*cli, "--from-recommend", "--model", str(tiny_model), "--method", "lora", "--seq-len", "256",
+                           "--tokens", "100k", "--dataset", str(counting_data)], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     job = json.loads(proc.stdout)["job"]
     assert json.loads(proc.stdout)["created"] and job["phase"] == "PHASE_QUEUED"

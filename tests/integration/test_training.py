@@ -252,3 +252,25 @@ def test_running_a_finished_plan_again_changes_nothing(tiny_model: Path, countin
     assert again.succeeded and "already complete at step 3" in again.last_event.message
     assert (tmp_path / "run" / "summary.json").read_text() == summary
     assert (tmp_path / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns == adapter
+
+
+def test_a_tampered_checkpoint_is_refused_not_loaded(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
+    """Issue 9, item 10: DeepSpeed unpickles checkpoint files; only what the run signed may reach it."""
+    out = tmp_path / "run"
+    first = train(write_plan(make_plan(tiny_model, counting_data, out, max_steps=2, checkpoint_every=2),
+                             tmp_path / "p.json"), progress_interval_s=0)
+    assert first.succeeded
+    found = checkpoint.latest(out / "checkpoints")
+    assert found is not None
+    states = next(found[1].rglob("*model_states.pt"))
+    data = bytearray(states.read_bytes())
+    data[-1] ^= 0xFF  # same size: the listing still counts it complete
+    states.write_bytes(bytes(data))
+    longer = write_plan(make_plan(tiny_model, counting_data, out, max_steps=4, checkpoint_every=2),
+                        tmp_path / "p4.json")
+    again = train(longer, progress_interval_s=0)
+    assert not again.succeeded
+    assert again.last_event.phase == progress_pb2.PHASE_FAILED
+    assert "was not loaded" in again.last_event.message and "does not match the hash" in again.last_event.message
+    assert "resumed from" not in (out / "logs" / "train.log").read_text()
+    assert [s for s, _ in checkpoint.complete_checkpoints(out / "checkpoints")] == [2]  # kept, not overwritten
