@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,21 @@ from executor.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, creat
 from executor.service import Executor, ExecutorConfig
 
 HEARTBEAT_S = 0.5
+
+
+def serve_process(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """`python -m <module> --address 127.0.0.1:0 ARGS` (planner or executor) and the address it serves on, read
+    from its JSON 'serving' log line; its output keeps draining into nowhere."""
+    proc = subprocess.Popen([sys.executable, "-m", module, "--address", "127.0.0.1:0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        found = re.search(rf'"port": (\d+).*"event": "{module}\.serving"', line)
+        if found:
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return proc, f"127.0.0.1:{found.group(1)}"
+    raise AssertionError(f"python -m {module} exited {proc.wait()} before serving")
 WORKER_STOP_S = 90.0
 
 

@@ -3,8 +3,6 @@ servers (in-process, and `tunefleet serve planner` processes for signals)."""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from common.wait import wait_until
 from planner.catalog import default_catalog
 from planner.server import create_server
 from planner.service import Planner
+from tests.integration.conftest import serve_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CALL_S = 30.0
@@ -105,26 +104,13 @@ def test_a_call_whose_deadline_passed_stops_computing(gated) -> None:
     assert planner.ended == ["abandoned"]  # the search saw its caller gone and stopped before any work
 
 
-def _serve(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "planner", "--address", "127.0.0.1:0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    assert proc.stdout is not None
-    for line in proc.stdout:  # JSON log lines
-        found = re.search(r'"port": (\d+).*"event": "planner\.serving"', line)
-        if found:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
-            return proc, f"127.0.0.1:{found.group(1)}"
-    raise AssertionError(f"the planner exited {proc.wait()} before serving")
-
-
 def _health(address: str) -> int:
     with grpc.insecure_channel(address) as channel:
         return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
 
 
 def test_sigterm_reports_not_serving_while_still_serving_then_a_second_signal_exits(tmp_path: Path) -> None:
-    proc, address = _serve(tmp_path, "--drain-delay-s", "60")
+    proc, address = serve_process("planner", "--drain-delay-s", "60")
     try:
         assert _health(address) == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
@@ -140,7 +126,7 @@ def test_sigterm_reports_not_serving_while_still_serving_then_a_second_signal_ex
 
 
 def test_sigterm_drains_and_exits_within_the_delay_and_grace(tmp_path: Path) -> None:
-    proc, address = _serve(tmp_path, "--drain-delay-s", "0.5")
+    proc, address = serve_process("planner", "--drain-delay-s", "0.5")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=CALL_S) == 0
     with pytest.raises(grpc.RpcError) as info:
