@@ -80,8 +80,9 @@ $(BUF):
 buf-lint: $(BUF) ## buf lint (STANDARD rules) over protos/
 	$(BUF) lint
 
-bench: $(STAMP) redis ## latency, estimators, training-loop overhead, fleet, recovery; tables to stdout, CSV to benchmarks/results/
+bench: $(STAMP) redis ## latency, load, estimators, training-loop overhead, fleet, recovery; tables to stdout, CSV to benchmarks/results/
 	$(PY) -m benchmarks.latency
+	$(PY) -m benchmarks.load
 	$(PY) -m benchmarks.estimators
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.training_overhead
 	$(PY) -m benchmarks.fleet

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -64,10 +65,21 @@ def from_arguments(args: argparse.Namespace, address: str, program: str = "tunef
     return Connection(token, ca, args.tls_server_name)
 
 
+# gRPC's own retries (before any response arrived): a server shedding load (RESOURCE_EXHAUSTED, "retry with
+# backoff") or restarting (UNAVAILABLE) is tried again with jittered exponential backoff. Every tunefleet call is
+# safe to repeat: reads, Submit (keyed by plan id) and Cancel are idempotent.
+RETRY_SERVICE_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "tunefleet.v1.PlannerService"}, {"service": "tunefleet.v1.ExecutorService"}],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "2s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]})
+
+
 def channel_for(address: str, connection: Connection = Connection()) -> grpc.Channel:
+    options: list[tuple[str, object]] = [("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG)]
     if connection.tls_ca is None:
-        return grpc.insecure_channel(address)
-    options = [("grpc.ssl_target_name_override", connection.tls_server_name)] if connection.tls_server_name else []
+        return grpc.insecure_channel(address, options=options)
+    if connection.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", connection.tls_server_name))
     return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=connection.tls_ca or None),
                                options=options)
 

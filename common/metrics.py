@@ -18,8 +18,8 @@ RPC_LATENCY_S = Histogram("tunefleet_rpc_duration_seconds", "gRPC call duration 
                           ["method"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                2.5, 10, 60, 600, 3600))
 
-EXPENSIVE_CALLS = Gauge("tunefleet_rpc_expensive_calls", "expensive calls admitted, by state (computing, waiting for "
-                        "a compute slot)", ["state"])
+EXPENSIVE_CALLS = Gauge("tunefleet_rpc_expensive_calls", "expensive calls admitted, by pool and state (computing, "
+                        "waiting for a compute slot)", ["pool", "state"])
 
 
 def observe_rpc(method: str, code: str, duration_s: float) -> None:

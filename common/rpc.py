@@ -4,11 +4,10 @@ bearer-token auth, health, reflection and TLS."""
 from __future__ import annotations
 
 import hmac
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from common import metrics
+from common.admission import Admission
 from common.bounds import Bounds, echo
 from common.errors import AbandonedError, ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
 
@@ -119,64 +119,11 @@ def _code_name(context: grpc.ServicerContext, exc: BaseException | None) -> str:
     return "OK" if exc is None else "UNKNOWN"
 
 
-def caller_gone(context: grpc.ServicerContext) -> Callable[[], bool]:
-    """A check long handlers call between units of work: True once the caller cancelled, its deadline passed, or
-    the server stopped (which cancels every call still running after its grace period)."""
-    def gone() -> bool:
-        remaining = context.time_remaining()
-        return not context.is_active() or (remaining is not None and remaining <= 0)
-    return gone
-
-
-# How often a call waiting for a compute slot looks whether its caller is still there.
-_ADMISSION_POLL_S = 0.1
-
-
-class Admission:
-    """Bounds the expensive calls (Fit, Recommend, ...): at most `compute_slots` run at once, at most `max_waiting`
-    more wait for a slot (for no longer than their deadline), and any beyond that are refused at once with
-    RESOURCE_EXHAUSTED. The server's other threads stay free for health checks and cheap calls."""
-
-    def __init__(self, compute_slots: int, max_waiting: int) -> None:
-        self._slots = threading.BoundedSemaphore(compute_slots)
-        self._lock = threading.Lock()
-        self._admitted = 0
-        self._limit = compute_slots + max_waiting
-
-    def run(self, context: grpc.ServicerContext, fn: Callable[[], Any]) -> Any:
-        with self._lock:
-            if self._admitted >= self._limit:
-                raise ExhaustedError(f"the server is at capacity ({self._limit} expensive calls running or "
-                                     "waiting); retry with backoff")
-            self._admitted += 1
-        waiting, computing = metrics.EXPENSIVE_CALLS.labels("waiting"), metrics.EXPENSIVE_CALLS.labels("computing")
-        waiting.inc()
-        try:
-            gone = caller_gone(context)
-            while not self._slots.acquire(timeout=_ADMISSION_POLL_S):
-                if gone():
-                    raise AbandonedError("the caller left before a compute slot was free")
-        except BaseException:
-            waiting.dec()
-            with self._lock:
-                self._admitted -= 1
-            raise
-        waiting.dec()
-        computing.inc()
-        try:
-            return fn()
-        finally:
-            self._slots.release()
-            computing.dec()
-            with self._lock:
-                self._admitted -= 1
-
-
 class RequestContextInterceptor(grpc.ServerInterceptor):
     """Binds a request id (from x-request-id or new) to every log line; counts and times each call; refuses a
     request out of `bounds` (common.bounds) before its handler runs."""
 
-    def __init__(self, bounds: Bounds, admission: Admission, expensive: frozenset[str]) -> None:
+    def __init__(self, bounds: Bounds, admission: Admission, expensive: Mapping[str, str]) -> None:
         self._bounds = bounds
         self._admission = admission
         self._expensive = expensive
@@ -208,15 +155,15 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
 
         if handler.unary_unary is not None:
             inner = handler.unary_unary
-            admitted = method.rsplit("/", 1)[-1] in self._expensive
+            pool = self._expensive.get(method.rsplit("/", 1)[-1])
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
                 start, exc = time.perf_counter(), None
                 try:
                     begin(request, context)
-                    if admitted:
+                    if pool is not None:
                         try:
-                            return self._admission.run(context, lambda: inner(request, context))
+                            return self._admission.run(context, pool, lambda: inner(request, context))
                         except (ExhaustedError, AbandonedError) as e:  # refused or abandoned before it ran
                             abort(context, e)
                     return inner(request, context)
@@ -315,22 +262,24 @@ class ServerOptions:
     max_workers: int = 16
     # Calls beyond this are refused with RESOURCE_EXHAUSTED instead of queueing without bound.
     max_concurrent_rpcs: int = 64
-    # Expensive calls computing at once: more than the cores only adds GIL contention.
-    compute_slots: int = max(2, os.cpu_count() or 2)
+    # Expensive calls of one pool computing at once. One Python process computes on one core at a time (the GIL):
+    # more slots only interleave the same CPU and slow every thread's turn, health checks' included.
+    compute_slots: int = 1
     token: str = ""
     tls_cert_chain: bytes = b""
     tls_private_key: bytes = b""
 
 
 def build_server(address: str, register: Callable[[grpc.Server], None], service_names: list[str],
-                 options: ServerOptions, bounds: Bounds, expensive: frozenset[str] = frozenset()
+                 options: ServerOptions, bounds: Bounds, expensive: Mapping[str, str] | None = None
                  ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A ready (not started) server; every request is checked against `bounds` before its handler runs, and the
-    `expensive` methods (by name) go through Admission so that RESERVED_WORKERS threads stay free."""
+    `expensive` methods (method name -> pool) go through Admission, which keeps RESERVED_WORKERS threads free."""
     if options.max_workers <= RESERVED_WORKERS:
         raise ValueError(f"max_workers must be more than the {RESERVED_WORKERS} reserved for health checks")
-    slots = min(options.compute_slots, options.max_workers - RESERVED_WORKERS)
-    admission = Admission(slots, options.max_workers - RESERVED_WORKERS - slots)
+    expensive = expensive or {}
+    admission = Admission({pool: options.compute_slots for pool in set(expensive.values())},
+                          options.max_workers - RESERVED_WORKERS)
     interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds, admission, expensive)]
     if options.token:
         interceptors.insert(0, BearerTokenInterceptor(options.token))
@@ -352,6 +301,27 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
     if port == 0:
         raise OSError(f"could not bind {address}")
     return server, port, health_servicer
+
+
+# Threads of the separate health server: probes are short and few.
+HEALTH_SERVER_WORKERS = 2
+
+
+def health_server(address: str, health_servicer: health.HealthServicer,
+                  options: ServerOptions) -> tuple[grpc.Server, int]:
+    """A started server answering only gRPC health (the main server's statuses) on threads of its own, with the
+    main server's TLS."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=HEALTH_SERVER_WORKERS), maximum_concurrent_rpcs=16)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if options.tls_cert_chain:
+        port = server.add_secure_port(address, grpc.ssl_server_credentials(
+            [(options.tls_private_key, options.tls_cert_chain)]))
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not bind {address}")
+    server.start()
+    return server, port
 
 
 def shutdown(server: grpc.Server, health_servicer: health.HealthServicer, grace_s: float,

@@ -17,12 +17,15 @@ from grpc_health.v1 import health
 
 from common.log import configure_logging
 from common.metrics import metrics_endpoint
-from common.rpc import RESERVED_WORKERS, ServerOptions, shutdown
+from common.rpc import RESERVED_WORKERS, ServerOptions, health_server, shutdown
 
 SHUTDOWN_GRACE_S = 10.0
 # Seconds between reporting NOT_SERVING and refusing connections (Kubernetes: endpoints update within ~1-5 s).
 DEFAULT_DRAIN_DELAY_S = 2.0
 MAX_DRAIN_DELAY_S = 60.0
+# How long a computing thread keeps the GIL while another waits (CPython's default is 5 ms): shorter, so that a
+# health check or a cheap call waiting behind a long search gets its turn sooner, at a little throughput.
+GIL_SWITCH_INTERVAL_S = 0.001
 EXIT_FORCED = 1
 TOKEN_ENV = "TUNEFLEET_TOKEN"
 
@@ -36,8 +39,12 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_address: str, 
     parser.add_argument("--tls-key", type=Path, help="PEM private key")
     parser.add_argument("--workers", type=int, default=workers, help="request threads (default %(default)s)")
     parser.add_argument("--compute-slots", type=int, default=ServerOptions.compute_slots,
-                        help="expensive calls computing at once; more wait (up to the free threads) or are refused "
-                             "with RESOURCE_EXHAUSTED (default: the CPU count, %(default)s)")
+                        help="expensive calls of each kind computing at once; more wait (up to the free threads) or "
+                             "are refused with RESOURCE_EXHAUSTED (default %(default)s: one process computes on one "
+                             "core at a time; run more replicas for more)")
+    parser.add_argument("--health-address", default="",
+                        help="also serve gRPC health on this host:port, with threads of its own, so that probes "
+                             "there are answered even when every request thread is busy (off when empty)")
     parser.add_argument("--drain-delay-s", type=float, default=DEFAULT_DRAIN_DELAY_S,
                         help="on SIGTERM, report NOT_SERVING and keep serving this long before refusing calls "
                              "(default %(default)s); a second SIGTERM exits at once")
@@ -71,17 +78,18 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
     if not 0 <= args.drain_delay_s <= MAX_DRAIN_DELAY_S:
         parser.error(f"--drain-delay-s must be between 0 and {MAX_DRAIN_DELAY_S}")
     return ServerOptions(max_workers=args.workers, max_concurrent_rpcs=max_concurrent_rpcs, token=token,
-                         compute_slots=args.compute_slots,
-                         tls_cert_chain=read("--tls-cert", args.tls_cert), tls_private_key=read("--tls-key", args.tls_key))
+                         compute_slots=args.compute_slots, tls_cert_chain=read("--tls-cert", args.tls_cert),
+                         tls_private_key=read("--tls-key", args.tls_key))
 
 
 def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, health.HealthServicer]],
                         options: ServerOptions, metrics_address: str, drain_delay_s: float = 0.0,
-                        on_stop: Callable[[], None] = lambda: None) -> int:
+                        on_stop: Callable[[], None] = lambda: None, health_address: str = "") -> int:
     """Start the server, log where it listens, wait for SIGTERM/SIGINT; then report NOT_SERVING, keep serving for
     `drain_delay_s` (load balancers see the health change and stop sending), refuse new calls, give running ones
     SHUTDOWN_GRACE_S, cancel the rest, and call on_stop. A second signal exits at once."""
     configure_logging()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     log = structlog.get_logger(f"tunefleet.{name}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -89,8 +97,9 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
     with metrics_endpoint(metrics_address) as metrics_port:
         server, port, health_servicer = start()
         server.start()
+        probes, probe_port = health_server(health_address, health_servicer, options) if health_address else (None, 0)
         log.info(f"{name}.serving", port=port, tls=bool(options.tls_cert_chain), auth=bool(options.token),
-                 metrics_port=metrics_port or None)
+                 metrics_port=metrics_port or None, health_port=probe_port or None)
         stop.wait()
 
         def force(signum: int, _frame: object) -> None:
@@ -102,6 +111,8 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
             signal.signal(sig, force)  # a second signal ends the process now
         log.info(f"{name}.draining", drain_delay_s=drain_delay_s, grace_s=SHUTDOWN_GRACE_S)
         shutdown(server, health_servicer, SHUTDOWN_GRACE_S, drain_delay_s)
+        if probes is not None:
+            probes.stop(0)
         on_stop()
     log.info(f"{name}.stopped")
     return 0

@@ -74,7 +74,8 @@ def serve(argv: list[str] | None = None) -> int:
               "--redis URL", file=sys.stderr)
         return 3
     return run_until_signalled("executor", lambda: create_server(args.address, executor, options), options,
-                               args.metrics_address, args.drain_delay_s, on_stop=executor.close)
+                               args.metrics_address, args.drain_delay_s, on_stop=executor.close,
+                               health_address=args.health_address)
 
 
 def _policy(args: argparse.Namespace) -> FleetPolicy | None:

@@ -204,6 +204,9 @@ def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
     elif "://" in uri:
         raise PlanError("output_uri", f"{echo(uri)}: this executor writes to local paths only; "
                                       "give a directory (or file:// URI), or pass --output")
+    if ".." in Path(uri).parts:
+        raise PlanError("output_uri", f"{echo(uri)} climbs out with '..'; name the directory itself (under the "
+                                      "host's output roots)")
     return Path(uri)
 
 

@@ -72,8 +72,9 @@ _SHARED_LISTS = {"training.lora.target_modules": 32}
 
 # Every planner request: FitRequest, EstimateRequest, RecommendRequest, List*.
 REQUEST_BOUNDS = Bounds(
-    ranges={**_SHARED_RANGES, "constraints.max_cost_usd": Range(0, 1e12), "constraints.max_duration_s": Range(0, 1e10),
-            "constraints.max_gpus": Range(0, 65536), "limit": Range(0, MAX_RECOMMEND_LIMIT, "more than the catalog has")},
+    ranges={**_SHARED_RANGES, "constraints.max_cost_usd": Range(0, 1e12),
+            "constraints.max_duration_s": Range(0, 1e10), "constraints.max_gpus": Range(0, 65536),
+            "limit": Range(0, MAX_RECOMMEND_LIMIT, "more than the catalog has")},
     string_chars={**_SHARED_STRINGS, "dataset.local_path": PATH_CHARS},
     list_items={**_SHARED_LISTS, "constraints.allowed_methods": 8})
 
@@ -81,7 +82,8 @@ REQUEST_BOUNDS = Bounds(
 PLAN_BOUNDS = Bounds(
     ranges={**_SHARED_RANGES, "hyperparameters.learning_rate": Range(0, 10),
             "hyperparameters.weight_decay": Range(0, 10), "hyperparameters.warmup_ratio": Range(0, 1),
-            "hyperparameters.max_grad_norm": Range(0, 1e6), "hyperparameters.checkpoint_every_steps": Range(0, 10 ** 9)},
+            "hyperparameters.max_grad_norm": Range(0, 1e6),
+            "hyperparameters.checkpoint_every_steps": Range(0, 10 ** 9)},
     string_chars={**_SHARED_STRINGS, "deepspeed_config_json": DEEPSPEED_JSON_CHARS, "output_uri": PATH_CHARS,
                   "dataset.local_path": PATH_CHARS, "prediction": 4096},
     # The planner's own prediction travels with the plan (its notes, suggestions and catalog sources).

@@ -6,13 +6,15 @@ import grpc
 from grpc_health.v1 import health
 from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
-from common.rpc import ServerOptions, build_server, call_unary, caller_gone
+from common.admission import caller_gone
+from common.rpc import ServerOptions, build_server, call_unary
 from planner.catalog import Catalog, default_catalog
 from planner.limits import REQUEST_BOUNDS
 from planner.service import Planner
 
-# Calls that compute (milliseconds to seconds of CPU); the List calls read the catalog.
-EXPENSIVE = frozenset({"Fit", "Estimate", "Recommend"})
+# Calls that compute, by admission pool: quick ones (milliseconds) never wait behind searches (up to a second);
+# the List calls only read the catalog.
+EXPENSIVE = {"Fit": "quick", "Estimate": "quick", "Recommend": "search"}
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
 
 

@@ -39,13 +39,13 @@ USER 10001:10001
 FROM runtime AS planner
 COPY --from=build-planner /opt/tunefleet /opt/tunefleet
 EXPOSE 50051 9100
-HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50051"]
+HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50061"]
 ENTRYPOINT ["tunefleet", "serve", "planner"]
-CMD ["--address", "0.0.0.0:50051", "--metrics-address", "0.0.0.0:9100"]
+CMD ["--address", "0.0.0.0:50051", "--metrics-address", "0.0.0.0:9100", "--health-address", "127.0.0.1:50061"]
 
 FROM runtime AS executor
 COPY --from=build-executor /opt/tunefleet /opt/tunefleet
 EXPOSE 50052 9100
-HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50052"]
+HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50062"]
 ENTRYPOINT ["tunefleet", "serve", "executor"]
-CMD ["--address", "0.0.0.0:50052", "--metrics-address", "0.0.0.0:9100"]
+CMD ["--address", "0.0.0.0:50052", "--metrics-address", "0.0.0.0:9100", "--health-address", "127.0.0.1:50062"]

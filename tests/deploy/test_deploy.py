@@ -184,12 +184,13 @@ def test_ports_probes_services_and_metrics_match_the_flags(rendered) -> None:
                 ports = {p["name"]: p["containerPort"] for p in container["ports"]}
                 grpc_port = int(_flag(args, "--address").rsplit(":", 1)[1])  # type: ignore[union-attr]
                 metrics_port = int(_flag(args, "--metrics-address").rsplit(":", 1)[1])  # type: ignore[union-attr]
-                assert ports == {"grpc": grpc_port, "metrics": metrics_port}, name
+                health_port = int(_flag(args, "--health-address").rsplit(":", 1)[1])  # type: ignore[union-attr]
+                assert ports == {"grpc": grpc_port, "metrics": metrics_port, "health": health_port}, name
                 assert meta["annotations"]["prometheus.io/port"] == str(metrics_port)
                 for probe in ("readinessProbe", "livenessProbe"):
                     p = container[probe]
-                    assert p.get("grpc", {}).get("port") == grpc_port or \
-                        f"127.0.0.1:{grpc_port}" in p["exec"]["command"], (name, probe)
+                    assert p.get("grpc", {}).get("port") == health_port or \
+                        f"127.0.0.1:{health_port}" in p["exec"]["command"], (name, probe)
                     if _flag(args, "--tls-cert"):
                         assert "grpc" not in p, "Kubernetes' gRPC probe cannot speak TLS"
                 for port in services[name]["spec"]["ports"]:

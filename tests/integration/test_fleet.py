@@ -365,3 +365,25 @@ def test_submit_from_recommend_queues_the_cheapest_option_on_its_gpu_class(execu
     assert job["queue"] != "tunefleet.cpu.normal", "a recommended plan names a catalog GPU class"
     neither = subprocess.run(cli, capture_output=True, text=True, timeout=60)
     assert neither.returncode == 2 and "give a plan file" in neither.stderr
+
+
+def test_plans_that_would_write_outside_the_workers_roots_are_refused(executor_service, start_worker, tiny_model,
+                                                                      counting_data, tmp_path):
+    """Issue 9, item 9: `/`, `file:///etc` or `../../..` as output would have had a worker (root, in a
+    container) write there."""
+    with ExecutorClient(executor_service.address) as client:
+        climbing = _plan(tiny_model, counting_data, "climb")
+        climbing.output_uri = "../../../etc"
+        with pytest.raises(InvalidArgument) as info:
+            client.submit(climbing)
+        assert info.value.violations[0].field == "output_uri"
+
+        outside = tmp_path.parent.parent / "tunefleet-escape"  # outside the workers' roots (the test's tmp dirs)
+        escaping = _plan(tiny_model, counting_data, "escape")
+        escaping.output_uri = f"file://{outside}"
+        client.submit(escaping)
+        start_worker("host-a")
+        events = _until(client, "escape", progress_pb2.PHASE_FAILED)
+        assert events[-1].phase == progress_pb2.PHASE_FAILED
+        assert "output_uri" in events[-1].message and "outside this host's output roots" in events[-1].message
+        assert not outside.exists()

@@ -91,7 +91,7 @@ def test_expensive_calls_beyond_capacity_are_refused_at_once_and_health_still_an
 
 
 def _expensive(state: str) -> float:
-    return REGISTRY.get_sample_value("tunefleet_rpc_expensive_calls", {"state": state}) or 0.0
+    return REGISTRY.get_sample_value("tunefleet_rpc_expensive_calls", {"pool": "search", "state": state}) or 0.0
 
 
 def test_a_call_whose_deadline_passed_stops_computing(gated) -> None:

@@ -274,3 +274,15 @@ def test_a_tampered_checkpoint_is_refused_not_loaded(tiny_model: Path, counting_
     assert "was not loaded" in again.last_event.message and "does not match the hash" in again.last_event.message
     assert "resumed from" not in (out / "logs" / "train.log").read_text()
     assert [s for s, _ in checkpoint.complete_checkpoints(out / "checkpoints")] == [2]  # kept, not overwritten
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01\xffnot a plan", b'{"planId": ' + b"[" * 10_000,
+                                     b'{"planId": "p", "workload": {"epochs": "NaN"}}'])
+def test_cli_check_refuses_broken_plan_files_with_exit_2_and_no_traceback(tmp_path: Path, content: bytes) -> None:
+    """Issue 9, item 8: these died with DecodeError / RecursionError tracebacks (exit 1)."""
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", "--check", str(plan)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("tunefleet train: ") and "Traceback" not in proc.stderr
