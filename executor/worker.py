@@ -389,6 +389,9 @@ With more than one worker in a class, --work-dir must be storage every worker of
 path (NFS, a ReadWriteMany volume): say so with --work-dir-shared. A job whose host is lost resumes there from
 its last complete checkpoint on another worker.
 
+Plans read only under --data-root and write only under --output-root (default: --work-dir); workers that
+resume each other's jobs share TUNEFLEET_CHECKPOINT_KEY (checkpoints are signed with it).
+
 exit status: 0 stopped, 3 Redis unreachable at start."""
 
 

@@ -30,6 +30,10 @@ predicted memory and speed). Run the same plan again to resume from its last com
 
 Step 1 is the preflight: it trains on the longest batch and reports measured peak memory against the plan.
 
+The run reads its dataset and a local model folder only under --data-root and writes only under --output-root
+(default: the current directory); checkpoints are signed with this host's checkpoint key
+(TUNEFLEET_CHECKPOINT_KEY, else ~/.local/state/tunefleet/checkpoint.key) and refused at resume otherwise.
+
 SIGTERM or Ctrl-C cancels the run (the checkpoints stay); SIGUSR1 stops it without ending it, as a fleet
 worker does when it shuts down.
 
