@@ -86,3 +86,14 @@ def test_estimate_and_recommend_print_tables() -> None:
 def test_help_teaches_with_examples() -> None:
     out = tunefleet("fit", "--help")
     assert out.returncode == 0 and "examples:" in out.stdout and "--grad-ckpt" in out.stdout
+
+
+@pytest.mark.parametrize(("flag", "value", "words"), [("--price-per-hour", "nan", "not a finite number"),
+                                                      ("--epochs", "inf", "not a finite number"),
+                                                      ("--tokens", "1e999", "too large to be a count"),
+                                                      ("--lora-dropout", "1.5", "less than 1")])
+def test_cli_refuses_numbers_that_are_not_finite_or_in_range(flag: str, value: str, words: str) -> None:
+    """Issue 9, item 3: the CLI took --price-per-hour nan (and 1e999 tokens raised OverflowError)."""
+    out = tunefleet("estimate", "--model", "Qwen/Qwen2.5-7B", "--gpu", "a100-80gb", "--tokens", "10M",
+                    flag, value)
+    assert out.returncode == 2 and words in out.stderr and flag in out.stderr and "Traceback" not in out.stderr

@@ -16,6 +16,7 @@ from executor.errors import PlanError
 from executor.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
 from executor.run_config import parse_plan, run_config_from_plan
 from executor.tiny import make_plan
+from tests.executor.plan_edits import edit_deepspeed
 
 
 def _plan(root: Path = Path("/srv/tf")) -> plan_pb2.Plan:
@@ -67,14 +68,6 @@ def _ds(config: object) -> Callable[[plan_pb2.Plan], None]:
     return apply
 
 
-def _ds_edit(**changes: object) -> Callable[[plan_pb2.Plan], None]:
-    def apply(plan: plan_pb2.Plan) -> None:
-        config = json.loads(plan.deepspeed_config_json)
-        config.update(changes)
-        plan.deepspeed_config_json = json.dumps(config)
-    return apply
-
-
 @pytest.mark.parametrize(("change", "field", "words"), [
     (lambda p: setattr(p.workload, "max_steps", 2 ** 64 - 1), "workload.max_steps", "outside"),
     (lambda p: setattr(p.training, "sequence_length", 2 ** 32 - 1), "training.sequence_length", "outside"),
@@ -85,14 +78,15 @@ def _ds_edit(**changes: object) -> Callable[[plan_pb2.Plan], None]:
     (lambda p: setattr(p.workload, "epochs", math.nan), "workload.epochs", "finite"),
     (lambda p: setattr(p, "output_uri", "o" * 5000), "output_uri", "characters"),
     (_ds({}), "deepspeed_config_json", "lacks train_micro_batch_size_per_gpu"),
-    (_ds_edit(zero_optimization=[]), "deepspeed_config_json", "'zero_optimization' must be a JSON object"),
-    (_ds_edit(tensorboard={"enabled": True, "output_path": "/etc"}), "deepspeed_config_json", "key 'tensorboard'"),
-    (_ds_edit(zero_optimization={"stage": 2, "offload_optimizer": {"device": "nvme"}}),
+    (edit_deepspeed(zero_optimization=[]), "deepspeed_config_json", "'zero_optimization' must be a JSON object"),
+    (edit_deepspeed(tensorboard={"enabled": True, "output_path": "/etc"}), "deepspeed_config_json",
+     "key 'tensorboard'"),
+    (edit_deepspeed(zero_optimization={"stage": 2, "offload_optimizer": {"device": "nvme"}}),
      "deepspeed_config_json", "tunefleet offloads to 'cpu'"),
-    (_ds_edit(zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path": "/"}}),
+    (edit_deepspeed(zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path": "/"}}),
      "deepspeed_config_json", "key 'zero_optimization.offload_optimizer.nvme_path'"),
-    (_ds_edit(gradient_clipping="1.0"), "deepspeed_config_json", "'gradient_clipping' must be a number"),
-    (_ds_edit(bf16={"enabled": 1}), "deepspeed_config_json", "'bf16.enabled' must be true or false"),
+    (edit_deepspeed(gradient_clipping="1.0"), "deepspeed_config_json", "'gradient_clipping' must be a number"),
+    (edit_deepspeed(bf16={"enabled": 1}), "deepspeed_config_json", "'bf16.enabled' must be true or false"),
     (_ds('{"a": ' * 20 + "1" + "}" * 20), "deepspeed_config_json", "nests deeper"),
     (_ds('{"train_batch_size": NaN}'), "deepspeed_config_json", "NaN"),
 ])
@@ -115,21 +109,25 @@ def _confine(plan: plan_pb2.Plan, roots: Roots) -> None:
     confine(run_config_from_plan(plan), roots)
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    (lambda p: setattr(p, "output_uri", "/"), "output_uri"),
-    (lambda p: setattr(p, "output_uri", "file:///etc"), "output_uri"),
-    (lambda p: setattr(p, "output_uri", "/srv/tf/runs/../../../etc"), "output_uri"),
-    (lambda p: setattr(p.dataset, "local_path", "/etc/hostname"), "dataset.local_path"),
-    (lambda p: setattr(p.dataset, "local_path", "/srv/tf/data/../../../etc/passwd"), "dataset.local_path"),
-    (lambda p: setattr(p.dataset, "hub_name", "/etc"), "dataset.hub_name"),
-    (lambda p: setattr(p.model, "weights", "/root"), "model.weights"),
+OUTSIDE = "outside this host's"
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    (lambda p: setattr(p, "output_uri", "/"), "output_uri", OUTSIDE),
+    (lambda p: setattr(p, "output_uri", "file:///etc"), "output_uri", OUTSIDE),
+    (lambda p: setattr(p, "output_uri", "/srv/tf/runs/../../../etc"), "output_uri", "climbs out with '..'"),
+    (lambda p: setattr(p.dataset, "local_path", "/etc/hostname"), "dataset.local_path", OUTSIDE),
+    (lambda p: setattr(p.dataset, "local_path", "/srv/tf/data/../../../etc/passwd"), "dataset.local_path", OUTSIDE),
+    (lambda p: setattr(p.dataset, "hub_name", "/etc"), "dataset.hub_name", OUTSIDE),
+    (lambda p: setattr(p.model, "weights", "/root"), "model.weights", OUTSIDE),
 ])
-def test_paths_outside_the_hosts_roots_are_refused(change: Callable[[plan_pb2.Plan], None], field: str) -> None:
+def test_paths_outside_the_hosts_roots_are_refused(change: Callable[[plan_pb2.Plan], None], field: str,
+                                                   words: str) -> None:
     roots = Roots((Path("/srv/tf/data").resolve(), Path("/srv/tf/models").resolve()), (Path("/srv/tf/runs"),))
     _confine(_plan(), roots)  # the plan as made reads and writes inside them
     with pytest.raises(PlanError) as info:
         _confine(_with(change), roots)
-    assert info.value.field == field and "outside this host's" in info.value.description
+    assert info.value.field == field and words in info.value.description
 
 
 def test_a_symlink_cannot_lead_a_run_out_of_its_roots(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,56 +11,32 @@ from tunefleet.v1 import plan_pb2, training_pb2
 from executor.errors import PlanError
 from executor.run_config import DatasetFormat, parse_plan, run_config_from_plan
 from executor.tiny import make_plan
+from tests.executor.plan_edits import clear_field, edit_deepspeed, set_field
 
 
 def _plan() -> plan_pb2.Plan:
     return make_plan(Path("/models/tiny"), Path("/data/train.jsonl"), Path("/runs/x"), ranks=2, zero_stage=3)
 
 
-def _set(path: str, value: object) -> Callable[[plan_pb2.Plan], None]:
-    def apply(plan: plan_pb2.Plan) -> None:
-        *parents, leaf = path.split(".")
-        message = plan
-        for name in parents:
-            message = getattr(message, name)
-        setattr(message, leaf, value)
-    return apply
-
-
-def _clear(path: str) -> Callable[[plan_pb2.Plan], None]:
-    def apply(plan: plan_pb2.Plan) -> None:
-        parent, leaf = path.rsplit(".", 1)
-        getattr(plan, parent).ClearField(leaf)
-    return apply
-
-
-def _ds(**changes: object) -> Callable[[plan_pb2.Plan], None]:
-    def apply(plan: plan_pb2.Plan) -> None:
-        config = json.loads(plan.deepspeed_config_json)
-        config.update(changes)
-        plan.deepspeed_config_json = json.dumps(config)
-    return apply
-
-
 @pytest.mark.parametrize(("change", "field", "words"), [
-    (_set("training.sequence_length", 0), "training.sequence_length", "positive"),
-    (_set("training.micro_batch_size", 0), "training.micro_batch_size", "positive"),
-    (_set("training.method", training_pb2.METHOD_UNSPECIFIED), "training.method", "not set"),
-    (_clear("training.zero_stage"), "training.zero_stage", "not set"),
-    (_set("training.objective", training_pb2.OBJECTIVE_DPO), "training.objective", "DPO"),
-    (_set("training.image_tokens", 16), "training.image_tokens", "vision"),
-    (_set("training.optimizer", training_pb2.OPTIMIZER_ADAMW_8BIT), "training.optimizer", "adamw"),
-    (_set("hardware.nodes", 2), "hardware.nodes", "one host"),
-    (_set("plan_id", "../etc"), "plan_id", "letters"),
-    (_set("model.weights", ""), "model.weights", "model id"),
-    (_set("output_uri", "s3://bucket/run"), "output_uri", "local paths"),
-    (_set("deepspeed_config_json", ""), "deepspeed_config_json", "empty"),
-    (_set("deepspeed_config_json", "{not json"), "deepspeed_config_json", "JSON"),
-    (_ds(train_micro_batch_size_per_gpu=8), "deepspeed_config_json", "train_micro_batch_size_per_gpu"),
-    (_ds(train_batch_size=2), "deepspeed_config_json", "train_batch_size is 2"),
-    (_ds(zero_optimization={"stage": 1}), "deepspeed_config_json", "ZeRO stage 1"),
+    (set_field("training.sequence_length", 0), "training.sequence_length", "positive"),
+    (set_field("training.micro_batch_size", 0), "training.micro_batch_size", "positive"),
+    (set_field("training.method", training_pb2.METHOD_UNSPECIFIED), "training.method", "not set"),
+    (clear_field("training.zero_stage"), "training.zero_stage", "not set"),
+    (set_field("training.objective", training_pb2.OBJECTIVE_DPO), "training.objective", "DPO"),
+    (set_field("training.image_tokens", 16), "training.image_tokens", "vision"),
+    (set_field("training.optimizer", training_pb2.OPTIMIZER_ADAMW_8BIT), "training.optimizer", "adamw"),
+    (set_field("hardware.nodes", 2), "hardware.nodes", "one host"),
+    (set_field("plan_id", "../etc"), "plan_id", "letters"),
+    (set_field("model.weights", ""), "model.weights", "model id"),
+    (set_field("output_uri", "s3://bucket/run"), "output_uri", "local paths"),
+    (set_field("deepspeed_config_json", ""), "deepspeed_config_json", "empty"),
+    (set_field("deepspeed_config_json", "{not json"), "deepspeed_config_json", "JSON"),
+    (edit_deepspeed(train_micro_batch_size_per_gpu=8), "deepspeed_config_json", "train_micro_batch_size_per_gpu"),
+    (edit_deepspeed(train_batch_size=2), "deepspeed_config_json", "train_batch_size is 2"),
+    (edit_deepspeed(zero_optimization={"stage": 1}), "deepspeed_config_json", "ZeRO stage 1"),
     (lambda p: p.ClearField("dataset"), "dataset", "local_path"),
-    (_set("dataset.local_path", ""), "dataset.local_path", "JSONL"),
+    (set_field("dataset.local_path", ""), "dataset.local_path", "JSONL"),
 ])
 def test_bad_plans_name_the_field(change: Callable[[plan_pb2.Plan], None], field: str, words: str) -> None:
     plan = _plan()

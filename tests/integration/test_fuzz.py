@@ -9,6 +9,8 @@ memory must stay bounded, and both must answer health checks afterwards. Counts 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -227,17 +229,23 @@ def _random_requests(method: str, cls: type[Message], valid: Message,
     return run
 
 
-def test_random_and_mutated_requests_never_crash_stall_or_bloat_the_planner(planner) -> None:
-    probe, proc = planner
-    probe.unary(PLANNER + "Fit", VALID_FIT.SerializeToString())  # warm: imports, catalog, caches
+def _fuzz_server(label: str, probe: Probe, proc: psutil.Process, prefix: str,
+                 rpcs: list[tuple[str, type[Message], Message]], streaming: frozenset[str] = frozenset()) -> None:
+    """Every RPC fuzzed on a warm server; its memory may not grow past the limit, and it must stay healthy."""
+    name, _, valid = rpcs[0]
+    probe.unary(prefix + name, valid.SerializeToString())  # warm: imports, catalog, caches, connections
     before = _rss(proc)
-    _fuzz(probe, PLANNER, PLANNER_RPCS)
+    _fuzz(probe, prefix, rpcs, streaming)
     grown = _rss(proc) - before
-    print(f"\nplanner fuzz: {sum(probe.codes.values())} calls by status {dict(probe.codes.most_common())}; "
+    print(f"\n{label} fuzz: {sum(probe.codes.values())} calls by status {dict(probe.codes.most_common())}; "
           f"RSS {before / 2**20:.0f} -> {(before + grown) / 2**20:.0f} MiB")
     assert probe.codes["INVALID_ARGUMENT"] > 0 and probe.codes["OK"] > 0
     assert grown < RSS_GROWTH_LIMIT_BYTES
     assert probe.healthy()
+
+
+def test_random_and_mutated_requests_never_crash_stall_or_bloat_the_planner(planner) -> None:
+    _fuzz_server("planner", *planner, PLANNER, PLANNER_RPCS)
 
 
 def _plan() -> Message:
@@ -245,7 +253,6 @@ def _plan() -> Message:
 
 
 def test_random_and_mutated_requests_never_crash_stall_or_bloat_the_executor(executor) -> None:
-    probe, proc = executor
     job = executor_pb2.GetRequest(job_id="fuzz-plan")
     rpcs: list[tuple[str, type[Message], Message]] = [
         ("Submit", executor_pb2.SubmitRequest, executor_pb2.SubmitRequest(plan=_plan())),
@@ -253,15 +260,7 @@ def test_random_and_mutated_requests_never_crash_stall_or_bloat_the_executor(exe
         ("Cancel", executor_pb2.CancelRequest, executor_pb2.CancelRequest(job_id="fuzz-plan", reason="fuzz")),
         ("Fleet", executor_pb2.FleetRequest, executor_pb2.FleetRequest()),
         ("Watch", executor_pb2.WatchRequest, executor_pb2.WatchRequest(job_id="fuzz-plan"))]
-    probe.unary(EXECUTOR + "Fleet", executor_pb2.FleetRequest().SerializeToString())
-    before = _rss(proc)
-    _fuzz(probe, EXECUTOR, rpcs, streaming=frozenset({"Watch"}))
-    grown = _rss(proc) - before
-    print(f"\nexecutor fuzz: {sum(probe.codes.values())} calls by status {dict(probe.codes.most_common())}; "
-          f"RSS {before / 2**20:.0f} -> {(before + grown) / 2**20:.0f} MiB")
-    assert probe.codes["INVALID_ARGUMENT"] > 0 and probe.codes["OK"] > 0
-    assert grown < RSS_GROWTH_LIMIT_BYTES
-    assert probe.healthy()
+    _fuzz_server("executor", *executor, EXECUTOR, rpcs, streaming=frozenset({"Watch"}))
 
 
 def test_mutated_plan_files_are_refused_with_a_plan_error_only() -> None:
@@ -278,3 +277,15 @@ def test_mutated_plan_files_are_refused_with_a_plan_error_only() -> None:
             outcomes[e.field.split(".")[0]] += 1
     print(f"\nmutated plan files: {dict(outcomes.most_common())}")
     assert sum(outcomes.values()) == 800 and outcomes["plan"] > 0  # "plan.json": the file itself
+
+
+def test_train_check_exits_2_without_a_traceback_on_mutated_plan_files(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    files = [*_mutations(json_format.MessageToJson(_plan()).encode(), rng, 2),
+             *_mutations(_plan().SerializeToString(), rng, 1)]
+    for i, data in enumerate(files):
+        path = tmp_path / f"plan-{i}.json"
+        path.write_bytes(data)
+        proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", "--check", str(path)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (data[:200], proc.stderr)
