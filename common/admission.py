@@ -27,6 +27,29 @@ def caller_gone(context: grpc.ServicerContext) -> Callable[[], bool]:
 _ADMISSION_POLL_S = 0.1
 
 
+class StreamGate:
+    """At most `limit` streaming calls at once (each holds a server thread for its whole life); the next is refused
+    at once with RESOURCE_EXHAUSTED instead of taking the threads unary calls need."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._open = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._open >= self._limit:
+                raise ExhaustedError(f"{self._limit} streams are open on this server, its most; retry with backoff, "
+                                     "or reach another replica")
+            self._open += 1
+        metrics.OPEN_STREAMS.inc()
+
+    def leave(self) -> None:
+        with self._lock:
+            self._open -= 1
+        metrics.OPEN_STREAMS.dec()
+
+
 class Admission:
     """Bounds the expensive calls. Each pool (e.g. quick Fit/Estimate, long Recommend searches, so that one kind
     cannot starve the other) has its own compute slots; together at most `max_admitted` calls compute or wait

@@ -21,6 +21,8 @@ RPC_LATENCY_S = Histogram("tunefleet_rpc_duration_seconds", "gRPC call duration 
 EXPENSIVE_CALLS = Gauge("tunefleet_rpc_expensive_calls", "expensive calls admitted, by pool and state (computing, "
                         "waiting for a compute slot)", ["pool", "state"])
 
+OPEN_STREAMS = Gauge("tunefleet_rpc_open_streams", "streaming calls open (Watch)")
+
 
 def observe_rpc(method: str, code: str, duration_s: float) -> None:
     RPC_TOTAL.labels(method, code).inc()

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from common import metrics
-from common.admission import Admission
+from common.admission import Admission, StreamGate
 from common.bounds import Bounds, echo
 from common.errors import AbandonedError, ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
 
@@ -123,9 +123,11 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
     """Binds a request id (from x-request-id or new) to every log line; counts and times each call; refuses a
     request out of `bounds` (common.bounds) before its handler runs."""
 
-    def __init__(self, bounds: Bounds, admission: Admission, expensive: Mapping[str, str]) -> None:
+    def __init__(self, bounds: Bounds, admission: Admission, expensive: Mapping[str, str],
+                 streams: StreamGate) -> None:
         self._bounds = bounds
         self._admission = admission
+        self._streams = streams
         self._expensive = expensive
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
@@ -183,7 +185,14 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
                 start, exc = time.perf_counter(), None
                 try:
                     begin(request, context)
-                    yield from inner_stream(request, context)
+                    try:
+                        self._streams.enter()
+                    except ExhaustedError as e:
+                        abort(context, e)
+                    try:
+                        yield from inner_stream(request, context)
+                    finally:
+                        self._streams.leave()
                 except BaseException as e:
                     exc = e
                     raise
@@ -255,6 +264,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
 
 # Server threads kept free of expensive calls, for health checks, cheap calls and quick refusals.
 RESERVED_WORKERS = 4
+# Threads streams (Watch) may not take: unary calls always find these (beside the reserved ones).
+UNARY_WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -280,7 +291,8 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
     expensive = expensive or {}
     admission = Admission({pool: options.compute_slots for pool in set(expensive.values())},
                           options.max_workers - RESERVED_WORKERS)
-    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds, admission, expensive)]
+    streams = StreamGate(max(1, options.max_workers - RESERVED_WORKERS - UNARY_WORKERS))
+    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds, admission, expensive, streams)]
     if options.token:
         interceptors.insert(0, BearerTokenInterceptor(options.token))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=options.max_workers), interceptors=interceptors,

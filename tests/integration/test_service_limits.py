@@ -15,11 +15,23 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
-from tunefleet.v1 import model_pb2, planner_pb2, planner_pb2_grpc, training_pb2
+from tunefleet.v1 import (
+    executor_pb2,
+    executor_pb2_grpc,
+    model_pb2,
+    planner_pb2,
+    planner_pb2_grpc,
+    progress_pb2,
+    training_pb2,
+)
 
 from common.errors import AbandonedError
-from common.rpc import RESERVED_WORKERS, BearerTokenInterceptor, ServerOptions, _Sampled, shutdown
+from common.rpc import RESERVED_WORKERS, UNARY_WORKERS, BearerTokenInterceptor, ServerOptions, _Sampled, shutdown
 from common.wait import wait_until
+from executor.server import connect
+from executor.server import create_server as create_executor_server
+from executor.service import ExecutorConfig
+from executor.tiny import make_plan
 from planner.catalog import default_catalog
 from planner.server import create_server
 from planner.service import Planner
@@ -153,3 +165,33 @@ def test_denied_calls_are_logged_at_most_once_per_interval_with_their_count() ->
     assert counts[0] == 1 and counts[1:] == [0] * 49
     every = _Sampled(interval_s=0)
     assert [every.due() for _ in range(3)] == [1, 1, 1]
+
+
+def test_watch_streams_beyond_the_servers_share_are_refused_and_unary_calls_still_answer(redis_url: str,
+                                                                                          tmp_path: Path) -> None:
+    """Each Watch holds a server thread for its life: without a cap, enough of them starve every other call."""
+    executor = connect(redis_url, ExecutorConfig(heartbeat_interval_s=0.2))
+    server, port, health_servicer = create_executor_server(
+        "127.0.0.1:0", executor, ServerOptions(max_workers=RESERVED_WORKERS + UNARY_WORKERS + 2))
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = executor_pb2_grpc.ExecutorServiceStub(channel)
+    plan = make_plan(tmp_path / "m", tmp_path / "d.jsonl", Path("watched"), plan_id="watched")
+    stub.Submit(executor_pb2.SubmitRequest(plan=plan), timeout=CALL_S)  # no worker: it stays queued
+    watches = [stub.Watch(executor_pb2.WatchRequest(job_id="watched"), timeout=CALL_S) for _ in range(2)]
+    try:
+        for w in watches:
+            next(w)  # each stream is open and holds its thread
+        with pytest.raises(grpc.RpcError) as info:
+            next(stub.Watch(executor_pb2.WatchRequest(job_id="watched"), timeout=CALL_S))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "streams are open" in info.value.details()
+        assert stub.Get(executor_pb2.GetRequest(job_id="watched"), timeout=5).job.phase == progress_pb2.PHASE_QUEUED
+        watches.pop().cancel()
+        wait_until(lambda: REGISTRY.get_sample_value("tunefleet_rpc_open_streams") == 1, CALL_S)
+        assert next(stub.Watch(executor_pb2.WatchRequest(job_id="watched"), timeout=CALL_S)).HasField("event")
+    finally:
+        for w in watches:
+            w.cancel()
+        channel.close()
+        shutdown(server, health_servicer, 1.0)
+        executor.close()
