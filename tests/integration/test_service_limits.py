@@ -25,8 +25,9 @@ from tunefleet.v1 import (
     training_pb2,
 )
 
+from common.auth import BearerTokenInterceptor, Sampled
 from common.errors import AbandonedError
-from common.rpc import RESERVED_WORKERS, UNARY_WORKERS, BearerTokenInterceptor, ServerOptions, _Sampled, shutdown
+from common.rpc import RESERVED_WORKERS, UNARY_WORKERS, ServerOptions, shutdown
 from common.wait import wait_until
 from executor.server import connect
 from executor.server import create_server as create_executor_server
@@ -160,10 +161,10 @@ def test_an_empty_token_file_refuses_to_start(tmp_path: Path) -> None:
 
 
 def test_denied_calls_are_logged_at_most_once_per_interval_with_their_count() -> None:
-    sampled = _Sampled(interval_s=3600)
+    sampled = Sampled(interval_s=3600)
     counts = [sampled.due() for _ in range(50)]
     assert counts[0] == 1 and counts[1:] == [0] * 49
-    every = _Sampled(interval_s=0)
+    every = Sampled(interval_s=0)
     assert [every.due() for _ in range(3)] == [1, 1, 1]
 
 
