@@ -68,26 +68,18 @@ class Admission:
                 raise ExhaustedError(f"the server is at capacity ({self._limit} expensive calls running or "
                                      "waiting); retry with backoff")
             self._admitted += 1
-        waiting = metrics.EXPENSIVE_CALLS.labels(pool, "waiting")
-        computing = metrics.EXPENSIVE_CALLS.labels(pool, "computing")
-        waiting.inc()
         try:
             gone = caller_gone(context)
-            while not slots.acquire(timeout=_ADMISSION_POLL_S):
-                if gone():
-                    raise AbandonedError("the caller left before a compute slot was free")
-        except BaseException:
-            waiting.dec()
-            with self._lock:
-                self._admitted -= 1
-            raise
-        waiting.dec()
-        computing.inc()
-        try:
-            return fn()
+            with metrics.EXPENSIVE_CALLS.labels(pool, "waiting").track_inprogress():
+                while not slots.acquire(timeout=_ADMISSION_POLL_S):
+                    if gone():
+                        raise AbandonedError("the caller left before a compute slot was free")
+            try:
+                with metrics.EXPENSIVE_CALLS.labels(pool, "computing").track_inprogress():
+                    return fn()
+            finally:
+                slots.release()
         finally:
-            slots.release()
-            computing.dec()
             with self._lock:
                 self._admitted -= 1
 

@@ -247,6 +247,11 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
     for name in [*service_names, ""]:
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    return server, _bind(server, address, options), health_servicer
+
+
+def _bind(server: grpc.Server, address: str, options: ServerOptions) -> int:
+    """Listen on `address` (TLS when the options carry a certificate); the port bound."""
     if options.tls_cert_chain:
         creds = grpc.ssl_server_credentials([(options.tls_private_key, options.tls_cert_chain)])
         port = server.add_secure_port(address, creds)
@@ -254,7 +259,7 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
         port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"could not bind {address}")
-    return server, port, health_servicer
+    return port
 
 
 # Threads of the separate health server: probes are short and few.
@@ -267,13 +272,7 @@ def health_server(address: str, health_servicer: health.HealthServicer,
     main server's TLS."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=HEALTH_SERVER_WORKERS), maximum_concurrent_rpcs=16)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if options.tls_cert_chain:
-        port = server.add_secure_port(address, grpc.ssl_server_credentials(
-            [(options.tls_private_key, options.tls_cert_chain)]))
-    else:
-        port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"could not bind {address}")
+    port = _bind(server, address, options)
     server.start()
     return server, port
 

@@ -56,21 +56,18 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    max_concurrent_rpcs: int) -> ServerOptions:
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
-    token = os.environ.get(TOKEN_ENV, "")
-    if args.token_file:
-        try:
-            token = args.token_file.read_text().strip()
-        except OSError as e:
-            parser.error(f"--token-file {args.token_file}: {e.strerror}")
-        if not token:
-            parser.error(f"--token-file {args.token_file} is empty: put the token in it, or leave --token-file out "
-                         "to serve without authentication")
     def read(flag: str, path: Path | None) -> bytes:
         try:
             return path.read_bytes() if path else b""
         except OSError as e:
             parser.error(f"{flag} {path}: {e.strerror}")
 
+    token = os.environ.get(TOKEN_ENV, "")
+    if args.token_file:
+        token = read("--token-file", args.token_file).decode().strip()
+        if not token:
+            parser.error(f"--token-file {args.token_file} is empty: put the token in it, or leave --token-file out "
+                         "to serve without authentication")
     if args.workers <= RESERVED_WORKERS:
         parser.error(f"--workers must be more than {RESERVED_WORKERS} (threads kept for health checks)")
     if args.compute_slots < 1:

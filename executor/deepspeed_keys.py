@@ -43,14 +43,17 @@ _OFFLOAD_DEVICES = ("cpu", "none")
 _MAX_TEXT = 64
 
 
-def check_deepspeed_config(config: Mapping[str, Any], schema: Mapping[str, Any] = SCHEMA, path: str = "") -> None:
-    """Raise PlanError naming the first key tunefleet does not understand, a value of the wrong type, or (at the
-    top level) a required key that is missing."""
-    if schema is SCHEMA:
-        missing = [key for key in REQUIRED if key not in config]
-        if missing:
-            raise PlanError(_FIELD, f"lacks {', '.join(missing)}; use the DeepSpeed config the planner writes "
-                                    "into the plan")
+def check_deepspeed_config(config: Mapping[str, Any]) -> None:
+    """Raise PlanError naming a required key that is missing, the first key tunefleet does not understand, or a
+    value of the wrong type."""
+    missing = [key for key in REQUIRED if key not in config]
+    if missing:
+        raise PlanError(_FIELD, f"lacks {', '.join(missing)}; use the DeepSpeed config the planner writes into the "
+                                "plan")
+    _check_keys(config, SCHEMA, "")
+
+
+def _check_keys(config: Mapping[str, Any], schema: Mapping[str, Any], path: str) -> None:
     for key, value in config.items():
         where = f"{path}{key}"
         if key not in schema:
@@ -61,7 +64,7 @@ def check_deepspeed_config(config: Mapping[str, Any], schema: Mapping[str, Any] 
         if isinstance(expected, Mapping):
             if not isinstance(value, dict):
                 raise PlanError(_FIELD, f"'{where}' must be a JSON object, got {type(value).__name__}")
-            check_deepspeed_config(value, expected, f"{where}.")
+            _check_keys(value, expected, f"{where}.")
             continue
         _check_value(where, value, expected)
 

@@ -35,11 +35,6 @@ class Roots:
         base = default or Path.cwd()
         return cls(_roots(environ.get(DATA_ROOTS_ENV, ""), base), _roots(environ.get(OUTPUT_ROOTS_ENV, ""), base))
 
-    def environment(self) -> dict[str, str]:
-        """The variables that give a child process (the training launcher and its ranks) these roots."""
-        return {DATA_ROOTS_ENV: os.pathsep.join(map(str, self.data)),
-                OUTPUT_ROOTS_ENV: os.pathsep.join(map(str, self.output))}
-
     def readable(self, field: str, path: str | Path) -> Path:
         """`path` resolved, if it lies under a data root; else PlanError naming `field`."""
         return _inside(field, path, self.data, "data", DATA_ROOTS_ENV)

@@ -87,16 +87,15 @@ class WorkerRuntime:
     host_id: str
     gpus: HostGpus
     work_dir: Path
+    roots: Roots  # where plans may read and write (default in main: the work dir)
     progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
     lease_ttl_s: float = LEASE_TTL_S
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
     work_dir_shared: bool = False
-    roots: Roots | None = None  # default: read and write only under work_dir
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
 
     def __post_init__(self) -> None:
-        self.paths = self.roots or Roots((self.work_dir,), (self.work_dir,))
         self.redis = connect(self.redis_url)
         self.store = JobStore(self.redis)
         self.events = EventLog(self.redis)
@@ -113,7 +112,7 @@ class WorkerRuntime:
         """Where the job writes: under --work-dir when relative; PlanError when outside the output roots."""
         uri = output_uri.removeprefix("file://") or job_id
         path = Path(uri)
-        return self.paths.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
+        return self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -176,7 +175,7 @@ class WorkerRuntime:
         command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out),
                    "--redis-url", self.redis_url, "--fence", str(fence),
                    "--progress-interval-s", str(self.progress_interval_s),
-                   *[f"--data-root={p}" for p in self.paths.data], *[f"--output-root={p}" for p in self.paths.output]]
+                   *[f"--data-root={p}" for p in self.roots.data], *[f"--output-root={p}" for p in self.roots.output]]
         with (out / "logs" / "launcher.log").open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -430,9 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
     work_dir = args.work_dir.resolve()
-    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, args.progress_interval_s,
-                            lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
-                            work_dir_shared=args.work_dir_shared, roots=roots_from_arguments(args, work_dir))
+    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
+                            args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
+                            work_dir_shared=args.work_dir_shared)
     try:
         runtime.heartbeat()
     except redis.RedisError as e:

@@ -36,7 +36,6 @@ PARTIAL_PREFIX = ".partial-step-"
 KEY_ENV = "TUNEFLEET_CHECKPOINT_KEY"
 KEY_FILE_ENV = "TUNEFLEET_CHECKPOINT_KEY_FILE"  # a file holding the key (a container secret)
 DEFAULT_KEY_PATH = Path("~/.local/state/tunefleet/checkpoint.key")
-_HASH_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def signing_key(environ: dict[str, str] | None = None, path: Path = DEFAULT_KEY_PATH) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -146,4 +147,5 @@ def test_roots_default_to_the_current_directory_and_come_from_the_environment(tm
     env = {DATA_ROOTS_ENV: f"{tmp_path}/a:{tmp_path}/b", OUTPUT_ROOTS_ENV: f"{tmp_path}/o"}
     roots = Roots.from_environment(env, default=Path("/"))
     assert roots.data == (tmp_path / "a", tmp_path / "b") and roots.output == (tmp_path / "o",)
-    assert Roots.from_environment(roots.environment()) == roots
+    assert Roots.from_environment({DATA_ROOTS_ENV: os.pathsep.join(map(str, roots.data)),
+                                   OUTPUT_ROOTS_ENV: os.pathsep.join(map(str, roots.output))}) == roots
