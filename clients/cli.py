@@ -45,7 +45,8 @@ ATTENTIONS = {"eager": training_pb2.ATTENTION_EAGER, "sdpa": training_pb2.ATTENT
               "flash": training_pb2.ATTENTION_FLASH}
 LOSSES = {"standard": training_pb2.LOSS_STANDARD, "chunked": training_pb2.LOSS_CHUNKED}
 DATASET_FORMATS = {"text": plan_pb2.DATASET_FORMAT_TEXT, "instruction": plan_pb2.DATASET_FORMAT_INSTRUCTION,
-                   "chat": plan_pb2.DATASET_FORMAT_CHAT}
+                   "chat": plan_pb2.DATASET_FORMAT_CHAT, "preference": plan_pb2.DATASET_FORMAT_PREFERENCE}
+OVERSIZE_IMAGES = {"resize": plan_pb2.OVERSIZE_IMAGES_RESIZE, "refuse": plan_pb2.OVERSIZE_IMAGES_REFUSE}
 RANKS = {"cost": planner_pb2.RANK_BY_COST, "time": planner_pb2.RANK_BY_TIME, "pareto": planner_pb2.RANK_BY_PARETO}
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
@@ -78,6 +79,16 @@ def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float
 
 positive_int = _positive(int, "a whole number")
 positive_float = _positive(float, "a number")
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
+    return value
 
 
 def fraction(text: str) -> float:
@@ -118,6 +129,13 @@ def _add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     g.add_argument("--dpo", action="store_true", help="DPO objective (chosen + rejected per example)")
     g.add_argument("--dpo-ref-model", action="store_true", help="DPO with a separate reference model copy")
+    g.add_argument("--dpo-beta", type=positive_float, help="DPO: pull toward the reference (default 0.1)")
+    g.add_argument("--dpo-label-smoothing", type=fraction, default=0.0,
+                   help="DPO: probability a preference is flipped (cDPO), below 0.5 (default 0)")
+    g.add_argument("--dpo-sft-weight", type=non_negative_float, default=0.0,
+                   help="DPO: weight of an SFT term on the chosen responses (default 0)")
+    g.add_argument("--dpo-precompute-reference", action="store_true",
+                   help="DPO: reference log-probs computed once before training; no reference held while training")
     g.add_argument("--image-tokens", type=int, default=0, help="vision-language: image tokens per example")
     g.add_argument("--train-vision", action="store_true", help="vision-language: train the vision tower too")
     g.add_argument("--freeze-layers", type=int, default=0, help="method freeze: train the last N layers")
@@ -159,12 +177,26 @@ def _training(a: argparse.Namespace) -> training_pb2.TrainingSpec:
         gradient_accumulation_steps=a.grad_accum,
         objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,
         dpo_reference_model=a.dpo_ref_model, image_tokens=a.image_tokens, train_vision_tower=a.train_vision,
-        freeze_trainable_layers=a.freeze_layers,
+        freeze_trainable_layers=a.freeze_layers, dpo=_dpo(a),
         lora=training_pb2.LoraSpec(rank=a.lora_r, alpha=a.lora_alpha, dropout=a.lora_dropout,
                                    target_modules=[x.strip() for x in a.lora_targets.split(",") if x.strip()]))
     if a.zero is not None:
         t.zero_stage = a.zero
     return t
+
+
+def _dpo(a: argparse.Namespace) -> training_pb2.DpoSpec | None:
+    knobs = a.dpo_beta is not None or a.dpo_label_smoothing or a.dpo_sft_weight or a.dpo_precompute_reference
+    if knobs and not a.dpo:
+        raise SystemExit("error: --dpo-beta, --dpo-label-smoothing, --dpo-sft-weight and --dpo-precompute-reference "
+                         "are DPO knobs: add --dpo")
+    if not a.dpo:
+        return None
+    d = training_pb2.DpoSpec(label_smoothing=a.dpo_label_smoothing, sft_weight=a.dpo_sft_weight,
+                             precompute_reference=a.dpo_precompute_reference)
+    if a.dpo_beta is not None:
+        d.beta = a.dpo_beta
+    return d
 
 
 def _hardware(a: argparse.Namespace) -> hardware_pb2.HardwareSpec:
@@ -216,7 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = rec.add_argument_group("plan")
     d.add_argument("--dataset", help="training data for the plan: a JSONL file, or a Hugging Face dataset name")
     d.add_argument("--dataset-format", choices=DATASET_FORMATS, default="text",
-                   help="text {'text'}, instruction {'instruction','response'}, chat {'messages'} (default text)")
+                   help="text {'text'}, instruction {'instruction','response'}, chat {'messages'}, preference "
+                        "{'prompt','chosen','rejected'} for --dpo (default text)")
+    d.add_argument("--oversize-images", choices=OVERSIZE_IMAGES, default="resize",
+                   help="vision-language: an image over --image-tokens is scaled down, or refused (default resize)")
     d.add_argument("--packing", action="store_true", help="pack examples into full-length sequences")
     d.add_argument("--save-plan", type=Path, metavar="FILE",
                    help="write the best option as an executable plan (JSON) for 'tunefleet train FILE'")
@@ -306,7 +341,8 @@ def run(a: argparse.Namespace, client: PlannerClient) -> str:
 
 
 def _dataset(a: argparse.Namespace) -> plan_pb2.DatasetRef:
-    ref = plan_pb2.DatasetRef(format=DATASET_FORMATS[a.dataset_format], packing=a.packing)
+    ref = plan_pb2.DatasetRef(format=DATASET_FORMATS[a.dataset_format], packing=a.packing,
+                              oversize_images=OVERSIZE_IMAGES[a.oversize_images])
     if a.dataset and Path(a.dataset).suffix in (".jsonl", ".json") or a.dataset and Path(a.dataset).exists():
         ref.local_path = str(Path(a.dataset).resolve())
     elif a.dataset:

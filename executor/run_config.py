@@ -43,11 +43,21 @@ class DatasetFormat(enum.Enum):
     TEXT = "text"
     INSTRUCTION = "instruction"
     CHAT = "chat"
+    PREFERENCE = "preference"
+
+
+class OversizeImages(enum.Enum):
+    RESIZE = "resize"
+    REFUSE = "refuse"
 
 
 _FORMATS = {plan_pb2.DATASET_FORMAT_UNSPECIFIED: DatasetFormat.TEXT, plan_pb2.DATASET_FORMAT_TEXT: DatasetFormat.TEXT,
             plan_pb2.DATASET_FORMAT_INSTRUCTION: DatasetFormat.INSTRUCTION,
-            plan_pb2.DATASET_FORMAT_CHAT: DatasetFormat.CHAT}
+            plan_pb2.DATASET_FORMAT_CHAT: DatasetFormat.CHAT,
+            plan_pb2.DATASET_FORMAT_PREFERENCE: DatasetFormat.PREFERENCE}
+_OVERSIZE = {plan_pb2.OVERSIZE_IMAGES_UNSPECIFIED: OversizeImages.RESIZE,
+             plan_pb2.OVERSIZE_IMAGES_RESIZE: OversizeImages.RESIZE,
+             plan_pb2.OVERSIZE_IMAGES_REFUSE: OversizeImages.REFUSE}
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,7 @@ class DatasetConfig:
     format: DatasetFormat = DatasetFormat.TEXT
     split: str = "train"
     packing: bool = False
+    oversize_images: OversizeImages = OversizeImages.RESIZE
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,11 @@ class RunConfig:
     def tokenized_path(self) -> Path:
         """The dataset as token ids, written once by the launcher so every rank reads the same examples."""
         return self.output_dir / "data" / "tokenized.npz"
+
+    @property
+    def reference_path(self) -> Path:
+        """DPO with precompute_reference: the reference log-probs of every pair, computed once for the job."""
+        return self.output_dir / "data" / "reference_logps.pt"
 
     @property
     def log_path(self) -> Path:
@@ -165,12 +181,9 @@ def _training(plan: plan_pb2.Plan, world_size: int) -> TrainingSpec:
         raise PlanError(e.field, e.description) from e
     if t.method not in _RUNNABLE_METHODS:
         raise PlanError("training.method", f"{t.method.value} is not a method this executor runs")
-    if t.objective is not Objective.SFT:
-        raise PlanError("training.objective", "this executor runs supervised fine-tuning (sft) only; "
-                                              "DPO plans can be sized by the planner but not yet trained")
-    if t.image_tokens or t.train_vision_tower:
-        raise PlanError("training.image_tokens", "vision-language training is not run by this executor yet; "
-                                                 "plan the language model alone")
+    if t.objective is Objective.DPO and (t.image_tokens or t.train_vision_tower):
+        raise PlanError("training.objective", "DPO of a vision-language model is not run by this executor; train "
+                                              "it with sft, or DPO the language model alone")
     if t.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
         raise PlanError("training.optimizer", f"{t.optimizer.value} is not a DeepSpeed optimizer; use adamw or sgd")
     return t
@@ -219,8 +232,20 @@ def _dataset(plan: plan_pb2.Plan) -> DatasetConfig:
         raise PlanError("dataset.local_path", "is empty; give the path of a JSONL file")
     if d.format not in _FORMATS:
         raise PlanError("dataset.format", f"unknown format {d.format}")
+    if d.oversize_images not in _OVERSIZE:
+        raise PlanError("dataset.oversize_images", f"unknown policy {d.oversize_images}; use resize or refuse")
+    dpo = plan.training.objective == training_pb2.OBJECTIVE_DPO
+    preference = d.format == plan_pb2.DATASET_FORMAT_PREFERENCE
+    if dpo and not preference:
+        raise PlanError("dataset.format", "DPO trains on preference pairs: set dataset.format preference "
+                                          '({"prompt", "chosen", "rejected"} records)')
+    if preference and not dpo:
+        raise PlanError("dataset.format", "preference pairs train with training.objective dpo; set it, or give "
+                                          "text, instruction or chat data for sft")
+    if preference and d.packing:
+        raise PlanError("dataset.packing", "preference pairs are not packed; turn packing off")
     return DatasetConfig(local_path=d.local_path, hub_name=d.hub_name, format=_FORMATS[d.format],
-                         split=d.split or "train", packing=d.packing)
+                         split=d.split or "train", packing=d.packing, oversize_images=_OVERSIZE[d.oversize_images])
 
 
 def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> RunConfig:

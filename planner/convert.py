@@ -16,7 +16,9 @@ from planner.fit import FitResult
 from planner.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
 from planner.schema import (
     Architecture,
+    DEFAULT_DPO_BETA,
     Attention,
+    DpoSpec,
     Family,
     Flavor,
     GpuSpec,
@@ -192,8 +194,14 @@ def training_from_proto(p: training_pb2.TrainingSpec, world_size: int) -> Traini
         lora=lora, double_quant=p.double_quant if p.HasField("double_quant") else True,
         objective=_from_proto(OBJECTIVE, p.objective, Objective.SFT, "training.objective"),  # type: ignore[arg-type]
         dpo_reference_model=p.dpo_reference_model, train_vision_tower=p.train_vision_tower,
-        image_tokens=p.image_tokens, freeze_trainable_layers=p.freeze_trainable_layers,
+        image_tokens=p.image_tokens, freeze_trainable_layers=p.freeze_trainable_layers, dpo=_dpo(p),
     )
+
+
+def _dpo(p: training_pb2.TrainingSpec) -> DpoSpec:
+    d = p.dpo
+    return DpoSpec(beta=d.beta if d.HasField("beta") else DEFAULT_DPO_BETA, label_smoothing=d.label_smoothing,
+                   sft_weight=d.sft_weight, precompute_reference=d.precompute_reference)
 
 
 def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
@@ -224,6 +232,9 @@ def training_to_proto(t: TrainingSpec) -> training_pb2.TrainingSpec:
         objective=OBJECTIVE[t.objective], dpo_reference_model=t.dpo_reference_model,
         train_vision_tower=t.train_vision_tower, image_tokens=t.image_tokens,
         freeze_trainable_layers=t.freeze_trainable_layers, double_quant=t.double_quant,
+        dpo=training_pb2.DpoSpec(beta=t.dpo.beta, label_smoothing=t.dpo.label_smoothing,
+                                 sft_weight=t.dpo.sft_weight, precompute_reference=t.dpo.precompute_reference)
+        if t.objective is Objective.DPO else None,
         lora=training_pb2.LoraSpec(rank=t.lora.rank, alpha=t.lora.alpha, dropout=t.lora.dropout,
                                    target_modules=list(t.lora.target_modules)))
 

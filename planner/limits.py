@@ -45,6 +45,7 @@ _training = {
     "gradient_accumulation_steps": Range(0, 65536), "image_tokens": Range(0, 2 ** 24),
     "freeze_trainable_layers": Range(0, 1024), "zero_stage": Range(0, 3, "DeepSpeed ZeRO has stages 0-3"),
     "lora.rank": Range(0, 65536), "lora.alpha": Range(0, 1e6), "lora.dropout": Range(0, 1),
+    "dpo.beta": Range(0, 1e3), "dpo.label_smoothing": Range(0, 0.5), "dpo.sft_weight": Range(0, 1e3),
 }
 _hardware = {
     "gpus_per_node": Range(0, 64, _HW), "nodes": Range(0, 8192, _HW),

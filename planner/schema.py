@@ -196,6 +196,31 @@ class LoraSpec:
                                     "or list module names without it")
 
 
+# TRL's DPOConfig.beta default (trl/trainer/dpo_config.py, TRL 1.13).
+DEFAULT_DPO_BETA = 0.1
+
+
+@dataclass(frozen=True)
+class DpoSpec:
+    """The DPO loss's knobs; only precompute_reference changes memory (no reference held while training)."""
+
+    beta: float = DEFAULT_DPO_BETA
+    label_smoothing: float = 0.0
+    sft_weight: float = 0.0
+    precompute_reference: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.beta > 0:
+            raise InvalidFieldError("training.dpo.beta", f"must be above 0 (TRL's default is {DEFAULT_DPO_BETA}), "
+                                                         f"got {self.beta}")
+        if not 0.0 <= self.label_smoothing < 0.5:
+            raise InvalidFieldError("training.dpo.label_smoothing",
+                                    f"is the probability a preference is flipped: in [0, 0.5), got "
+                                    f"{self.label_smoothing}")
+        if self.sft_weight < 0:
+            raise InvalidFieldError("training.dpo.sft_weight", f"must not be negative, got {self.sft_weight}")
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     method: Method = Method.LORA
@@ -216,9 +241,13 @@ class TrainingSpec:
     train_vision_tower: bool = False
     image_tokens: int = 0
     freeze_trainable_layers: int = 0
+    dpo: DpoSpec = field(default_factory=DpoSpec)
 
     def __post_init__(self) -> None:
         _positive("training.micro_batch_size", self.micro_batch_size)
+        if self.objective is not Objective.DPO and self.dpo != DpoSpec():
+            raise InvalidFieldError("training.dpo", "is set but training.objective is not dpo; set objective dpo "
+                                                    "or drop training.dpo")
         _positive("training.sequence_length", self.sequence_length)
         _positive("training.gradient_accumulation_steps", self.gradient_accumulation_steps)
         if self.micro_batch_size * self.sequence_length > MAX_TOKENS_PER_MICRO_BATCH:
@@ -250,8 +279,9 @@ class TrainingSpec:
 
     @property
     def uses_reference_model(self) -> bool:
-        """DPO needs reference log-probs: a separate copy, or the base with the adapter off."""
-        if self.objective is not Objective.DPO:
+        """DPO needs reference log-probs: a separate copy, or the base with the adapter off; none is held while
+        training when they were computed once before the first step."""
+        if self.objective is not Objective.DPO or self.dpo.precompute_reference:
             return False
         return self.dpo_reference_model or not self.method.uses_adapters
 

@@ -6,15 +6,25 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from executor.errors import PlanError
 from executor.run_config import DatasetConfig, DatasetFormat
 
 IGNORE_INDEX = -100  # label value transformers' cross-entropy skips
+
+
+class Sized(Protocol):
+    """An example of any objective: its length orders the data (longest first), trained_tokens counts it."""
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def trained_tokens(self) -> int: ...
 _PROMPT_KEYS = ("instruction", "prompt", "question")
 _RESPONSE_KEYS = ("response", "output", "completion", "answer")
 
@@ -23,6 +33,10 @@ _RESPONSE_KEYS = ("response", "output", "completion", "answer")
 class Example:
     input_ids: tuple[int, ...]
     labels: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)
 
     @property
     def trained_tokens(self) -> int:
@@ -90,15 +104,19 @@ def _instruction(record: dict[str, Any], number: int, tokenizer: Any) -> Example
     return Example(tuple(prompt_ids + response_ids), tuple([IGNORE_INDEX] * len(prompt_ids) + response_ids))
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+def render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
     out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt,
                                         return_dict=True)
     return list(out["input_ids"])
 
 
-def _chat(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
+Render = Callable[[list[dict[str, Any]], bool], list[int]]
+
+
+def chat(record: dict[str, Any], number: int, tokenizer: Any, render_ids: Render | None = None) -> Example:
     """Labels on assistant turns only: each turn's tokens are the rendering of messages[:i+1] past the
-    rendering of messages[:i] with the generation prompt (templates render conversations prefix-stably)."""
+    rendering of messages[:i] with the generation prompt (templates render conversations prefix-stably).
+    render_ids turns messages into ids (vision data expands image placeholders there)."""
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         raise PlanError("dataset.format", f"record {number} has no 'messages' list; chat data is "
@@ -106,12 +124,16 @@ def _chat(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
     if getattr(tokenizer, "chat_template", None) is None:
         raise PlanError("dataset.format", "the tokenizer has no chat template; use format instruction or text, "
                                           "or a tokenizer with a chat template")
+    def default(m: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+        return render(tokenizer, m, generation_prompt)
+
+    to_ids = render_ids or default
     ids: list[int] = []
     labels: list[int] = []
     for i, message in enumerate(messages):
-        full = _render(tokenizer, messages[: i + 1], generation_prompt=False)
+        full = to_ids(messages[: i + 1], False)
         if message.get("role") == "assistant":
-            prefix = _render(tokenizer, messages[:i], generation_prompt=True) if i else []
+            prefix = to_ids(messages[:i], True) if i else []
             if full[: len(prefix)] != prefix or full[: len(ids)] != ids:
                 raise PlanError("dataset.format", f"record {number}: the chat template does not render "
                                                   "conversations prefix-stably, so prompts cannot be masked")
@@ -120,6 +142,10 @@ def _chat(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
             labels += [IGNORE_INDEX] * (len(full) - len(ids))
         ids = full
     return Example(tuple(ids), tuple(labels))
+
+
+def _chat(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
+    return chat(record, number, tokenizer)
 
 
 _TOKENIZE = {DatasetFormat.TEXT: _text, DatasetFormat.INSTRUCTION: _instruction, DatasetFormat.CHAT: _chat}
@@ -136,6 +162,9 @@ def pack(examples: Sequence[Example], sequence_length: int) -> list[Example]:
 def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig,
              sequence_length: int) -> list[Example]:
     """Token ids truncated to the plan's sequence length (or packed to it); examples with nothing to learn dropped."""
+    if d.format not in _TOKENIZE:
+        raise PlanError("dataset.format", f"{d.format.value} records are preference pairs for DPO; set "
+                                          "training.objective dpo, or give text, instruction or chat data")
     examples = [_TOKENIZE[d.format](r, number, tokenizer) for number, r in enumerate(records, start=1)]
     if d.packing:
         examples = pack(examples, sequence_length)
@@ -186,8 +215,8 @@ class DataOrder:
     seed: int
 
     @classmethod
-    def of(cls, examples: Sequence[Example], micro_batch: int, world_size: int, seed: int) -> DataOrder:
-        return cls(tuple(len(e.input_ids) for e in examples), micro_batch, world_size, seed)
+    def of(cls, examples: Sequence[Sized], micro_batch: int, world_size: int, seed: int) -> DataOrder:
+        return cls(tuple(e.length for e in examples), micro_batch, world_size, seed)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_permutations", {})

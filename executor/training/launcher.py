@@ -21,9 +21,9 @@ from executor.lease import LeaseLostError
 from executor.paths import Roots
 from executor.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
-from executor.training import data
+from executor.training import corpus, data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
-from executor.training.model import check_host, check_model, detect_host, load_tokenizer
+from executor.training.model import check_host, check_model, detect_host
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3
@@ -67,14 +67,14 @@ def confine(cfg: RunConfig, roots: Roots) -> None:
     roots.local_source("model.weights", cfg.model_path)
 
 
-def check(cfg: RunConfig, roots: Roots | None = None) -> tuple[list[data.Example], data.DataOrder]:
-    """Everything that can be refused without training: paths, host, model modules, dataset, data order.
-    Returns the tokenized dataset and its order."""
-    confine(cfg, roots or Roots.from_environment())
+def check(cfg: RunConfig, roots: Roots | None = None) -> tuple[corpus.Examples, data.DataOrder]:
+    """Everything that can be refused without training: paths, host, model modules, dataset (images included),
+    data order. Returns the tokenized dataset and its order."""
+    roots = roots or Roots.from_environment()
+    confine(cfg, roots)
     check_host(cfg, detect_host())
     check_model(cfg)
-    tokenizer = load_tokenizer(cfg)
-    examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, cfg.training.sequence_length)
+    examples = corpus.build(cfg, roots)
     return examples, data.DataOrder.of(examples, cfg.training.micro_batch_size, cfg.world_size, cfg.seed)
 
 
@@ -138,7 +138,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
     examples, _ = check(cfg, roots)
     saved = _save_plan(plan_bytes, cfg)
-    data.save_examples(cfg.tokenized_path, examples)
+    corpus.save(cfg.tokenized_path, examples)
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
     tail = ProgressTail(cfg.progress_path)
     earlier = tail.read_new()  # events of earlier runs of this plan are not news

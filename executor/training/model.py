@@ -8,11 +8,12 @@ from typing import Any
 import torch
 import transformers
 from peft import get_peft_model, prepare_model_for_kbit_training
+from trl.trainer.utils import disable_dropout_in_model
 
 from executor.errors import HostError, PlanError
 from executor.run_config import RunConfig
 from executor.training.peft_config import lora_config
-from planner.schema import Attention, Method, Precision
+from planner.schema import Attention, Method, Objective, Precision
 
 _ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
 _DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16,
@@ -78,13 +79,26 @@ def _quantization(cfg: RunConfig) -> Any:
     return None
 
 
+def is_vision(config: Any) -> bool:
+    """A vision-language model (Qwen2-VL layout): a vision tower in front of the decoder."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def _auto_class(config: Any) -> Any:
+    return transformers.AutoModelForImageTextToText if is_vision(config) else transformers.AutoModelForCausalLM
+
+
 def check_model(cfg: RunConfig) -> None:
     """Build the model on the meta device (no weights read) and check the plan's modules exist in it."""
     config = load_config(cfg)
+    t = cfg.training
+    if (t.image_tokens or t.train_vision_tower) and not is_vision(config):
+        raise PlanError("training.image_tokens", f"{cfg.model_path} has no vision tower; plan it without image "
+                                                 "tokens")
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        model = _auto_class(config).from_config(config)
     if cfg.training.method.uses_adapters:
-        lora_config(cfg.training.lora, model)
+        lora_config(cfg.training.lora, model, vision_trains=t.train_vision_tower)
     elif cfg.training.method is Method.FREEZE:
         _decoder_layers(model, cfg.training.freeze_trainable_layers)
 
@@ -97,24 +111,44 @@ def _decoder_layers(model: Any, trainable: int) -> Any:
     return layers
 
 
-def load_model(cfg: RunConfig, host: Host) -> Any:
-    """The model ready for deepspeed.initialize: weights in the plan's dtype, adapters attached, the rest frozen."""
+def _pretrained(cfg: RunConfig, quantization: Any) -> Any:
     t = cfg.training
-    quantization = _quantization(cfg)
     kwargs: dict[str, Any] = {"attn_implementation": _ATTENTION[t.attention], "dtype": _DTYPE[t.precision]}
     if quantization is not None:
         kwargs.update(quantization_config=quantization, dtype=torch.bfloat16,
                       device_map={"": torch.cuda.current_device()})
-    model: Any = transformers.AutoModelForCausalLM.from_pretrained(cfg.model_path, **kwargs)
+    model: Any = _auto_class(load_config(cfg)).from_pretrained(cfg.model_path, **kwargs)
     model.config.use_cache = False
+    if t.objective is Objective.DPO:
+        disable_dropout_in_model(model)  # TRL's DPOConfig.disable_dropout default: policy and reference agree
+    return model
+
+
+def load_reference_model(cfg: RunConfig) -> Any:
+    """DPO's separate reference: the plan's model as loaded for training, without adapters, frozen."""
+    model = _pretrained(cfg, _quantization(cfg))
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def load_model(cfg: RunConfig, host: Host) -> Any:
+    """The model ready for deepspeed.initialize: weights in the plan's dtype, adapters attached, the rest frozen
+    (a vision tower trains only with training.train_vision_tower)."""
+    t = cfg.training
+    quantization = _quantization(cfg)
+    model = _pretrained(cfg, quantization)
     if quantization is not None:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs={"use_reentrant": False})
     elif t.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if t.method.uses_adapters:
-        model = get_peft_model(model, lora_config(t.lora, model))
-    elif t.method is Method.FREEZE:
+        model = get_peft_model(model, lora_config(t.lora, model, vision_trains=t.train_vision_tower))
+        if t.objective is Objective.DPO:
+            disable_dropout_in_model(model)
+    elif is_vision(model.config) and not t.train_vision_tower:
+        model.model.visual.requires_grad_(False)
+    if t.method is Method.FREEZE:
         model.requires_grad_(False)
         for layer in _decoder_layers(model, t.freeze_trainable_layers)[-t.freeze_trainable_layers:]:
             layer.requires_grad_(True)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,14 @@ from executor.errors import DoesNotFitError, ExecutorError, PlanError
 from executor.lease import LeaseLostError
 from executor.progress import FleetLink, ProgressSink, open_sink
 from executor.run_config import RunConfig
-from executor.training import checkpoint, data
+from executor.paths import Roots
+from executor.training import checkpoint, corpus, data, dpo
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import peak_memory, relative_error, reset_peak_memory
-from executor.training.model import Host, check_host, detect_host, load_model, load_tokenizer
+from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
+from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLoss
+from planner.schema import Objective
 
 log = structlog.get_logger("executor.training")
 
@@ -52,41 +55,37 @@ class _NullSink:
 
 
 @dataclass(frozen=True)
-class Batch:
-    tensors: dict[str, torch.Tensor]
-    tokens: int
-
-
-def collate(examples: list[data.Example], pad_token_id: int, device: torch.device) -> Batch:
-    """Right-pad to the longest example in the micro-batch; padding is masked out of attention and loss."""
-    width = max(len(e.input_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), data.IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for row, e in enumerate(examples):
-        n = len(e.input_ids)
-        ids[row, :n], labels[row, :n], mask[row, :n] = torch.tensor(e.input_ids), torch.tensor(e.labels), 1
-    tensors = {"input_ids": ids.to(device), "labels": labels.to(device), "attention_mask": mask.to(device)}
-    return Batch(tensors, sum(len(e.input_ids) for e in examples))
-
-
-@dataclass(frozen=True)
 class Setup:
     tokenizer: Any
-    examples: list[data.Example]
+    examples: corpus.Examples
     order: data.DataOrder
     total_steps: int
     engine: Any
+    objective: BatchObjective
 
 
 @dataclass
 class _Window:
-    """Loss, tokens and time since the last progress event (rank 0's micro-batches)."""
+    """Loss, objective metrics, tokens and time since the last progress event (rank 0's micro-batches)."""
 
     loss_sum: torch.Tensor | float = 0.0
     micro_batches: int = 0
     tokens: int = 0
     started_s: float = 0.0
+    metric_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    metric_count: int = 0
+
+    def add(self, step: StepLoss, tokens: int) -> None:
+        self.loss_sum += step.loss.float()
+        self.micro_batches += 1
+        self.tokens += tokens
+        for name, value in step.metrics.items():
+            self.metric_sums[name] = self.metric_sums.get(name, 0.0) + value.float()
+        self.metric_count += step.count
+
+    def metrics(self) -> dict[str, float]:
+        return {name: float(total) / self.metric_count for name, total in self.metric_sums.items()} \
+            if self.metric_count else {}
 
 
 class Trainer:
@@ -126,9 +125,9 @@ class Trainer:
         transformers.set_seed(cfg.seed)
         tokenizer = load_tokenizer(cfg)
         if cfg.tokenized_path.is_file():  # written by the launcher from the data it checked
-            examples = data.load_examples(cfg.tokenized_path)
+            examples = corpus.load(cfg.tokenized_path)
         else:
-            examples = data.tokenize(data.load_records(cfg.dataset), tokenizer, cfg.dataset, t.sequence_length)
+            examples = corpus.build(cfg, Roots.from_environment(), tokenizer)
         order = data.DataOrder.of(examples, t.micro_batch_size, self.world_size, cfg.seed)
         ds_config = cfg.deepspeed_config
         # Under ZeRO-3 from_pretrained must see the DeepSpeed config, so that every rank loads only its shard
@@ -138,13 +137,46 @@ class Trainer:
         engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
                                                                          if p.requires_grad],
                                           config=ds_config)
+        objective = self._objective(examples, tokenizer.pad_token_id, engine)
         del zero3_loading
         return Setup(tokenizer, examples, order,
-                     data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps), engine)
+                     data.total_steps(order, cfg.epochs, t.gradient_accumulation_steps, cfg.max_steps), engine,
+                     objective)
+
+    def _objective(self, examples: corpus.Examples, pad_token_id: int, engine: Any) -> BatchObjective:
+        """SFT, or DPO with its reference: precomputed once (stored with the job), the policy with its adapter
+        disabled, or a separate frozen copy (loaded while ZeRO-3's loading context is alive, so it is partitioned)."""
+        t = self.cfg.training
+        if t.objective is not Objective.DPO:
+            return Sft(pad_token_id, examples)  # type: ignore[arg-type]
+        pairs: Any = examples
+        plain = Dpo(pad_token_id, t.sequence_length, t.dpo, pairs)
+        if t.dpo.precompute_reference:
+            return plain.with_reference(dpo.PRECOMPUTED, self._reference_log_probs(plain, engine, len(pairs)))
+        if t.method.uses_adapters and not t.dpo_reference_model:
+            return plain.with_reference(dpo.adapter_disabled(engine))
+        return plain.with_reference(dpo.frozen_copy(load_reference_model(self.cfg), self.cfg.deepspeed_config))
+
+    def _reference_log_probs(self, plain: Dpo, engine: Any, count: int) -> torch.Tensor:
+        """The stored values, or computed now from the initial weights (before any checkpoint is loaded) and
+        stored by rank 0 for every later run of the job."""
+        path = self.cfg.reference_path
+        stored = dpo.load_reference(path, count)
+        if stored is not None:
+            return stored
+        t = self.cfg.training
+        reference = dpo.adapter_disabled(engine) if t.method.uses_adapters else dpo.policy(engine)
+        self.emit(progress_pb2.PHASE_LOADING, message=f"computing the reference log-probs of {count} pairs once")
+        values = dpo.precompute(reference, count, t.micro_batch_size, self.rank, self.world_size,
+                                lambda indices: plain.collate(indices, engine.device).tensors)
+        if self.rank == 0:
+            dpo.save_reference(path, values)
+        if dist.is_initialized():
+            dist.barrier()
+        return values
 
     def batch(self, s: Setup, micro_batch_index: int) -> Batch:
-        indices = s.order.indices(micro_batch_index, self.rank)
-        return collate([s.examples[i] for i in indices], s.tokenizer.pad_token_id, s.engine.device)
+        return s.objective.collate(s.order.indices(micro_batch_index, self.rank), s.engine.device)
 
     def loop(self, s: Setup, step: int, next_g: int, stop_step: int) -> int:
         """Optimizer steps step+1 .. stop_step with progress and checkpoints; returns the last step done, which is
@@ -158,10 +190,7 @@ class Trainer:
             step_started = time.perf_counter()
             for _ in range(cfg.training.gradient_accumulation_steps):
                 batch = self.batch(s, next_g)
-                loss = self._micro_step(engine, batch, preflight=step == first_step)
-                window.loss_sum += loss.float()
-                window.micro_batches += 1
-                window.tokens += batch.tokens
+                window.add(self._micro_step(s, batch, preflight=step == first_step), batch.tokens)
                 next_g += 1
             if step == first_step:
                 self._report_preflight(step, total, time.perf_counter() - step_started)
@@ -183,10 +212,11 @@ class Trainer:
         """Whether rank 0 sees the STOP file, agreed by every rank (they must checkpoint together)."""
         return checkpoint.rank0_decides(self.rank == 0 and self.cfg.stop_path.is_file(), engine.device)
 
-    def _micro_step(self, engine: Any, batch: Batch, preflight: bool) -> torch.Tensor:
+    def _micro_step(self, s: Setup, batch: Batch, preflight: bool) -> StepLoss:
+        engine = s.engine
         try:
-            loss = engine(**batch.tensors).loss
-            engine.backward(loss)
+            step = s.objective.loss(engine, batch)
+            engine.backward(step.loss)
             engine.step()
         except torch.OutOfMemoryError as e:
             if not preflight:
@@ -196,7 +226,7 @@ class Trainer:
                 f"preflight: micro-batch {t.micro_batch_size} × {batch.tensors['input_ids'].shape[1]} tokens ran out "
                 f"of GPU memory (planned {self.cfg.predicted.peak_gpu_memory_bytes / 2**30:.1f} GiB per GPU); lower "
                 "training.micro_batch_size, turn on gradient_checkpointing, or raise the ZeRO stage") from e
-        return loss.detach()  # the graph is not kept alive past backward
+        return StepLoss(step.loss.detach(), step.metrics, step.count)  # the graph is not kept alive past backward
 
     def _resume(self, engine: Any, total: int) -> tuple[int, int]:
         found = checkpoint.latest(self.cfg.checkpoint_dir)
@@ -237,7 +267,7 @@ class Trainer:
         self.emit(progress_pb2.PHASE_TRAINING, step=step, total_steps=total, epoch=epoch,
                   loss=float(w.loss_sum) / max(w.micro_batches, 1), learning_rate=float(engine.get_lr()[0]),
                   tokens_per_s=w.tokens * self.world_size / elapsed, peak_gpu_memory_bytes=peak.gpu_reserved_bytes,
-                  peak_host_memory_bytes=peak.host_bytes, eta_s=eta_s)
+                  peak_host_memory_bytes=peak.host_bytes, eta_s=eta_s, metrics=w.metrics())
 
     def _checkpoint(self, engine: Any, step: int, next_g: int) -> None:
         state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size, self.fence)

@@ -19,10 +19,21 @@ class DatasetFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DATASET_FORMAT_TEXT: _ClassVar[DatasetFormat]
     DATASET_FORMAT_INSTRUCTION: _ClassVar[DatasetFormat]
     DATASET_FORMAT_CHAT: _ClassVar[DatasetFormat]
+    DATASET_FORMAT_PREFERENCE: _ClassVar[DatasetFormat]
+
+class OversizeImages(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERSIZE_IMAGES_UNSPECIFIED: _ClassVar[OversizeImages]
+    OVERSIZE_IMAGES_RESIZE: _ClassVar[OversizeImages]
+    OVERSIZE_IMAGES_REFUSE: _ClassVar[OversizeImages]
 DATASET_FORMAT_UNSPECIFIED: DatasetFormat
 DATASET_FORMAT_TEXT: DatasetFormat
 DATASET_FORMAT_INSTRUCTION: DatasetFormat
 DATASET_FORMAT_CHAT: DatasetFormat
+DATASET_FORMAT_PREFERENCE: DatasetFormat
+OVERSIZE_IMAGES_UNSPECIFIED: OversizeImages
+OVERSIZE_IMAGES_RESIZE: OversizeImages
+OVERSIZE_IMAGES_REFUSE: OversizeImages
 
 class MemoryBreakdown(_message.Message):
     __slots__ = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "deepspeed_buffers_bytes", "cuda_context_bytes", "allocator_bytes", "overhead_bytes", "total_bytes")
@@ -169,18 +180,20 @@ class TimeEstimate(_message.Message):
     def __init__(self, flops_per_token: _Optional[float] = ..., model_flops_utilization: _Optional[float] = ..., compute_time_per_step_s: _Optional[float] = ..., communication_time_per_step_s: _Optional[float] = ..., offload_time_per_step_s: _Optional[float] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., total_steps: _Optional[int] = ..., total_tokens: _Optional[int] = ..., duration_s_low: _Optional[float] = ..., duration_s: _Optional[float] = ..., duration_s_high: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., cost_usd_low: _Optional[float] = ..., cost_usd: _Optional[float] = ..., cost_usd_high: _Optional[float] = ..., hourly_usd: _Optional[float] = ...) -> None: ...
 
 class DatasetRef(_message.Message):
-    __slots__ = ("local_path", "hub_name", "format", "split", "packing")
+    __slots__ = ("local_path", "hub_name", "format", "split", "packing", "oversize_images")
     LOCAL_PATH_FIELD_NUMBER: _ClassVar[int]
     HUB_NAME_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     PACKING_FIELD_NUMBER: _ClassVar[int]
+    OVERSIZE_IMAGES_FIELD_NUMBER: _ClassVar[int]
     local_path: str
     hub_name: str
     format: DatasetFormat
     split: str
     packing: bool
-    def __init__(self, local_path: _Optional[str] = ..., hub_name: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., split: _Optional[str] = ..., packing: _Optional[bool] = ...) -> None: ...
+    oversize_images: OversizeImages
+    def __init__(self, local_path: _Optional[str] = ..., hub_name: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., split: _Optional[str] = ..., packing: _Optional[bool] = ..., oversize_images: _Optional[_Union[OversizeImages, str]] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
     __slots__ = ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm", "seed", "checkpoint_every_steps")

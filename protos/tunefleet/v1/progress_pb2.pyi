@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -31,7 +32,14 @@ PHASE_FAILED: Phase
 PHASE_CANCELLED: Phase
 
 class ProgressEvent(_message.Message):
-    __slots__ = ("job_id", "sequence", "time", "phase", "step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "peak_gpu_memory_bytes", "peak_host_memory_bytes", "eta_s", "message", "checkpoint_path")
+    __slots__ = ("job_id", "sequence", "time", "phase", "step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "peak_gpu_memory_bytes", "peak_host_memory_bytes", "eta_s", "message", "checkpoint_path", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +55,7 @@ class ProgressEvent(_message.Message):
     ETA_S_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     sequence: int
     time: _timestamp_pb2.Timestamp
@@ -62,7 +71,8 @@ class ProgressEvent(_message.Message):
     eta_s: float
     message: str
     checkpoint_path: str
-    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[float] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., peak_host_memory_bytes: _Optional[int] = ..., eta_s: _Optional[float] = ..., message: _Optional[str] = ..., checkpoint_path: _Optional[str] = ...) -> None: ...
+    metrics: _containers.ScalarMap[str, float]
+    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[float] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., peak_host_memory_bytes: _Optional[int] = ..., eta_s: _Optional[float] = ..., message: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Feedback(_message.Message):
     __slots__ = ("predicted_peak_gpu_memory_bytes", "measured_peak_gpu_memory_bytes", "measured_peak_gpu_reserved_bytes", "predicted_step_time_s", "measured_step_time_s", "predicted_tokens_per_s", "measured_tokens_per_s")

@@ -100,8 +100,20 @@ class LoraSpec(_message.Message):
     target_modules: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, rank: _Optional[int] = ..., alpha: _Optional[float] = ..., dropout: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class DpoSpec(_message.Message):
+    __slots__ = ("beta", "label_smoothing", "sft_weight", "precompute_reference")
+    BETA_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SMOOTHING_FIELD_NUMBER: _ClassVar[int]
+    SFT_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PRECOMPUTE_REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    beta: float
+    label_smoothing: float
+    sft_weight: float
+    precompute_reference: bool
+    def __init__(self, beta: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., sft_weight: _Optional[float] = ..., precompute_reference: _Optional[bool] = ...) -> None: ...
+
 class TrainingSpec(_message.Message):
-    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers")
+    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_QUANT_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +132,7 @@ class TrainingSpec(_message.Message):
     TRAIN_VISION_TOWER_FIELD_NUMBER: _ClassVar[int]
     IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FREEZE_TRAINABLE_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    DPO_FIELD_NUMBER: _ClassVar[int]
     method: Method
     lora: LoraSpec
     double_quant: bool
@@ -138,7 +151,8 @@ class TrainingSpec(_message.Message):
     train_vision_tower: bool
     image_tokens: int
     freeze_trainable_layers: int
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ...) -> None: ...
+    dpo: DpoSpec
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
     __slots__ = ("dataset_tokens", "epochs", "max_steps")

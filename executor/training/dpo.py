@@ -1,0 +1,170 @@
+"""The DPO objective on a DeepSpeed engine: sequence log-probs, the reference, the loss and its metrics.
+
+The loss is TRL's: loss_type "sigmoid" with cDPO label smoothing (Mitchell 2023; TRL's sigmoid loss before 1.0,
+and its "aot" losses today), plus loss_type "sft" weighted by sft_weight; per-token log-probs come from TRL's
+`selective_log_softmax`. The reference is the policy with its adapter disabled (LoRA/QLoRA), a separate frozen
+copy (full fine-tuning, or training.dpo_reference_model), or log-probs computed once before the first step and
+kept with the job (training.dpo.precompute_reference).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from planner.schema import DpoSpec
+
+LogProbs = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one value per pair
+
+
+@dataclass(frozen=True)
+class SequenceLogProbs:
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    chosen_nll: torch.Tensor  # mean negative log-likelihood per chosen completion token (the SFT term)
+
+
+def _model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False,
+            **{k: v for k, v in batch.items() if k in ("pixel_values", "image_grid_thw")}}
+
+
+def sequence_log_probs(model: Callable[..., Any], batch: dict[str, torch.Tensor]) -> SequenceLogProbs:
+    """Summed log-probs of each completion under the model; the batch is chosen rows then rejected rows."""
+    from trl.trainer.utils import selective_log_softmax
+
+    logits = model(**_model_inputs(batch)).logits[:, :-1]
+    mask = batch["completion_mask"][:, 1:].to(logits.dtype if logits.is_floating_point() else torch.float32)
+    per_token = selective_log_softmax(logits.float(), batch["input_ids"][:, 1:]) * mask.float()
+    logps = per_token.sum(dim=1)
+    chosen, rejected = logps.chunk(2, dim=0)
+    chosen_tokens, _ = per_token.chunk(2, dim=0)
+    chosen_mask, _ = mask.chunk(2, dim=0)
+    nll = -chosen_tokens.sum() / chosen_mask.sum().clamp(min=1.0)
+    return SequenceLogProbs(chosen, rejected, nll)
+
+
+@dataclass(frozen=True)
+class Losses:
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor]  # detached, summed over the micro-batch's pairs (accuracy: count of pairs)
+    pairs: int
+
+
+def dpo_loss(policy: SequenceLogProbs, reference: LogProbs, spec: DpoSpec) -> Losses:
+    chosen_ratio = policy.chosen - reference[0]
+    rejected_ratio = policy.rejected - reference[1]
+    logits = spec.beta * (chosen_ratio - rejected_ratio)
+    per_pair = -(1 - spec.label_smoothing) * F.logsigmoid(logits) - spec.label_smoothing * F.logsigmoid(-logits)
+    loss = per_pair.mean()
+    if spec.sft_weight:
+        loss = loss + spec.sft_weight * policy.chosen_nll
+    chosen_reward, rejected_reward = (spec.beta * chosen_ratio).detach(), (spec.beta * rejected_ratio).detach()
+    metrics = {"rewards/chosen": chosen_reward.sum(), "rewards/rejected": rejected_reward.sum(),
+               "rewards/accuracy": (chosen_reward > rejected_reward).float().sum(),
+               "rewards/margin": (chosen_reward - rejected_reward).sum(),
+               "logps/chosen": policy.chosen.detach().sum(), "logps/rejected": policy.rejected.detach().sum()}
+    return Losses(loss, metrics, int(policy.chosen.shape[0]))
+
+
+class Reference:
+    """Where the reference log-probs of a batch come from."""
+
+    def __init__(self, log_probs: Callable[[dict[str, torch.Tensor]], LogProbs]) -> None:
+        self._log_probs = log_probs
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> LogProbs:
+        if "ref_chosen_logps" in batch:
+            return batch["ref_chosen_logps"], batch["ref_rejected_logps"]
+        with torch.no_grad():
+            return self._log_probs(batch)
+
+
+def _pair(lp: SequenceLogProbs) -> LogProbs:
+    return lp.chosen.detach(), lp.rejected.detach()
+
+
+def adapter_disabled(engine: Any) -> Reference:
+    """The policy's base model: PEFT's disable_adapter() on the engine's module (no second copy)."""
+    def log_probs(batch: dict[str, torch.Tensor]) -> LogProbs:
+        with engine.module.disable_adapter():
+            return _pair(sequence_log_probs(engine, batch))
+    return Reference(log_probs)
+
+
+def policy(engine: Any) -> Reference:
+    """The policy itself (full fine-tuning before its first step, for precomputed reference log-probs)."""
+    return Reference(lambda batch: _pair(sequence_log_probs(engine, batch)))
+
+
+def frozen_copy(model: Any, ds_config: dict[str, Any]) -> Reference:
+    """A separate frozen model wrapped the way TRL's prepare_deepspeed does (trl/models/utils.py): ZeRO-3 keeps
+    it partitioned like the policy, lower stages hold it whole; no optimizer, eval mode."""
+    import deepspeed
+
+    config = copy.deepcopy(ds_config)
+    for key in ("optimizer", "scheduler"):
+        config.pop(key, None)
+    if config.get("zero_optimization", {}).get("stage", 0) != 3:
+        config["zero_optimization"] = {"stage": 0}
+    model.requires_grad_(False)
+    engine, *_ = deepspeed.initialize(model=model, config=config)
+    engine.eval()
+    return Reference(lambda batch: _pair(sequence_log_probs(engine, batch)))
+
+
+def _missing(batch: dict[str, torch.Tensor]) -> LogProbs:
+    raise RuntimeError("a batch of a precomputed-reference run came without its reference log-probs")
+
+
+# Reference log-probs travel in the batch (the collator adds them from the stored values).
+PRECOMPUTED = Reference(_missing)
+
+
+def _rounds(count: int, per_round: int) -> int:
+    return -(-count // per_round)
+
+
+def precompute(reference: Callable[[dict[str, torch.Tensor]], LogProbs], count: int, micro_batch: int, rank: int,
+               world_size: int, collate: Callable[[Sequence[int]], dict[str, torch.Tensor]]) -> torch.Tensor:
+    """Reference log-probs of every pair, shape (count, 2), computed once: each rank takes its share of every
+    round (ZeRO-3 needs every rank in every forward, so a rank past the end repeats pair 0 and drops it),
+    then the shares are gathered so that every rank holds them all."""
+    mine: list[tuple[int, float, float]] = []
+    for r in range(_rounds(count, micro_batch * world_size)):
+        start = (r * world_size + rank) * micro_batch
+        indices = [i for i in range(start, start + micro_batch) if i < count]
+        with torch.no_grad():
+            chosen, rejected = reference(collate(indices or [0]))
+        mine += [(i, float(c), float(j)) for i, c, j in zip(indices, chosen.tolist(), rejected.tolist(),
+                                                             strict=False)]
+    shares: list[Any] = [mine]
+    if dist.is_initialized() and world_size > 1:
+        shares = [None] * world_size
+        dist.all_gather_object(shares, mine)
+    out = torch.zeros((count, 2), dtype=torch.float32)
+    for share in shares:
+        for i, c, j in share:
+            out[i, 0], out[i, 1] = c, j
+    return out
+
+
+def save_reference(path: Path, values: torch.Tensor) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(values, partial)
+    partial.replace(path)
+
+
+def load_reference(path: Path, count: int) -> torch.Tensor | None:
+    if not path.is_file():
+        return None
+    values: torch.Tensor = torch.load(path, weights_only=True)
+    return values if tuple(values.shape) == (count, 2) else None
