@@ -50,6 +50,7 @@ class Sft:
 
     pad_token_id: int
     examples: Sequence[data.Example | VisionExample]
+    image_token_id: int = -1  # vision-language models: marks image positions for M-RoPE (mm_token_type_ids)
 
     def collate(self, indices: Sequence[int], device: torch.device) -> Batch:
         examples = [self.examples[i] for i in indices]
@@ -61,6 +62,7 @@ class Sft:
         if images:
             tensors["pixel_values"] = torch.from_numpy(np.concatenate([e.pixel_values for e in images]))
             tensors["image_grid_thw"] = torch.from_numpy(np.concatenate([e.image_grid_thw for e in images]))
+            tensors["mm_token_type_ids"] = (ids == self.image_token_id).long()  # 1 image, 0 text (the processor's)
         return Batch({k: v.to(device) for k, v in tensors.items()}, sum(len(e.input_ids) for e in examples))
 
     def loss(self, engine: Any, batch: Batch) -> StepLoss:

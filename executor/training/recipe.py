@@ -148,7 +148,8 @@ class Trainer:
         disabled, or a separate frozen copy (loaded while ZeRO-3's loading context is alive, so it is partitioned)."""
         t = self.cfg.training
         if t.objective is not Objective.DPO:
-            return Sft(pad_token_id, examples)  # type: ignore[arg-type]
+            image_token_id = getattr(engine.module.config, "image_token_id", None)
+            return Sft(pad_token_id, examples, -1 if image_token_id is None else int(image_token_id))  # type: ignore[arg-type]
         pairs: Any = examples
         plain = Dpo(pad_token_id, t.sequence_length, t.dpo, pairs)
         if t.dpo.precompute_reference:

@@ -23,22 +23,16 @@ from executor.progress import read_events
 from executor.tiny import LINEAR_MODULES, counting_text, make_plan, write_plan
 from executor.training import checkpoint
 from executor.training.launcher import train
+from tests.integration.training_helpers import logits as _logits
+from tests.integration.training_helpers import wait_for_phase as _wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LORA, FULL = training_pb2.METHOD_LORA, training_pb2.METHOD_FULL
-_KILL_DEADLINE_S = 300.0
-_PROGRESS_POLL_S = 0.02
 _GROUP_EXIT_S = 60.0
 
 
 def _phases(events: list[progress_pb2.ProgressEvent]) -> list[int]:
     return [e.phase for e in events]
-
-
-def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    model.eval()
-    with torch.no_grad():
-        return model(input_ids=ids).logits  # type: ignore[no-any-return]
 
 
 def _model_from_checkpoint(base_dir: Path, ckpt: Path, method: int) -> torch.nn.Module:
@@ -89,20 +83,6 @@ def test_training_learns_and_exports_what_it_trained(tiny_model: Path, counting_
     torch.testing.assert_close(_logits(exported, ids), _logits(rebuilt, ids), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(_logits(exported, ids), _logits(base, ids), atol=1e-3)
     assert transformers.AutoTokenizer.from_pretrained(out / "final").chat_template
-
-
-def _wait_for(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> progress_pb2.ProgressEvent:
-    deadline = time.monotonic() + _KILL_DEADLINE_S
-    while time.monotonic() < deadline:
-        for event in read_events(path):
-            if event.phase == phase:
-                return event
-        try:  # wait on the run itself between looks at the progress file
-            proc.wait(timeout=_PROGRESS_POLL_S)
-        except subprocess.TimeoutExpired:
-            continue
-        raise AssertionError(f"training exited with {proc.returncode} before phase {phase}")
-    raise AssertionError(f"no phase {phase} within {_KILL_DEADLINE_S} s")
 
 
 def _group_gone(pgid: int) -> bool:

@@ -1,0 +1,35 @@
+"""Helpers shared by the training tests: the logits of a model, and waiting for a phase of a running plan."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from tunefleet.v1 import progress_pb2
+
+from executor.progress import read_events
+
+_KILL_DEADLINE_S = 300.0
+_PROGRESS_POLL_S = 0.02
+
+
+def logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(input_ids=ids).logits  # type: ignore[no-any-return]
+
+
+def wait_for_phase(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> progress_pb2.ProgressEvent:
+    deadline = time.monotonic() + _KILL_DEADLINE_S
+    while time.monotonic() < deadline:
+        for event in read_events(path):
+            if event.phase == phase:
+                return event
+        try:  # wait on the run itself between looks at the progress file
+            proc.wait(timeout=_PROGRESS_POLL_S)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"training exited with {proc.returncode} before phase {phase}")
+    raise AssertionError(f"no phase {phase} within {_KILL_DEADLINE_S} s")
