@@ -183,7 +183,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
     full = t.method in (Method.FULL, Method.FREEZE)
     lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
-    dropout = t.lora.dropout > 0 and t.method.uses_adapters
+    dropout = t.applies_lora_dropout
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
     def input_bytes(group: _Linear) -> float:
@@ -293,7 +293,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     first_layer = 0.0
     if not embeddings_train and not t.gradient_checkpointing:
         first_layer = _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
-        if t.method.uses_adapters and t.lora.dropout > 0:
+        if t.applies_lora_dropout:
             adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
             first_layer += sum(n in adapted for n in _qkv_names(a)) * k.DROPOUT_MASK_BYTES * h * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor

@@ -286,6 +286,12 @@ class TrainingSpec:
         return self.dpo_reference_model or not self.method.uses_adapters
 
     @property
+    def applies_lora_dropout(self) -> bool:
+        """DPO runs with dropout off (TRL's DPOConfig.disable_dropout default, which the executor follows), so its
+        LoRA dropout saves no masks."""
+        return self.method.uses_adapters and self.lora.dropout > 0 and self.objective is not Objective.DPO
+
+    @property
     def sequences_per_example(self) -> int:
         return 2 if self.objective is Objective.DPO else 1
 

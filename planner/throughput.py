@@ -45,8 +45,8 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     backward = 2 * forward if t.method is Method.FULL else forward + 2 * split.trainable
     recompute = forward if t.gradient_checkpointing else 0
     total = forward + backward + recompute
-    if t.objective is Objective.DPO:
-        total += forward  # reference log-probs: one extra forward without grad
+    if t.objective is Objective.DPO and not t.dpo.precompute_reference:
+        total += forward  # reference log-probs: one extra forward without grad (precomputed: once, before step 1)
     return float(total)
 
 
