@@ -15,8 +15,8 @@ from planner.estimate import Estimate
 from planner.fit import FitResult
 from planner.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
 from planner.schema import (
-    Architecture,
     DEFAULT_DPO_BETA,
+    Architecture,
     Attention,
     DpoSpec,
     Family,

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch.nn.functional import logsigmoid
 
 from planner.schema import DpoSpec
 
@@ -62,7 +62,7 @@ def dpo_loss(policy: SequenceLogProbs, reference: LogProbs, spec: DpoSpec) -> Lo
     chosen_ratio = policy.chosen - reference[0]
     rejected_ratio = policy.rejected - reference[1]
     logits = spec.beta * (chosen_ratio - rejected_ratio)
-    per_pair = -(1 - spec.label_smoothing) * F.logsigmoid(logits) - spec.label_smoothing * F.logsigmoid(-logits)
+    per_pair = -(1 - spec.label_smoothing) * logsigmoid(logits) - spec.label_smoothing * logsigmoid(-logits)
     loss = per_pair.mean()
     if spec.sft_weight:
         loss = loss + spec.sft_weight * policy.chosen_nll

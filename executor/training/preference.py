@@ -78,21 +78,21 @@ def tokenize_pair(record: dict[str, Any], number: int, tokenizer: Any, sequence_
     from trl.data_utils import extract_prompt, is_conversational
 
     _check_record(record, number)
-    if "prompt" not in record:
-        record = extract_prompt({key: record[key] for key in _KEYS})
-    chat = is_conversational(record)
+    fields: dict[str, Any] = dict(record) if "prompt" in record else dict(
+        extract_prompt({key: record[key] for key in _KEYS}))
+    chat = is_conversational(fields)
     if chat and getattr(tokenizer, "chat_template", None) is None:
         raise PlanError("dataset.format", "chat-formatted pairs need a tokenizer with a chat template; give text "
                                           "pairs or a tokenizer with one")
     if chat:
-        prompt = _ids(tokenizer, record["prompt"], generation_prompt=True)
-        chosen = _ids(tokenizer, record["prompt"] + record["chosen"])
-        rejected = _ids(tokenizer, record["prompt"] + record["rejected"])
+        prompt = _ids(tokenizer, fields["prompt"], generation_prompt=True)
+        chosen = _ids(tokenizer, fields["prompt"] + fields["chosen"])
+        rejected = _ids(tokenizer, fields["prompt"] + fields["rejected"])
     else:
         eos = tokenizer.eos_token or ""
-        prompt = _ids(tokenizer, record["prompt"])
-        chosen = _ids(tokenizer, record["prompt"] + _with_eos(record["chosen"], eos))
-        rejected = _ids(tokenizer, record["prompt"] + _with_eos(record["rejected"], eos))
+        prompt = _ids(tokenizer, fields["prompt"])
+        chosen = _ids(tokenizer, fields["prompt"] + _with_eos(fields["chosen"], eos))
+        rejected = _ids(tokenizer, fields["prompt"] + _with_eos(fields["rejected"], eos))
     shared = min(_common_prefix(prompt, chosen), _common_prefix(prompt, rejected))
     return PairExample(tuple(prompt[:shared]), tuple(chosen[shared:]), tuple(rejected[shared:]), sequence_length)
 

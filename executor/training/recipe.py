@@ -26,9 +26,9 @@ from tunefleet.v1 import progress_pb2
 
 from executor.errors import DoesNotFitError, ExecutorError, PlanError
 from executor.lease import LeaseLostError
+from executor.paths import Roots
 from executor.progress import FleetLink, ProgressSink, open_sink
 from executor.run_config import RunConfig
-from executor.paths import Roots
 from executor.training import checkpoint, corpus, data, dpo
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config

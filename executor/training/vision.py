@@ -202,7 +202,7 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, processor: Any, 
 def save(path: Path, examples: Sequence[VisionExample]) -> None:
     width = max(e.pixel_values.shape[1] for e in examples if e.pixel_values.size) if any(
         e.pixel_values.size for e in examples) else 0
-    arrays = {
+    arrays: dict[str, Any] = {
         "lengths": np.array([len(e.input_ids) for e in examples], dtype=np.int64),
         "input_ids": np.fromiter((t for e in examples for t in e.input_ids), np.int64),
         "labels": np.fromiter((t for e in examples for t in e.labels), np.int64),
