@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from planner.catalog import Catalog
 from planner.errors import InvalidFieldError
 from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, parameter_split, per_gpu_memory
-from planner.schema import Hardware, Loss, Method, ModelSpec, Offload, TrainingSpec
+from planner.schema import Hardware, Loss, Method, ModelSpec, Objective, Offload, TrainingSpec
 
 GiB = 1024**3
 # The largest byte count a uint64 field carries on every client (int64's maximum: Java and JSON readers).
@@ -135,6 +135,17 @@ def _kbit_amp_note(model: ModelSpec, t: TrainingSpec, layers: int) -> str:
             f"the fp32 residual stream adds about {gib(extra)} per GPU")
 
 
+def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
+    """Where the executor's DPO reference lives, so the breakdown's terms read as what it holds."""
+    pairs = (f"activations and logits cover chosen + rejected ({t.sequences_per_example} × {t.micro_batch_size} "
+             "sequences in one forward pass)")
+    if t.dpo.precompute_reference:
+        return f"DPO: reference log-probs computed once before step 1 and kept with the job, none held; {pairs}"
+    if t.uses_reference_model:
+        return f"DPO: weights include a frozen reference copy (half of {gib(gpu.weights_bytes)}); {pairs}"
+    return f"DPO: the reference is the base model with the adapter disabled, no second copy; {pairs}"
+
+
 def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> FitResult:
     ok, gpu, host = _fits(model, t, hw)
     if max(gpu.total_bytes, host.total_bytes) > MAX_REPORTABLE_BYTES:
@@ -157,5 +168,7 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> Fi
         notes.append("bitsandbytes 4-bit kernels target NVIDIA GPUs; QLoRA support elsewhere is experimental")
     if t.method in (Method.QLORA, Method.LORA_8BIT) and t.gradient_checkpointing:
         notes.append(_kbit_amp_note(model, t, split.trainable_decoder_layers))
+    if t.objective is Objective.DPO:
+        notes.append(_dpo_note(t, gpu))
     found = suggestions(model, t, hw, catalog, best) if not ok else ()
     return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw)

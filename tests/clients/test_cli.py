@@ -57,6 +57,9 @@ def test_config_json_folder_is_accepted(tmp_path: Path) -> None:
     (("--gpu", "a100", "--micro-batch", "-2"), "argument --micro-batch: must be 1 or more"),
     (("--flavor", "v5e-2x2"), "hardware.flavor: 'v5e-2x2' has no GPU"),
     ((), "name the hardware with --gpu"),
+    (("--gpu", "a100", "--dpo-beta", "0.2"), "are DPO knobs: add --dpo"),
+    (("--gpu", "a100", "--dpo", "--dpo-label-smoothing", "0.6"), "training.dpo.label_smoothing"),
+    (("--gpu", "a100", "--dpo", "--dpo-sft-weight", "-1"), "argument --dpo-sft-weight: must be a finite number"),
 ])
 def test_bad_input_says_what_to_change(args: tuple[str, ...], message: str) -> None:
     out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8B", *args)
