@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from executor.errors import PlanError
 from executor.run_config import DatasetConfig, DatasetFormat
@@ -177,27 +177,71 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig
     return examples
 
 
-def save_examples(path: Path, examples: Sequence[Example]) -> None:
-    """Write tokenized examples for the ranks (one flat array and offsets), atomically."""
-    import numpy as np
-
-    lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)
+def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write path through a hidden partial file renamed into place, so a reader never sees half a file."""
     partial = path.with_name(f".{path.name}.partial")
     path.parent.mkdir(parents=True, exist_ok=True)
     with partial.open("wb") as f:
-        np.savez(f, lengths=lengths, input_ids=np.fromiter((t for e in examples for t in e.input_ids), np.int64),
-                 labels=np.fromiter((t for e in examples for t in e.labels), np.int64))
+        write(f)
     partial.replace(path)
+
+
+def save_arrays(path: Path, arrays: dict[str, Any]) -> None:
+    """numpy arrays as one .npz file, atomically."""
+    import numpy as np
+
+    write_atomically(path, lambda f: np.savez(f, **arrays))
+
+
+def flatten(rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+    """(lengths, concatenation) of integer rows: the stored form of token ids."""
+    import numpy as np
+
+    return (np.array([len(r) for r in rows], dtype=np.int64),
+            np.fromiter((t for r in rows for t in r), np.int64))
+
+
+def split_rows(flat: Any, lengths: Any) -> list[Any]:
+    """The rows of a flattened array back, by their lengths (the inverse of flatten)."""
+    import numpy as np
+
+    ends = np.cumsum(lengths).tolist()
+    return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+class Tokens(Protocol):
+    """Anything with token ids and labels (text and vision examples)."""
+
+    @property
+    def input_ids(self) -> tuple[int, ...]: ...
+
+    @property
+    def labels(self) -> tuple[int, ...]: ...
+
+
+def token_arrays(examples: Sequence[Tokens]) -> dict[str, Any]:
+    """Token ids and labels of examples as stored arrays (one flat array each, and the lengths)."""
+    lengths, ids = flatten([e.input_ids for e in examples])
+    return {"lengths": lengths, "input_ids": ids, "labels": flatten([e.labels for e in examples])[1]}
+
+
+def save_examples(path: Path, examples: Sequence[Example]) -> None:
+    """Write tokenized examples for the ranks, atomically."""
+    save_arrays(path, token_arrays(examples))
+
+
+def token_rows(saved: Any) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(input ids, labels) of every stored example, from what token_arrays wrote."""
+    return ([tuple(r.tolist()) for r in split_rows(saved["input_ids"], saved["lengths"])],
+            [tuple(r.tolist()) for r in split_rows(saved["labels"], saved["lengths"])])
 
 
 def load_examples(path: Path) -> list[Example]:
     import numpy as np
 
     with np.load(path) as saved:
-        ends = np.cumsum(saved["lengths"])
-        ids, labels = saved["input_ids"].tolist(), saved["labels"].tolist()
-    starts = [0, *ends[:-1].tolist()]
-    return [Example(tuple(ids[a:b]), tuple(labels[a:b])) for a, b in zip(starts, ends.tolist(), strict=True)]
+        ids, labels = token_rows(saved)
+    return [Example(i, lab) for i, lab in zip(ids, labels, strict=True)]
 
 
 @dataclass(frozen=True)

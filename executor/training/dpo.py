@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.functional import logsigmoid
 
+from executor.training import data
 from planner.schema import DpoSpec
 
 LogProbs = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one value per pair
@@ -157,10 +158,7 @@ def precompute(reference: Callable[[dict[str, torch.Tensor]], LogProbs], count: 
 
 
 def save_reference(path: Path, values: torch.Tensor) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(values, partial)
-    partial.replace(path)
+    data.write_atomically(path, lambda f: torch.save(values, f))
 
 
 def load_reference(path: Path, count: int) -> torch.Tensor | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import PlanError
+from executor.training import data
 
 _KEYS = ("chosen", "rejected")
 
@@ -116,30 +117,24 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, sequence_length:
     return pairs
 
 
+_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+
+
 def save(path: Path, pairs: Sequence[PairExample]) -> None:
-    """Pairs as flat arrays and lengths, written atomically (like data.save_examples)."""
+    """Pairs as flat arrays and lengths, written atomically (data.save_arrays)."""
     import numpy as np
 
     arrays: dict[str, Any] = {"sequence_length": np.array([pairs[0].sequence_length], dtype=np.int64)}
-    for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
-        arrays[f"{name}_lengths"] = np.array([len(getattr(p, name)) for p in pairs], dtype=np.int64)
-        arrays[name] = np.fromiter((t for p in pairs for t in getattr(p, name)), np.int64)
-    partial = path.with_name(f".{path.name}.partial")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with partial.open("wb") as f:
-        np.savez(f, **arrays)
-    partial.replace(path)
+    for name in _COLUMNS:
+        arrays[f"{name}_lengths"], arrays[name] = data.flatten([getattr(p, name) for p in pairs])
+    data.save_arrays(path, arrays)
 
 
 def load(path: Path) -> list[PairExample]:
     import numpy as np
 
-    columns: dict[str, list[tuple[int, ...]]] = {}
     with np.load(path) as saved:
         sequence_length = int(saved["sequence_length"][0])
-        for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
-            ends = np.cumsum(saved[f"{name}_lengths"]).tolist()
-            flat = saved[name].tolist()
-            columns[name] = [tuple(flat[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-    return [PairExample(p, c, r, sequence_length)
-            for p, c, r in zip(columns["prompt_ids"], columns["chosen_ids"], columns["rejected_ids"], strict=True)]
+        columns = [[tuple(r.tolist()) for r in data.split_rows(saved[name], saved[f"{name}_lengths"])]
+                   for name in _COLUMNS]
+    return [PairExample(p, c, r, sequence_length) for p, c, r in zip(*columns, strict=True)]

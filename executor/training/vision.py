@@ -200,34 +200,20 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, processor: Any, 
 
 
 def save(path: Path, examples: Sequence[VisionExample]) -> None:
-    width = max(e.pixel_values.shape[1] for e in examples if e.pixel_values.size) if any(
-        e.pixel_values.size for e in examples) else 0
-    arrays: dict[str, Any] = {
-        "lengths": np.array([len(e.input_ids) for e in examples], dtype=np.int64),
-        "input_ids": np.fromiter((t for e in examples for t in e.input_ids), np.int64),
-        "labels": np.fromiter((t for e in examples for t in e.labels), np.int64),
+    """Token ids as data.save_examples stores them, plus each example's patches and image grids."""
+    pixels = [e.pixel_values for e in examples if e.pixel_values.size] or [np.zeros((0, 0), np.float32)]
+    data.save_arrays(path, {
+        **data.token_arrays(examples),
         "patches": np.array([e.pixel_values.shape[0] for e in examples], dtype=np.int64),
-        "pixel_values": np.concatenate([e.pixel_values.reshape(-1, width) for e in examples]) if width
-        else np.zeros((0, 0), np.float32),
+        "pixel_values": np.concatenate(pixels),
         "images": np.array([e.image_grid_thw.shape[0] for e in examples], dtype=np.int64),
         "image_grid_thw": np.concatenate([e.image_grid_thw for e in examples]),
-    }
-    partial = path.with_name(f".{path.name}.partial")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with partial.open("wb") as f:
-        np.savez(f, **arrays)
-    partial.replace(path)
-
-
-def _split(flat: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
-    ends = np.cumsum(counts).tolist()
-    return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    })
 
 
 def load(path: Path) -> list[VisionExample]:
     with np.load(path) as saved:
-        ids, labels = _split(saved["input_ids"], saved["lengths"]), _split(saved["labels"], saved["lengths"])
-        values, grids = _split(saved["pixel_values"], saved["patches"]), _split(saved["image_grid_thw"],
-                                                                                saved["images"])
-    return [VisionExample(tuple(i.tolist()), tuple(lab.tolist()), v, g)
-            for i, lab, v, g in zip(ids, labels, values, grids, strict=True)]
+        ids, labels = data.token_rows(saved)
+        values = data.split_rows(saved["pixel_values"], saved["patches"])
+        grids = data.split_rows(saved["image_grid_thw"], saved["images"])
+    return [VisionExample(*row) for row in zip(ids, labels, values, grids, strict=True)]
