@@ -32,20 +32,14 @@ class SequenceLogProbs:
     chosen_nll: torch.Tensor  # mean negative log-likelihood per chosen completion token (the SFT term)
 
 
-def _model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False,
-            **{k: v for k, v in batch.items() if k in ("pixel_values", "image_grid_thw")}}
-
-
 def sequence_log_probs(model: Callable[..., Any], batch: dict[str, torch.Tensor]) -> SequenceLogProbs:
     """Summed log-probs of each completion under the model; the batch is chosen rows then rejected rows."""
     from trl.trainer.utils import selective_log_softmax
 
-    logits = model(**_model_inputs(batch)).logits[:, :-1]
-    mask = batch["completion_mask"][:, 1:].to(logits.dtype if logits.is_floating_point() else torch.float32)
-    per_token = selective_log_softmax(logits.float(), batch["input_ids"][:, 1:]) * mask.float()
-    logps = per_token.sum(dim=1)
-    chosen, rejected = logps.chunk(2, dim=0)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+    mask = batch["completion_mask"][:, 1:].float()
+    per_token = selective_log_softmax(logits[:, :-1].float(), batch["input_ids"][:, 1:]) * mask
+    chosen, rejected = per_token.sum(dim=1).chunk(2, dim=0)
     chosen_tokens, _ = per_token.chunk(2, dim=0)
     chosen_mask, _ = mask.chunk(2, dim=0)
     nll = -chosen_tokens.sum() / chosen_mask.sum().clamp(min=1.0)
@@ -75,34 +69,27 @@ def dpo_loss(policy: SequenceLogProbs, reference: LogProbs, spec: DpoSpec) -> Lo
     return Losses(loss, metrics, int(policy.chosen.shape[0]))
 
 
-class Reference:
-    """Where the reference log-probs of a batch come from."""
+# The reference log-probs of a batch (chosen, rejected), computed without gradients.
+Reference = Callable[[dict[str, torch.Tensor]], LogProbs]
 
-    def __init__(self, log_probs: Callable[[dict[str, torch.Tensor]], LogProbs]) -> None:
-        self._log_probs = log_probs
 
-    def __call__(self, batch: dict[str, torch.Tensor]) -> LogProbs:
-        if "ref_chosen_logps" in batch:
-            return batch["ref_chosen_logps"], batch["ref_rejected_logps"]
+def policy(engine: Any) -> Reference:
+    """The model itself: a frozen reference copy, or the policy before its first step (precomputed log-probs)."""
+    def log_probs(batch: dict[str, torch.Tensor]) -> LogProbs:
         with torch.no_grad():
-            return self._log_probs(batch)
-
-
-def _pair(lp: SequenceLogProbs) -> LogProbs:
-    return lp.chosen.detach(), lp.rejected.detach()
+            lp = sequence_log_probs(engine, batch)
+        return lp.chosen, lp.rejected
+    return log_probs
 
 
 def adapter_disabled(engine: Any) -> Reference:
     """The policy's base model: PEFT's disable_adapter() on the engine's module (no second copy)."""
+    base = policy(engine)
+
     def log_probs(batch: dict[str, torch.Tensor]) -> LogProbs:
         with engine.module.disable_adapter():
-            return _pair(sequence_log_probs(engine, batch))
-    return Reference(log_probs)
-
-
-def policy(engine: Any) -> Reference:
-    """The policy itself (full fine-tuning before its first step, for precomputed reference log-probs)."""
-    return Reference(lambda batch: _pair(sequence_log_probs(engine, batch)))
+            return base(batch)
+    return log_probs
 
 
 def frozen_copy(model: Any, ds_config: dict[str, Any]) -> Reference:
@@ -118,22 +105,14 @@ def frozen_copy(model: Any, ds_config: dict[str, Any]) -> Reference:
     model.requires_grad_(False)
     engine, *_ = deepspeed.initialize(model=model, config=config)
     engine.eval()
-    return Reference(lambda batch: _pair(sequence_log_probs(engine, batch)))
-
-
-def _missing(batch: dict[str, torch.Tensor]) -> LogProbs:
-    raise RuntimeError("a batch of a precomputed-reference run came without its reference log-probs")
-
-
-# Reference log-probs travel in the batch (the collator adds them from the stored values).
-PRECOMPUTED = Reference(_missing)
+    return policy(engine)
 
 
 def _rounds(count: int, per_round: int) -> int:
     return -(-count // per_round)
 
 
-def precompute(reference: Callable[[dict[str, torch.Tensor]], LogProbs], count: int, micro_batch: int, rank: int,
+def precompute(reference: Reference, count: int, micro_batch: int, rank: int,
                world_size: int, collate: Callable[[Sequence[int]], dict[str, torch.Tensor]]) -> torch.Tensor:
     """Reference log-probs of every pair, shape (count, 2), computed once: each rank takes its share of every
     round (ZeRO-3 needs every rank in every forward, so a rank past the end repeats pair 0 and drops it),
@@ -142,8 +121,7 @@ def precompute(reference: Callable[[dict[str, torch.Tensor]], LogProbs], count: 
     for r in range(_rounds(count, micro_batch * world_size)):
         start = (r * world_size + rank) * micro_batch
         indices = [i for i in range(start, start + micro_batch) if i < count]
-        with torch.no_grad():
-            chosen, rejected = reference(collate(indices or [0]))
+        chosen, rejected = reference(collate(indices or [0]))
         mine += [(i, float(c), float(j)) for i, c, j in zip(indices, chosen.tolist(), rejected.tolist(),
                                                              strict=False)]
     shares: list[Any] = [mine]

@@ -69,32 +69,38 @@ class Sft:
         return StepLoss(engine(**batch.tensors).loss)
 
 
+@dataclass(frozen=True)
 class Dpo:
     """Chosen and rejected sequences of a micro-batch in one forward pass (TRL's DataCollatorForPreference);
-    the reference log-probs from `reference`, or from the stored values when they were precomputed."""
+    the reference log-probs from `reference`, or, when they were precomputed, from `stored` through the batch."""
 
-    def __init__(self, pad_token_id: int, sequence_length: int, spec: DpoSpec, pairs: Sequence[PairExample],
-                 reference: dpo.Reference = dpo.PRECOMPUTED, stored: torch.Tensor | None = None) -> None:
-        from trl.trainer.dpo_trainer import DataCollatorForPreference
-
-        self.spec, self.pairs, self.reference, self.stored = spec, pairs, reference, stored
-        self._collator = DataCollatorForPreference(pad_token_id=pad_token_id, max_length=sequence_length)
-
-    def with_reference(self, reference: dpo.Reference, stored: torch.Tensor | None = None) -> Dpo:
-        return Dpo(self._collator.pad_token_id, self._collator.max_length or 0, self.spec, self.pairs, reference,
-                   stored)
+    pad_token_id: int
+    sequence_length: int
+    spec: DpoSpec
+    pairs: Sequence[PairExample]
+    reference: dpo.Reference | None = None
+    stored: torch.Tensor | None = None
 
     def collate(self, indices: Sequence[int], device: torch.device) -> Batch:
+        from trl.trainer.dpo_trainer import DataCollatorForPreference
+
         rows = []
         for i in indices:
             row: dict[str, Any] = self.pairs[i].as_trl()
             if self.stored is not None:
                 row["ref_chosen_logps"], row["ref_rejected_logps"] = float(self.stored[i, 0]), float(self.stored[i, 1])
             rows.append(row)
-        tensors = self._collator(rows)
+        tensors = DataCollatorForPreference(pad_token_id=self.pad_token_id, max_length=self.sequence_length)(rows)
         return Batch({k: v.to(device) for k, v in tensors.items()}, int(tensors["attention_mask"].sum()))
 
     def loss(self, engine: Any, batch: Batch) -> StepLoss:
         policy = dpo.sequence_log_probs(engine, batch.tensors)
-        losses = dpo.dpo_loss(policy, self.reference(batch.tensors), self.spec)
+        t = batch.tensors
+        if "ref_chosen_logps" in t:
+            reference = t["ref_chosen_logps"], t["ref_rejected_logps"]
+        elif self.reference is not None:
+            reference = self.reference(t)
+        else:
+            raise RuntimeError("a DPO objective needs a reference model or stored reference log-probs")
+        losses = dpo.dpo_loss(policy, reference, self.spec)
         return StepLoss(losses.loss, losses.metrics, losses.pairs)

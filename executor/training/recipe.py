@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,10 +153,10 @@ class Trainer:
         pairs: Any = examples
         plain = Dpo(pad_token_id, t.sequence_length, t.dpo, pairs)
         if t.dpo.precompute_reference:
-            return plain.with_reference(dpo.PRECOMPUTED, self._reference_log_probs(plain, engine, len(pairs)))
+            return replace(plain, stored=self._reference_log_probs(plain, engine, len(pairs)))
         if t.method.uses_adapters and not t.dpo_reference_model:
-            return plain.with_reference(dpo.adapter_disabled(engine))
-        return plain.with_reference(dpo.frozen_copy(load_reference_model(self.cfg), self.cfg.deepspeed_config))
+            return replace(plain, reference=dpo.adapter_disabled(engine))
+        return replace(plain, reference=dpo.frozen_copy(load_reference_model(self.cfg), self.cfg.deepspeed_config))
 
     def _reference_log_probs(self, plain: Dpo, engine: Any, count: int) -> torch.Tensor:
         """The stored values, or computed now from the initial weights (before any checkpoint is loaded) and
