@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from executor.errors import PlanError
 from executor.paths import Roots
 from executor.run_config import RunConfig
 from executor.training import data, preference, vision
@@ -18,8 +19,6 @@ Examples = Sequence[data.Example] | Sequence[preference.PairExample] | Sequence[
 
 def _image_processor(cfg: RunConfig) -> Any:
     import transformers
-
-    from executor.errors import PlanError
 
     try:
         return transformers.AutoImageProcessor.from_pretrained(cfg.model_path)

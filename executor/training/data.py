@@ -8,6 +8,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -124,10 +125,7 @@ def chat(record: dict[str, Any], number: int, tokenizer: Any, render_ids: Render
     if getattr(tokenizer, "chat_template", None) is None:
         raise PlanError("dataset.format", "the tokenizer has no chat template; use format instruction or text, "
                                           "or a tokenizer with a chat template")
-    def default(m: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
-        return render(tokenizer, m, generation_prompt)
-
-    to_ids = render_ids or default
+    to_ids = render_ids or partial(render, tokenizer)
     ids: list[int] = []
     labels: list[int] = []
     for i, message in enumerate(messages):
@@ -144,11 +142,7 @@ def chat(record: dict[str, Any], number: int, tokenizer: Any, render_ids: Render
     return Example(tuple(ids), tuple(labels))
 
 
-def _chat(record: dict[str, Any], number: int, tokenizer: Any) -> Example:
-    return chat(record, number, tokenizer)
-
-
-_TOKENIZE = {DatasetFormat.TEXT: _text, DatasetFormat.INSTRUCTION: _instruction, DatasetFormat.CHAT: _chat}
+_TOKENIZE = {DatasetFormat.TEXT: _text, DatasetFormat.INSTRUCTION: _instruction, DatasetFormat.CHAT: chat}
 
 
 def pack(examples: Sequence[Example], sequence_length: int) -> list[Example]:

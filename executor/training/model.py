@@ -98,7 +98,7 @@ def check_model(cfg: RunConfig) -> None:
     with torch.device("meta"):
         model = _auto_class(config).from_config(config)
     if cfg.training.method.uses_adapters:
-        lora_config(cfg.training.lora, model, vision_trains=t.train_vision_tower)
+        lora_config(cfg.training.lora, model, frozen_vision=is_vision(config) and not t.train_vision_tower)
     elif cfg.training.method is Method.FREEZE:
         _decoder_layers(model, cfg.training.freeze_trainable_layers)
 
@@ -119,14 +119,13 @@ def _pretrained(cfg: RunConfig, quantization: Any) -> Any:
                       device_map={"": torch.cuda.current_device()})
     model: Any = _auto_class(load_config(cfg)).from_pretrained(cfg.model_path, **kwargs)
     model.config.use_cache = False
-    if t.objective is Objective.DPO:
-        disable_dropout_in_model(model)  # TRL's DPOConfig.disable_dropout default: policy and reference agree
     return model
 
 
 def load_reference_model(cfg: RunConfig) -> Any:
     """DPO's separate reference: the plan's model as loaded for training, without adapters, frozen."""
     model = _pretrained(cfg, _quantization(cfg))
+    disable_dropout_in_model(model)
     model.requires_grad_(False)
     return model.eval()
 
@@ -142,14 +141,15 @@ def load_model(cfg: RunConfig, host: Host) -> Any:
                                                 gradient_checkpointing_kwargs={"use_reentrant": False})
     elif t.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    frozen_vision = is_vision(model.config) and not t.train_vision_tower
     if t.method.uses_adapters:
-        model = get_peft_model(model, lora_config(t.lora, model, vision_trains=t.train_vision_tower))
-        if t.objective is Objective.DPO:
-            disable_dropout_in_model(model)
-    elif is_vision(model.config) and not t.train_vision_tower:
+        model = get_peft_model(model, lora_config(t.lora, model, frozen_vision=frozen_vision))
+    elif frozen_vision:
         model.model.visual.requires_grad_(False)
     if t.method is Method.FREEZE:
         model.requires_grad_(False)
         for layer in _decoder_layers(model, t.freeze_trainable_layers)[-t.freeze_trainable_layers:]:
             layer.requires_grad_(True)
+    if t.objective is Objective.DPO:
+        disable_dropout_in_model(model)  # TRL's DPOConfig.disable_dropout default: policy and reference agree
     return model

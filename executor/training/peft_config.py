@@ -26,9 +26,9 @@ def linear_module_names(model: Any) -> set[str]:
 VISION_MODULES = r".*\bvisual\..*"
 
 
-def lora_config(spec: LoraSpec, model: Any, vision_trains: bool = False) -> LoraConfig:
-    """LoraConfig for the plan; a target module the model lacks is a PlanError naming the ones it has. The vision
-    tower is adapted only when it trains, as the planner counts it (planner.memory.parameter_split)."""
+def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> LoraConfig:
+    """LoraConfig for the plan; a target module the model lacks is a PlanError naming the ones it has. A frozen
+    vision tower gets no adapters, as the planner counts it (planner.memory.parameter_split)."""
     available = linear_module_names(model)
     if spec.target_modules == (ALL_LINEAR,):
         targets: str | list[str] = ALL_LINEAR
@@ -39,7 +39,7 @@ def lora_config(spec: LoraSpec, model: Any, vision_trains: bool = False) -> Lora
                             f"{', '.join(missing)} not in this model; its linear layers are "
                             f"{', '.join(sorted(available))} (or use '{ALL_LINEAR}')")
         targets = list(spec.target_modules)
-    exclude = None if vision_trains or getattr(model.config, "vision_config", None) is None else VISION_MODULES
     return LoraConfig(r=spec.rank, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
-                      lora_dropout=spec.dropout, target_modules=targets, exclude_modules=exclude,
+                      lora_dropout=spec.dropout, target_modules=targets,
+                      exclude_modules=VISION_MODULES if frozen_vision else None,
                       bias="none", task_type=TaskType.CAUSAL_LM)

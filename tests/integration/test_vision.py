@@ -78,7 +78,8 @@ def test_lora_on_image_chat_learns_and_exports_what_it_trained(vision_model: Pat
     exported = PeftModel.from_pretrained(transformers.AutoModelForImageTextToText.from_pretrained(vision_model),
                                          out / "final")
     rebuilt = get_peft_model(transformers.AutoModelForImageTextToText.from_pretrained(vision_model),
-                             lora_config(run_config_from_plan(_plan(vision_model, data, out)).training.lora, base))
+                             lora_config(run_config_from_plan(_plan(vision_model, data, out)).training.lora, base,
+                                         frozen_vision=True))
     state = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint.step_dir(out / "checkpoints", 24)),
                                                      tag=checkpoint.DEEPSPEED_TAG)
     missing, unexpected = rebuilt.load_state_dict(state, strict=False)
