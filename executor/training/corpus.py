@@ -14,7 +14,7 @@ from executor.training import data, preference, vision
 from executor.training.model import is_vision, load_config, load_tokenizer
 from planner.schema import Objective
 
-Examples = Sequence[data.Example] | Sequence[preference.PairExample] | Sequence[vision.VisionExample]
+Examples = Sequence[data.Example] | Sequence[preference.PairExample]  # vision.VisionExample is a data.Example
 
 
 def _image_processor(cfg: RunConfig) -> Any:

@@ -203,17 +203,7 @@ def split_rows(flat: Any, lengths: Any) -> list[Any]:
     return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
 
-class Tokens(Protocol):
-    """Anything with token ids and labels (text and vision examples)."""
-
-    @property
-    def input_ids(self) -> tuple[int, ...]: ...
-
-    @property
-    def labels(self) -> tuple[int, ...]: ...
-
-
-def token_arrays(examples: Sequence[Tokens]) -> dict[str, Any]:
+def token_arrays(examples: Sequence[Example]) -> dict[str, Any]:
     """Token ids and labels of examples as stored arrays (one flat array each, and the lengths)."""
     lengths, ids = flatten([e.input_ids for e in examples])
     return {"lengths": lengths, "input_ids": ids, "labels": flatten([e.labels for e in examples])[1]}

@@ -49,7 +49,7 @@ class Sft:
     bring their pixel values and image grids, concatenated in batch order as the model matches them."""
 
     pad_token_id: int
-    examples: Sequence[data.Example | VisionExample]
+    examples: Sequence[data.Example]  # VisionExample adds images
     image_token_id: int = -1  # vision-language models: marks image positions for M-RoPE (mm_token_type_ids)
 
     def collate(self, indices: Sequence[int], device: torch.device) -> Batch:

@@ -24,19 +24,11 @@ from executor.training import data
 
 
 @dataclass(frozen=True)
-class VisionExample:
-    input_ids: tuple[int, ...]
-    labels: tuple[int, ...]
+class VisionExample(data.Example):
+    """A chat example with its images' patches, in the order its image tokens appear."""
+
     pixel_values: np.ndarray  # (patches, channels × temporal × patch × patch), float32
     image_grid_thw: np.ndarray  # (images, 3): frames, patch rows, patch columns
-
-    @property
-    def length(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def trained_tokens(self) -> int:
-        return sum(1 for t in self.labels if t != data.IGNORE_INDEX)
 
 
 @dataclass(frozen=True)
