@@ -17,6 +17,7 @@ from executor.errors import PlanError
 from executor.training import data
 
 _KEYS = ("chosen", "rejected")
+_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")  # TRL's names, and the stored arrays'
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,7 @@ class PairExample:
         return min(len(self.chosen_ids), room) + min(len(self.rejected_ids), room)
 
     def as_trl(self) -> dict[str, list[int]]:
-        return {"prompt_ids": list(self.prompt_ids), "chosen_ids": list(self.chosen_ids),
-                "rejected_ids": list(self.rejected_ids)}
+        return {name: list(getattr(self, name)) for name in _COLUMNS}
 
 
 def _check_record(record: dict[str, Any], number: int) -> None:
@@ -61,12 +61,6 @@ def _check_record(record: dict[str, Any], number: int) -> None:
                                           "or all be non-empty lists of chat messages")
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    from trl.data_utils import common_prefix_length
-
-    return int(common_prefix_length(list(a), list(b)))
-
-
 def _ids(tokenizer: Any, value: str | list[dict[str, Any]], generation_prompt: bool = False) -> list[int]:
     if isinstance(value, str):
         return list(tokenizer(text=value)["input_ids"])
@@ -76,7 +70,7 @@ def _ids(tokenizer: Any, value: str | list[dict[str, Any]], generation_prompt: b
 
 
 def tokenize_pair(record: dict[str, Any], number: int, tokenizer: Any, sequence_length: int) -> PairExample:
-    from trl.data_utils import extract_prompt, is_conversational
+    from trl.data_utils import common_prefix_length, extract_prompt, is_conversational
 
     _check_record(record, number)
     fields: dict[str, Any] = dict(record) if "prompt" in record else dict(
@@ -94,7 +88,7 @@ def tokenize_pair(record: dict[str, Any], number: int, tokenizer: Any, sequence_
         prompt = _ids(tokenizer, fields["prompt"])
         chosen = _ids(tokenizer, fields["prompt"] + _with_eos(fields["chosen"], eos))
         rejected = _ids(tokenizer, fields["prompt"] + _with_eos(fields["rejected"], eos))
-    shared = min(_common_prefix(prompt, chosen), _common_prefix(prompt, rejected))
+    shared = min(common_prefix_length(prompt, chosen), common_prefix_length(prompt, rejected))
     return PairExample(tuple(prompt[:shared]), tuple(chosen[shared:]), tuple(rejected[shared:]), sequence_length)
 
 
@@ -115,9 +109,6 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, sequence_length:
                             f"the responses within {sequence_length} tokens; raise training.sequence_length or "
                             "shorten the prompt")
     return pairs
-
-
-_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 
 
 def save(path: Path, pairs: Sequence[PairExample]) -> None:
