@@ -25,6 +25,7 @@ from executor.training.model import Host, load_model
 from executor.training.peft_config import lora_config
 from planner.catalog import default_catalog
 from planner.service import Planner
+from tests.integration.training_helpers import logits
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LORA, FULL = training_pb2.METHOD_LORA, training_pb2.METHOD_FULL
@@ -50,15 +51,9 @@ def _inputs(model_dir: Path, data: Path) -> dict[str, torch.Tensor]:
     e = examples[0]
     ids = torch.tensor([e.input_ids])
     config = transformers.AutoConfig.from_pretrained(model_dir)
-    return {"input_ids": ids, "pixel_values": torch.from_numpy(e.pixel_values),  # type: ignore[union-attr]
+    return {"ids": ids, "pixel_values": torch.from_numpy(e.pixel_values),  # type: ignore[union-attr]
             "image_grid_thw": torch.from_numpy(e.image_grid_thw),  # type: ignore[union-attr]
             "mm_token_type_ids": (ids == config.image_token_id).long()}
-
-
-def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    model.eval()
-    with torch.no_grad():
-        return model(**inputs).logits  # type: ignore[no-any-return]
 
 
 def test_lora_on_image_chat_learns_and_exports_what_it_trained(vision_model: Path, tmp_path: Path) -> None:
@@ -84,8 +79,8 @@ def test_lora_on_image_chat_learns_and_exports_what_it_trained(vision_model: Pat
                                                      tag=checkpoint.DEEPSPEED_TAG)
     missing, unexpected = rebuilt.load_state_dict(state, strict=False)
     assert not unexpected and {n for n, p in rebuilt.named_parameters() if p.requires_grad}.isdisjoint(missing)
-    torch.testing.assert_close(_logits(exported, inputs), _logits(rebuilt, inputs), rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(_logits(exported, inputs), _logits(base, inputs), atol=1e-4)
+    torch.testing.assert_close(logits(exported, **inputs), logits(rebuilt, **inputs), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(logits(exported, **inputs), logits(base, **inputs), atol=1e-4)
     assert not any("visual" in n for n, _ in exported.named_parameters() if "lora_" in n)
 
 

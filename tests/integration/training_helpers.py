@@ -15,10 +15,11 @@ _KILL_DEADLINE_S = 300.0
 _PROGRESS_POLL_S = 0.02
 
 
-def logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+def logits(model: torch.nn.Module, ids: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
+    """The model's logits for ids (and any other inputs: pixel values, image grids), in eval mode."""
     model.eval()
     with torch.no_grad():
-        return model(input_ids=ids).logits  # type: ignore[no-any-return]
+        return model(input_ids=ids, **inputs).logits  # type: ignore[no-any-return]
 
 
 def wait_for_phase(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> progress_pb2.ProgressEvent:
