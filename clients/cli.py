@@ -62,7 +62,10 @@ def count(text: str) -> int:
     return int(value)
 
 
-def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float]:
+def _number(cast: type[int] | type[float], kind: str, zero_allowed: bool = False) -> Callable[[str], float]:
+    """A finite number above 0 (or from 0, with zero_allowed)."""
+    bound = "a finite number of 0 or more" if zero_allowed else "1 or more" if cast is int else "greater than 0"
+
     def parse(text: str) -> float:
         try:
             value = cast(text)
@@ -70,25 +73,15 @@ def _positive(cast: type[int] | type[float], kind: str) -> Callable[[str], float
             raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be {'1 or more' if cast is int else 'greater than 0'}, "
-                                             f"got {value}")
+        if value < 0 or (value == 0 and not zero_allowed):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
         return value
     return parse
 
 
-positive_int = _positive(int, "a whole number")
-positive_float = _positive(float, "a number")
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
-    return value
+positive_int = _number(int, "a whole number")
+positive_float = _number(float, "a number")
+non_negative_float = _number(float, "a number", zero_allowed=True)
 
 
 def fraction(text: str) -> float:
