@@ -196,7 +196,7 @@ class LoraSpec:
                                     "or list module names without it")
 
 
-# TRL's DPOConfig.beta default (trl/trainer/dpo_config.py, TRL 1.13).
+# TRL's DPOConfig.beta default (trl/trainer/dpo_config.py, TRL 1.16, the version the tests run).
 DEFAULT_DPO_BETA = 0.1
 
 
