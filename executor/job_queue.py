@@ -26,6 +26,7 @@ TIERS = {executor_pb2.PRIORITY_HIGH: "high", executor_pb2.PRIORITY_NORMAL: "norm
          executor_pb2.PRIORITY_LOW: "low"}
 TIER_PRIORITY = {tier: priority for priority, tier in TIERS.items()}
 JOB_FUNCTION = "executor.worker.execute"
+MEMBER_FUNCTION = "executor.worker.join_gang"  # a member ticket of a multi-node job's gang (executor.gang)
 # rq's default job timeout (180 s) would kill every real training job. A job may run for its predicted
 # duration × JOB_TIMEOUT_MARGIN plus JOB_TIMEOUT_STARTUP_S (model download and load, data tokenization);
 # the planner's upper bound is already ~1.3× its estimate, so 3× leaves room for slow hosts and resumes.
@@ -79,10 +80,26 @@ class JobQueues:
                                         failure_ttl=RQ_RESULT_TTL_S, description=f"tunefleet job {job_id}",
                                         pipeline=pipeline, at_front=at_front)
 
+    def enqueue_member(self, ticket_id: str, job_id: str, fence: int, node_rank: int, queue: str,
+                       timeout_s: int) -> None:
+        """A gang's member ticket, at the front of the job's queue (executor.gang says why)."""
+        self._queue(queue).enqueue_call(MEMBER_FUNCTION, args=[job_id, fence, node_rank], job_id=ticket_id,
+                                        timeout=timeout_s + RQ_TIMEOUT_GRACE_S, result_ttl=RQ_RESULT_TTL_S,
+                                        failure_ttl=RQ_RESULT_TTL_S,
+                                        description=f"tunefleet job {job_id}: node {node_rank} of its gang",
+                                        at_front=True)
+
     def remove(self, job_id: str, queue: str, pipeline: Any = None) -> None:
         """Take a queued job out of its queue (Cancel before it started)."""
         self._queue(queue).remove(job_id, pipeline=pipeline)
         (pipeline or self.redis).delete(f"rq:job:{job_id}")
+
+    def withdraw(self, job_id: str, queue: str) -> bool:
+        """Take a job out of its queue if no worker has taken it yet (True when it was still waiting)."""
+        if not self.redis.lrem(f"rq:queue:{queue}", 0, job_id):
+            return False
+        self.redis.delete(f"rq:job:{job_id}")
+        return True
 
     def forget_execution(self, job_id: str, queue: str, pipeline: Any = None) -> None:
         """Drop a lost host's execution of the job from rq's started registry (inside the caller's transaction),

@@ -30,6 +30,9 @@ from planner.schema import Method, Objective, Optimizer, TrainingSpec
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
 DEFAULT_KEEP_CHECKPOINTS = 2
+# A gang is claimed by this many workers at most: beyond that, a gang waits long to form and a lost host is
+# likelier than a finished run; such jobs want a dedicated scheduler (Slurm, Kubernetes' JobSet).
+MAX_NODES = 64
 # A plan file is at most what a Submit can carry.
 PLAN_BYTES = MAX_RECEIVE_MESSAGE_BYTES
 PLAN_JSON_DEPTH = 32
@@ -77,6 +80,7 @@ class Predicted:
     peak_gpu_memory_bytes: int = 0
     step_time_s: float = 0.0
     tokens_per_s: float = 0.0
+    communication_time_per_step_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ class RunConfig:
     model_path: str
     dataset: DatasetConfig
     training: TrainingSpec
-    world_size: int
+    world_size: int  # every rank of every node
     max_steps: int
     epochs: float
     seed: int
@@ -94,6 +98,11 @@ class RunConfig:
     deepspeed_config_json: str
     predicted: Predicted = field(default_factory=Predicted)
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
+    nodes: int = 1  # hosts the run spans (a fleet gang, executor.gang); world_size / nodes ranks on each
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.world_size // self.nodes
 
     @property
     def deepspeed_config(self) -> dict[str, Any]:
@@ -124,7 +133,10 @@ class RunConfig:
 
     @property
     def log_path(self) -> Path:
-        return self.output_dir / "logs" / "train.log"
+        return self.node_log_path(0)
+
+    def node_log_path(self, node_rank: int) -> Path:
+        return node_log_path(self.output_dir, node_rank)
 
     @property
     def summary_path(self) -> Path:
@@ -136,6 +148,20 @@ class RunConfig:
 
 
 STOP_FILE = "STOP"
+
+
+def _per_node(output_dir: Path, name: str, node_rank: int) -> Path:
+    return output_dir / "logs" / (f"{name}.log" if node_rank == 0 else f"{name}.node-{node_rank}.log")
+
+
+def node_log_path(output_dir: Path, node_rank: int) -> Path:
+    """Every rank's output of one node (node 0: train.log; node k of a multi-node run: train.node-k.log)."""
+    return _per_node(output_dir, "train", node_rank)
+
+
+def launcher_log_path(output_dir: Path, node_rank: int) -> Path:
+    """A fleet worker's launcher output on one node (launcher.log, launcher.node-k.log)."""
+    return _per_node(output_dir, "launcher", node_rank)
 
 
 def stop_path(output_dir: Path) -> Path:
@@ -260,10 +286,10 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
     if not model_path:
         raise PlanError("model.weights", "is empty; give a Hugging Face model id or a local model folder")
     hw = plan.hardware
-    if hw.nodes > 1:
-        raise PlanError("hardware.nodes", f"is {hw.nodes}; this executor trains on one host — "
-                                          "plan one node with more GPUs, or use the fleet")
-    world_size = hw.gpus_per_node or 1
+    nodes = hw.nodes or 1
+    if nodes > MAX_NODES:
+        raise PlanError("hardware.nodes", f"is {nodes}; a fleet gang spans at most {MAX_NODES} hosts")
+    world_size = (hw.gpus_per_node or 1) * nodes
     t = _training(plan, world_size)
     w = plan.workload
     h = plan.hyperparameters
@@ -274,4 +300,6 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
         checkpoint_every_steps=h.checkpoint_every_steps, output_dir=_output_dir(plan, output_dir),
         deepspeed_config_json=_deepspeed_json(plan, t, world_size),
         predicted=Predicted(peak_gpu_memory_bytes=fit.per_gpu.total_bytes, step_time_s=est.step_time_s,
-                            tokens_per_s=est.tokens_per_s))
+                            tokens_per_s=est.tokens_per_s,
+                            communication_time_per_step_s=est.communication_time_per_step_s),
+        nodes=nodes)

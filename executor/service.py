@@ -30,7 +30,7 @@ from executor.store import (
     job_key,
     now_ms,
 )
-from executor.sweeper import RETRYING, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
+from executor.sweeper import GANG_WAIT, RETRYING, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from executor.watch import DEFAULT_HEARTBEAT_INTERVAL_S, StreamHub, Watcher
 from planner.catalog import Catalog
 
@@ -266,10 +266,14 @@ class WaitingLine:
 
     def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
         retry_at_ms = int(record.get(b"retry_at_ms") or 0)
+        wait_s = max(retry_at_ms - now_ms(), 0) / 1000
+        if retry_at_ms and record.get(b"retry_kind", b"").decode() == GANG_WAIT:
+            return Waiting(f"{record.get(b'retry_reason', b'').decode()}; its gang tries to form again in "
+                           f"{wait_s:.0f} s", 0)
         if retry_at_ms:
             return Waiting(f"retry {int(record.get(b'infra_failures') or 0)} of {self.policy.retry_limit} after "
                            f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
-                           f"{max(retry_at_ms - now_ms(), 0) / 1000:.0f} s", 0)
+                           f"{wait_s:.0f} s", 0)
         queue = record[b"queue"].decode()
         parsed = job_queue.parse_queue_name(queue)
         if index is None:

@@ -30,6 +30,7 @@ SWEEP_INTERVAL_S = 5.0
 DEFAULT_RETRY_LIMIT = 3
 DEFAULT_RETRY_BACKOFF_S = 10.0
 MAX_RETRY_BACKOFF_S = 600.0  # 10 s, 20 s, 40 s, ... never more than ten minutes
+GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (executor.gang), not a failure
 
 
 @dataclass(frozen=True)
@@ -101,23 +102,9 @@ class Sweeper:
                     pipe.execute()
                     return False
                 host = record.get(b"host_id", b"").decode()
-                failures = int(record.get(b"infra_failures", 0)) + 1
                 why = f"host {host} stopped renewing its lease (lost, or cut off from Redis)"
                 pipe.multi()
-                if failures > policy.retry_limit:
-                    message = (f"{why}; that is {failures} infrastructure failures, past the fleet's retry limit of "
-                               f"{policy.retry_limit}; checkpoints kept — Submit the plan under a new id, or raise "
-                               "--retry-limit")
-                    pipe.hset(key, mapping={"infra_failures": failures, "error": message})
-                    _end_hold(pipe, self.events, job_id, record, progress_pb2.PHASE_FAILED, message)
-                else:
-                    delay_s = policy.backoff_s(failures)
-                    pipe.hset(key, mapping={"infra_failures": failures, "retry_at_ms": now + int(delay_s * 1000),
-                                            "retry_reason": why, "host_id": "", "started_at_ms": 0})
-                    pipe.zadd(RETRYING, {job_id: now + int(delay_s * 1000)})
-                    _end_hold(pipe, self.events, job_id, record, progress_pb2.PHASE_QUEUED,
-                              f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from its "
-                              "last complete checkpoint")
+                failures = _fail_over(pipe, self.events, job_id, record, policy, now, why)
                 self.queues.forget_execution(job_id, record[b"queue"].decode(), pipeline=pipe)
                 pipe.execute()
                 log.warning("job.host_lost", job_id=job_id, host_id=host, infra_failures=failures)
@@ -210,6 +197,66 @@ def _end_hold(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, byte
     pipe.srem(RUNNING_SET, job_id)
     events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, phase, step=last.step,
                              total_steps=last.total_steps, message=message), pipeline=pipe)
+
+
+def _fail_over(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, bytes], policy: FleetPolicy, now: int,
+               why: str) -> int:
+    """Inside a transaction: one more infrastructure failure of a running job; it waits out its backoff and is
+    queued again (to resume from its last complete checkpoint), or fails past the retry limit. Returns the count."""
+    key = job_key(job_id)
+    failures = int(record.get(b"infra_failures", 0)) + 1
+    if failures > policy.retry_limit:
+        message = (f"{why}; that is {failures} infrastructure failures, past the fleet's retry limit of "
+                   f"{policy.retry_limit}; checkpoints kept — Submit the plan under a new id, or raise --retry-limit")
+        pipe.hset(key, mapping={"infra_failures": failures, "error": message})
+        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_FAILED, message)
+        return failures
+    delay_s = policy.backoff_s(failures)
+    _wait_in_retrying(pipe, job_id, now, delay_s, why, "")
+    pipe.hset(key, "infra_failures", failures)
+    _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
+              f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from its last complete "
+              "checkpoint")
+    return failures
+
+
+def _wait_in_retrying(pipe: Any, job_id: str, now: int, delay_s: float, reason: str, kind: str) -> None:
+    """Inside a transaction: the job leaves its host and waits `delay_s` before its queue takes it back (front)."""
+    at_ms = now + int(delay_s * 1000)
+    pipe.hset(job_key(job_id), mapping={"retry_at_ms": at_ms, "retry_reason": reason, "retry_kind": kind,
+                                        "host_id": "", "started_at_ms": 0})
+    pipe.zadd(RETRYING, {job_id: at_ms})
+
+
+def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_failure: bool) -> bool:
+    """A holder ends its attempt without a run to show for it, to be tried again later: after a lost gang member
+    (infra_failure: counted against the retry limit, backoff by failures), or a gang that did not form (nothing
+    counted but the attempt: backoff by gang attempts). False when the job had already moved on (stale fence)."""
+    events = EventLog(connection)
+    key = job_key(job_id)
+    while True:
+        with connection.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                record = pipe.hgetall(key)
+                if int(record.get(b"fence", 0)) != fence:
+                    return False
+                policy, now = FleetPolicy.load(connection), now_ms()
+                pipe.multi()
+                pipe.delete(lease_key(job_id))
+                if infra_failure:
+                    _fail_over(pipe, events, job_id, record, policy, now, why)
+                else:
+                    attempts = int(record.get(b"gang_attempts", 0)) + 1
+                    delay_s = policy.backoff_s(attempts)
+                    pipe.hset(key, "gang_attempts", attempts)
+                    _wait_in_retrying(pipe, job_id, now, delay_s, why, GANG_WAIT)
+                    _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
+                              f"{why}; the gang tries again in {delay_s:g} s, first in its queue")
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                continue  # the record changed (a Cancel, a preemption request): look again
 
 
 def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool:

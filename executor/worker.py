@@ -19,11 +19,13 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,18 +36,35 @@ from google.protobuf import json_format
 from tunefleet.v1 import plan_pb2, progress_pb2
 
 from common.log import configure_logging
+from common.net import free_port, route_address
 from executor import job_queue
 from executor.errors import PlanError
 from executor.events import EventLog, RedisProgressSink
+from executor.gang import (
+    DEFAULT_GANG_TIMEOUT_S,
+    MEMBER_RENEW_INTERVAL_S,
+    MEMBER_TTL_S,
+    RUNNING,
+    STOPPING,
+    Gang,
+    GangView,
+    ticket_id,
+)
 from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegistry, default_host_id, detect_gpus
 from executor.lease import LEASE_TTL_S, RENEW_INTERVAL_S, LeaseLostError, Leases, self_fence_after_s
 from executor.paths import Roots
 from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
 from executor.redis_conn import connect
-from executor.run_config import stop_path
+from executor.rendezvous import Rendezvous
+from executor.run_config import launcher_log_path, node_log_path, stop_path
 from executor.store import JobStore, now_ms
-from executor.sweeper import Sweeper, requeue_held
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S, add_root_arguments, roots_from_arguments
+from executor.sweeper import Sweeper, release_held, requeue_held
+from executor.training.command import (
+    DEFAULT_PROGRESS_INTERVAL_S,
+    EXIT_REFUSED,
+    add_root_arguments,
+    roots_from_arguments,
+)
 from planner.catalog import default_catalog
 
 log = structlog.get_logger("executor.worker")
@@ -59,6 +78,7 @@ LOG_TAIL_LINES = 20
 # still missing after that stays in progress.jsonl.
 BACKFILL_AFTER_END_S = 120.0
 DEFAULT_WORK_DIR = Path("runs")
+GANG_MARKER = ".gang"  # node 0 writes the gang's marker here; a member that cannot read it is not on shared storage
 
 
 @dataclass
@@ -70,6 +90,8 @@ class Outcome:
     requeue: bool = False  # give the job back to its queue (drain, preemption)
     checkpoint_first: bool = False  # let the ranks checkpoint before they stop (STOP file)
     lease_lost: bool = False  # another host owns the job now: write nothing
+    retry_later: bool = False  # back to its queue after a backoff: a gang that did not form, or lost a node
+    infra_failure: bool = False  # with retry_later: a node was lost (counted against the fleet's retry limit)
 
 
 @dataclass
@@ -92,6 +114,8 @@ class WorkerRuntime:
     lease_ttl_s: float = LEASE_TTL_S
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
     work_dir_shared: bool = False
+    address: str = "127.0.0.1"  # where the other nodes of a gang reach this host (the rendezvous, collectives)
+    gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
 
@@ -103,6 +127,7 @@ class WorkerRuntime:
         self.leases = Leases(self.redis, self.lease_ttl_s)
         self.sweeper = Sweeper(self.redis)
         self.queues = job_queue.class_queue_names(self.gpus.gpu_class)
+        self.job_queues = job_queue.JobQueues(self.redis)
 
     def heartbeat(self) -> None:
         self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
@@ -164,6 +189,9 @@ class WorkerRuntime:
                                   f"the plan needs {wanted} GPUs per node; host {self.host_id} has "
                                   f"{self.gpus.gpu_count}. Re-plan with hardware.gpus_per_node <= "
                                   f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
+            elif plan.hardware.nodes > 1:
+                outcome = self._lead(held, plan, record[b"queue"].decode(), plan_path, out,
+                                     timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
             else:
                 outcome = self._supervise(held, plan_path, out, timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
             last = self._finish(held, out, outcome)
@@ -171,23 +199,28 @@ class WorkerRuntime:
             structlog.contextvars.unbind_contextvars("job_id", "fence")
         return {"job_id": job_id, "phase": progress_pb2.Phase.Name(last.phase), "step": last.step}
 
-    def _launch(self, plan_path: Path, out: Path, fence: int) -> subprocess.Popen[bytes]:
+    def _launch(self, plan_path: Path, out: Path, fence: int,
+                rendezvous: Rendezvous | None = None) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out),
                    "--redis-url", self.redis_url, "--fence", str(fence),
                    "--progress-interval-s", str(self.progress_interval_s),
-                   *[f"--data-root={p}" for p in self.roots.data], *[f"--output-root={p}" for p in self.roots.output]]
-        with (out / "logs" / "launcher.log").open("ab") as launcher_log:
+                   *[f"--data-root={p}" for p in self.roots.data], *[f"--output-root={p}" for p in self.roots.output],
+                   *(rendezvous.arguments() if rendezvous else [])]
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        with launcher_log_path(out, rendezvous.node_rank if rendezvous else 0).open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
-    def _supervise(self, held: _Held, plan_path: Path, out: Path, timeout_s: int) -> Outcome:
+    def _supervise(self, held: _Held, plan_path: Path, out: Path, timeout_s: int,
+                   lead: GangLead | None = None) -> Outcome:
         """Run the launcher to its end, renewing the lease; stop it for Cancel, the job's timeout, a drain or a
-        preemption (those two checkpoint first), and at once when the lease is lost."""
+        preemption (those two checkpoint first), and at once when the lease is lost. As a gang's leader (node 0)
+        also stop at once when a member is lost or fails, and tell the members when the run stops."""
         tail = ProgressTail(out / "progress.jsonl")
         tail.read_new()
         stop_file = stop_path(out)
         stop_file.unlink(missing_ok=True)
-        proc = self._launch(plan_path, out, held.fence)
+        proc = self._launch(plan_path, out, held.fence, lead.rendezvous if lead else None)
         deadline = time.monotonic() + timeout_s
         reason: Outcome | None = None
         interrupt_at = hard_stop_at = 0.0
@@ -204,10 +237,16 @@ class WorkerRuntime:
                     _kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
                     reason = lost
                     break
+                broken = lead.check() if lead and reason is None else None
+                if broken is not None:
+                    _kill_group(proc.pid)  # the collectives are broken: nothing left to checkpoint
+                    reason = broken
+                    break
                 backlog = self._backfill(backlog + tail.read_new(), held)  # what rank 0 could not publish
                 now = time.monotonic()
                 if reason is None:
-                    reason = self._stop_reason(held.job_id, deadline, timeout_s, out)
+                    reason = self._stop_reason(held.job_id, deadline, timeout_s, out) or (
+                        lead.drain_request() if lead else None)
                     if reason is not None:
                         log.info("job.stopping", reason=reason.message, checkpoint_first=reason.checkpoint_first)
                         if reason.checkpoint_first:
@@ -218,14 +257,18 @@ class WorkerRuntime:
                         hard_stop_at = interrupt_at + STOP_GRACE_S
                 if reason is not None and interrupt_at and now >= interrupt_at:
                     proc.send_signal(signal.SIGUSR1)
+                    if lead:
+                        lead.gang.set_state(STOPPING, reason.message)
                     interrupt_at = 0.0
                 if reason is not None and hard_stop_at and now >= hard_stop_at:
                     _kill_group(proc.pid)
         finally:
             _kill_group(proc.pid)  # no rank may outlive its launcher
             proc.wait()
+            if lead:
+                lead.gang.set_state(STOPPING)  # members still running stop theirs
             stop_file.unlink(missing_ok=True)
-        if reason is not None and reason.lease_lost:
+        if reason is not None and (reason.lease_lost or reason.retry_later):
             return reason
         backfill_until = time.monotonic() + BACKFILL_AFTER_END_S
         backlog = self._backfill(backlog + tail.read_new(), held)
@@ -236,9 +279,183 @@ class WorkerRuntime:
             return Outcome(last.phase, last.message)
         if reason is not None:
             return reason
+        if lead:
+            return lead.settle()
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {proc.returncode} before the run "
-                                                  f"ended; its last lines ({out / 'logs' / 'launcher.log'}):\n"
-                                                  f"{log_tail(out / 'logs' / 'launcher.log', LOG_TAIL_LINES)}")
+                                                  f"ended; its last lines ({launcher_log_path(out, 0)}):\n"
+                                                  f"{log_tail(launcher_log_path(out, 0), LOG_TAIL_LINES)}")
+
+    # --- a multi-node job: this host leads its gang (node 0) ---
+
+    def _lead(self, held: _Held, plan: plan_pb2.Plan, queue: str, plan_path: Path, out: Path,
+              timeout_s: int) -> Outcome:
+        """Form the job's gang (executor.gang), then run node 0 of it; the gang is gone when this returns."""
+        nodes, gpu_class = plan.hardware.nodes, self.gpus.gpu_class
+        live = len(self.registry.hosts(gpu_class))
+        if live < nodes:
+            return Outcome(progress_pb2.PHASE_QUEUED, f"the job spans {nodes} hosts and the fleet has {live} live "
+                                                      f"{gpu_class} host(s); start more workers of class {gpu_class}",
+                           retry_later=True)
+        gang = Gang(self.redis, held.job_id, held.fence)
+        marker = secrets.token_hex(16)
+        (out / GANG_MARKER).write_text(marker)
+        endpoint = f"{self.address}:{free_port(self.address)}"
+        gang.form(nodes, self.host_id, endpoint, marker)
+        tickets = {k: ticket_id(held.job_id, held.fence, k) for k in range(1, nodes)}
+        for k, ticket in tickets.items():
+            self.job_queues.enqueue_member(ticket, held.job_id, held.fence, k, queue, timeout_s)
+        self._emit(out, held, progress_pb2.ProgressEvent(
+            job_id=held.job_id, phase=progress_pb2.PHASE_LOADING,
+            message=f"forming a gang of {nodes} {gpu_class} hosts: waiting up to {self.gang_timeout_s:g} s for "
+                    f"{nodes - 1} more to join"))
+        try:
+            formed = self._form(held, gang, out, timeout_s)
+            if isinstance(formed, Outcome):
+                return formed
+            short = [f"host {formed.members[k]} has {g}" for k, g in sorted(formed.gpus.items())
+                     if gpu_class != CPU_CLASS and g < (plan.hardware.gpus_per_node or 1)]
+            if short:
+                return Outcome(progress_pb2.PHASE_FAILED,
+                               f"the plan needs {plan.hardware.gpus_per_node} GPUs per node and {', '.join(short)}; "
+                               "re-plan with hardware.gpus_per_node at most the smallest host's count")
+            gang.set_state(RUNNING)
+            self._emit(out, held, progress_pb2.ProgressEvent(
+                job_id=held.job_id, phase=progress_pb2.PHASE_LOADING,
+                message=f"gang formed: {', '.join(f'node {k} {h}' for k, h in sorted(formed.members.items()))}; "
+                        f"rendezvous at {endpoint}"))
+            lead = GangLead(gang, formed, Rendezvous(nodes, 0, endpoint, formed.run_id, self.address), out)
+            return self._supervise(held, plan_path, out, timeout_s, lead)
+        finally:
+            gang.drop()  # a ticket taken from now on finds no gang of this fence and is dropped
+            for ticket in tickets.values():
+                self.job_queues.withdraw(ticket, queue)
+
+    def _form(self, held: _Held, gang: Gang, out: Path, timeout_s: int) -> GangView | Outcome:
+        """Wait for every member to join, keeping the lease and the gang alive; why not, as an Outcome."""
+        give_up_at = time.monotonic() + self.gang_timeout_s
+        job_deadline = time.monotonic() + timeout_s
+        while True:
+            view = gang.view()
+            if view is None:
+                return Outcome(progress_pb2.PHASE_QUEUED, "the gang's record vanished from Redis while it formed",
+                               retry_later=True)
+            refused = {k: e for k, e in view.ended.items() if e.message}
+            if refused:
+                k, end = min(refused.items())
+                return Outcome(progress_pb2.PHASE_FAILED, f"node {k} (host {view.members.get(k, '?')}) refused the "
+                                                          f"job: {end.message}")
+            if view.complete:
+                return view
+            lost = self._keep_lease(held)
+            if lost is not None:
+                return lost
+            gang.keep()
+            reason = self._stop_reason(held.job_id, job_deadline, timeout_s, out)
+            if reason is not None:
+                return reason
+            if time.monotonic() > give_up_at:
+                return Outcome(progress_pb2.PHASE_QUEUED, f"its gang did not form within {self.gang_timeout_s:g} s "
+                                                          f"({len(view.members)} of {view.nodes} hosts joined; the "
+                                                          "others were busy)", retry_later=True)
+            time.sleep(SUPERVISE_POLL_S)
+
+    # --- a multi-node job: this host is a member of its gang (node k >= 1) ---
+
+    def join(self, job_id: str, fence: int, node_rank: int) -> dict[str, Any]:
+        """Take a gang's member ticket: join, wait for the leader's start, run node `node_rank` to its end."""
+        gang = Gang(self.redis, job_id, fence)
+        if not gang.join(node_rank, self.host_id, self.gpus.gpu_count):
+            log.info("gang.ticket_stale", job_id=job_id, fence=fence, node_rank=node_rank)
+            return {"job_id": job_id, "node_rank": node_rank, "skipped": "stale gang ticket"}
+        self.running_job_id = job_id
+        self.heartbeat()
+        structlog.contextvars.bind_contextvars(job_id=job_id, fence=fence, node_rank=node_rank)
+        try:
+            code = self._run_member(gang, node_rank)
+            log.info("gang.member_done", exit_code=code)
+            return {"job_id": job_id, "node_rank": node_rank, "exit_code": code}
+        finally:
+            structlog.contextvars.unbind_contextvars("job_id", "fence", "node_rank")
+            self.running_job_id = ""
+            self.heartbeat()
+
+    def _run_member(self, gang: Gang, node_rank: int) -> int | None:
+        """The member's exit status (None when the gang ended before it started), reported to the leader."""
+        out = Path(self.store.raw(gang.job_id).get(b"output_dir", b"").decode())
+        refused = self._member_refusal(gang, out)
+        if refused:
+            gang.report_end(node_rank, EXIT_REFUSED, refused)
+            return EXIT_REFUSED
+        started = self._await_start(gang, node_rank)
+        if started is None:
+            return None
+        proc = self._launch(out / "plan.json", out, gang.fence,
+                            Rendezvous(started.nodes, node_rank, started.endpoint, started.run_id, self.address))
+        renewed_at, interrupted_at, drain_asked = time.monotonic(), 0.0, False
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=SUPERVISE_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if now - renewed_at >= MEMBER_RENEW_INTERVAL_S:
+                    if not gang.renew(node_rank, self.host_id):
+                        log.warning("gang.member_key_lost")  # the leader counts this node lost: stop at once
+                        break
+                    renewed_at = now
+                view = gang.view()
+                if (view is None or view.state == STOPPING) and not interrupted_at:
+                    proc.send_signal(signal.SIGUSR1)  # the leader stopped the run (or the gang is gone)
+                    interrupted_at = now
+                if interrupted_at and now - interrupted_at > STOP_GRACE_S:
+                    break
+                if self.stopping.is_set() and not drain_asked:
+                    gang.ask_to_stop(node_rank, f"host {self.host_id} is shutting down")
+                    drain_asked = True
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+        gang.report_end(node_rank, proc.returncode)
+        return proc.returncode
+
+    def _member_refusal(self, gang: Gang, out: Path) -> str:
+        """Why this host cannot be a node of the run ("" when it can): its output must be writable here, and be
+        the very storage node 0 writes (the marker node 0 left there)."""
+        view = gang.view()
+        if view is None:
+            return ""
+        try:
+            self.roots.writable("output_uri", out)
+        except PlanError as e:
+            return f"on host {self.host_id}: {e}"
+        try:
+            seen = (out / GANG_MARKER).read_text()
+        except OSError:
+            seen = ""
+        if seen != view.marker:
+            return (f"host {self.host_id} does not see node 0's files in {out}: a multi-node job's output must be on "
+                    "storage every host of the gang mounts at the same path (workers with --work-dir-shared on it)")
+        return ""
+
+    def _await_start(self, gang: Gang, node_rank: int) -> GangView | None:
+        """Wait, renewing this member's key, until the leader starts the gang (None when it ends instead)."""
+        renewed_at = time.monotonic()
+        while True:
+            view = gang.view()
+            if view is None or view.state == STOPPING:
+                return None
+            if view.state == RUNNING:
+                return view
+            if self.stopping.is_set():
+                gang.report_end(node_rank, EXIT_REFUSED, f"host {self.host_id} is shutting down")
+                return None
+            if time.monotonic() - renewed_at >= MEMBER_RENEW_INTERVAL_S:
+                if not gang.renew(node_rank, self.host_id):
+                    return None
+                renewed_at = time.monotonic()
+            time.sleep(SUPERVISE_POLL_S)
 
     def _keep_lease(self, held: _Held) -> Outcome | None:
         """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
@@ -325,6 +542,11 @@ class WorkerRuntime:
             log.warning("job.abandoned", reason=outcome.message, step=last.step)
             return progress_pb2.ProgressEvent(job_id=job_id, phase=outcome.phase, step=last.step,
                                               message=outcome.message)
+        if outcome.retry_later:
+            if not release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
+                log.warning("job.retry_refused", reason="the job moved on before this worker gave it back")
+            log.info("job.retry_later", reason=outcome.message, infra_failure=outcome.infra_failure)
+            return self._last_event(job_id)
         if outcome.requeue:
             checkpoint_note = f"; last event at step {last.step}"
             if not requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
@@ -349,6 +571,72 @@ class WorkerRuntime:
         return last
 
 
+@dataclass
+class GangLead:
+    """Node 0's watch over the other nodes of its running gang (executor.gang), read once per supervision poll."""
+
+    gang: Gang
+    view: GangView
+    rendezvous: Rendezvous
+    out: Path
+
+    def check(self) -> Outcome | None:
+        """What must stop the run at once: a member lost (a retry, counted) or a member whose run failed."""
+        self.gang.keep()
+        view = self.gang.view()
+        if view is None:
+            return Outcome(progress_pb2.PHASE_QUEUED, "the gang's record vanished from Redis while it ran",
+                           retry_later=True, infra_failure=True)
+        self.view = view
+        lost = self.gang.lost(view)
+        if lost:
+            return self._lost(lost)
+        failed = sorted(k for k, end in view.ended.items() if end.exit_code != 0)
+        return self._failed(failed) if failed else None
+
+    def drain_request(self) -> Outcome | None:
+        """A member's host is shutting down: the whole gang checkpoints and the job is requeued."""
+        if not self.view.draining:
+            return None
+        k, why = min(self.view.draining.items())
+        return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} of the gang: {why}; requeued to resume from its last "
+                                                  "checkpoint", requeue=True, checkpoint_first=True)
+
+    def settle(self) -> Outcome:
+        """Node 0's ranks ended without a terminal event: wait until every member has ended or is known lost (at
+        most MEMBER_TTL_S), then say which node broke the run."""
+        until = time.monotonic() + MEMBER_TTL_S + 1.0
+        while True:
+            view = self.gang.view() or self.view
+            lost = self.gang.lost(view)
+            if lost:
+                return self._lost(lost)
+            if len(view.ended) >= view.nodes - 1 or time.monotonic() > until:
+                break
+            time.sleep(SUPERVISE_POLL_S)
+        failed = sorted(k for k, end in view.ended.items() if end.exit_code != 0)
+        return self._failed(failed)
+
+    def _lost(self, ranks: list[int]) -> Outcome:
+        hosts = ", ".join(f"node {k} (host {self.view.members[k]})" for k in ranks)
+        return Outcome(progress_pb2.PHASE_QUEUED, f"{hosts} of the gang was lost (stopped renewing within "
+                                                  f"{MEMBER_TTL_S:g} s); every node's ranks were stopped",
+                       retry_later=True, infra_failure=True)
+
+    def _failed(self, ranks: list[int]) -> Outcome:
+        """FAILED, quoting the log of each failed member and of node 0 (the first error may be on either)."""
+        parts = [f"node {k} (host {self.view.members.get(k, '?')}) exited with status "
+                 f"{self.view.ended[k].exit_code}; its last lines ({self.out / 'logs'}):\n"
+                 f"{_node_log_tail(self.out, k)}" for k in ranks]
+        parts.append(f"node 0's last lines:\n{_node_log_tail(self.out, 0)}")
+        return Outcome(progress_pb2.PHASE_FAILED, "the multi-node run failed: " + "\n".join(parts))
+
+
+def _node_log_tail(out: Path, node_rank: int) -> str:
+    train = node_log_path(out, node_rank)
+    return log_tail(train if train.is_file() else launcher_log_path(out, node_rank), LOG_TAIL_LINES)
+
+
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
@@ -362,6 +650,13 @@ def execute(job_id: str) -> dict[str, Any]:
     if _runtime is None:
         raise RuntimeError("executor.worker.execute runs inside 'tunefleet worker' only")
     return _runtime.run(job_id)
+
+
+def join_gang(job_id: str, fence: int, node_rank: int) -> dict[str, Any]:
+    """The rq function of a gang's member ticket (executor.job_queue.MEMBER_FUNCTION)."""
+    if _runtime is None:
+        raise RuntimeError("executor.worker.join_gang runs inside 'tunefleet worker' only")
+    return _runtime.join(job_id, fence, node_rank)
 
 
 def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
@@ -388,10 +683,24 @@ With more than one worker in a class, --work-dir must be storage every worker of
 path (NFS, a ReadWriteMany volume): say so with --work-dir-shared. A job whose host is lost resumes there from
 its last complete checkpoint on another worker.
 
+A plan with hardware.nodes = N > 1 runs on N workers of its class at once (a gang): the worker that takes it
+leads (node 0, global rank 0) and N-1 idle workers of the class join it; all start torchrun together against
+the leader's --address. A gang that has not formed within --gang-timeout-s gives its hosts back and tries again
+after a backoff; losing any node stops every node's ranks and the job resumes from its last checkpoint under
+the fleet's retry limit. Its output must be on storage every worker mounts (--work-dir-shared).
+
 Plans read only under --data-root and write only under --output-root (default: --work-dir); workers that
 resume each other's jobs share TUNEFLEET_CHECKPOINT_KEY (checkpoints are signed with it).
 
 exit status: 0 stopped, 3 Redis unreachable at start."""
+
+
+def _address_towards(redis_url: str) -> str:
+    """The address peers that reach the same Redis reach this host on (loopback for a unix-socket Redis)."""
+    url = urllib.parse.urlsplit(redis_url)
+    if url.scheme == "unix" or not url.hostname:
+        return "127.0.0.1"
+    return route_address(url.hostname, url.port or 6379)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -413,6 +722,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl-s", type=float, default=LEASE_TTL_S,
                    help="a job's lease outlives the last renewal (every 5 s) by this long; a lost host's job is "
                         "requeued after it (default %(default)s)")
+    p.add_argument("--address", default=os.environ.get("TUNEFLEET_WORKER_ADDRESS", ""),
+                   help="the address other hosts of a multi-node gang reach this one on (env "
+                        "TUNEFLEET_WORKER_ADDRESS; default: this host's address on the route to Redis)")
+    p.add_argument("--gang-timeout-s", type=float, default=DEFAULT_GANG_TIMEOUT_S,
+                   help="how long a multi-node job led by this worker waits for its gang to form before it gives "
+                        "the joined hosts back and retries after a backoff (default %(default)s)")
     add_root_arguments(p)
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     return p
@@ -424,14 +739,21 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.lease_ttl_s < 2 * RENEW_INTERVAL_S or args.drain_grace_s < 0:
         p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")
+    if not args.gang_timeout_s > 0:
+        p.error("--gang-timeout-s must be positive")
     configure_logging()
     gpus = detect_gpus(default_catalog())
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
     work_dir = args.work_dir.resolve()
+    try:
+        address = args.address or _address_towards(args.redis)
+    except OSError as e:
+        p.error(f"cannot tell this host's address on the route to {args.redis} ({e}); pass --address")
     runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
                             args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
-                            work_dir_shared=args.work_dir_shared)
+                            work_dir_shared=args.work_dir_shared, address=address,
+                            gang_timeout_s=args.gang_timeout_s)
     try:
         runtime.heartbeat()
     except redis.RedisError as e:

@@ -28,10 +28,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from executor.errors import PlanError
+
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 DEEPSPEED_TAG = "deepspeed"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+_ZERO_SHARD = re.compile(r"zero_pp_rank_(\d+)_")  # DeepSpeed's per-rank files under ZeRO (optimizer, ZeRO-3 weights)
 PARTIAL_PREFIX = ".partial-step-"
 KEY_ENV = "TUNEFLEET_CHECKPOINT_KEY"
 KEY_FILE_ENV = "TUNEFLEET_CHECKPOINT_KEY_FILE"  # a file holding the key (a container secret)
@@ -89,6 +92,17 @@ def write_manifest(directory: Path, key: bytes) -> None:
     _write_json(directory / MANIFEST, {"files": files, "hmac_sha256": _signature(files, key)})
 
 
+def rng_file(rank: int) -> str:
+    return f"rng-rank{rank:05d}.pt"
+
+
+def missing_shards(names: set[str], world_size: int) -> list[int]:
+    """The ranks whose files a checkpoint of `world_size` ranks lacks: each rank writes its RNG state, and under
+    ZeRO its DeepSpeed shard (on a multi-node run, a node whose shards never reached shared storage)."""
+    zero_ranks = {int(m.group(1)) for name in names if (m := _ZERO_SHARD.search(Path(name).name))}
+    return [r for r in range(world_size) if rng_file(r) not in names or (zero_ranks and r not in zero_ranks)]
+
+
 def _signature(files: dict[str, Any], key: bytes) -> str:
     return hmac.new(key, json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
 
@@ -127,6 +141,13 @@ def verify(directory: Path, key: bytes) -> str:
     for name, entry in files.items():
         if _sha256(directory / name) != entry.get("sha256"):
             return f"{name} does not match the hash its manifest records"
+    try:
+        world_size = int(json.loads((directory / TRAINER_STATE).read_text())["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its {TRAINER_STATE} is missing or unreadable"
+    missing = missing_shards(set(files), world_size)
+    if missing:
+        return f"it lacks the shards of rank(s) {', '.join(map(str, missing[:8]))} of its {world_size}"
     return ""
 
 
@@ -191,10 +212,17 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
         partial.mkdir(parents=True)
     _barrier()
     engine.save_checkpoint(str(partial), tag=DEEPSPEED_TAG, exclude_frozen_parameters=frozen_excluded)
-    torch.save(torch.get_rng_state(), partial / f"rng-rank{rank:05d}.pt")
+    torch.save(torch.get_rng_state(), partial / rng_file(rank))
     _barrier()
     sealed = True
     if rank == 0:
+        missing = missing_shards({str(p.relative_to(partial)) for p in partial.rglob("*") if p.is_file()},
+                                 state.world_size)
+        if missing:
+            raise PlanError("output_uri", f"the checkpoint shards of rank(s) {', '.join(map(str, missing[:8]))} "
+                                          f"are not in {partial} as node 0 sees it: a multi-node run writes to "
+                                          "storage every node mounts at the same path (start the workers with "
+                                          "--work-dir-shared on it)")
         _write_json(partial / TRAINER_STATE, asdict(state))
         write_manifest(partial, signing_key())
         if may_seal():
@@ -213,6 +241,6 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
 
 def load(engine: Any, path: Path, rank: int, frozen_excluded: bool) -> None:
     engine.load_checkpoint(str(path), tag=DEEPSPEED_TAG, load_module_strict=not frozen_excluded)
-    rng = path / f"rng-rank{rank:05d}.pt"
+    rng = path / rng_file(rank)
     if rng.is_file():
         torch.set_rng_state(torch.load(rng, weights_only=True))

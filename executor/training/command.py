@@ -10,6 +10,7 @@ from pathlib import Path
 from executor.errors import ExecutorError
 from executor.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
 from executor.progress import FleetLink, describe, event_to_json
+from executor.rendezvous import Rendezvous
 
 # The training stack (torch, DeepSpeed) is imported only when a run starts, so that `tunefleet --help`
 # and the planner commands work on an install without the 'train' extra.
@@ -49,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
     add_root_arguments(p)
     FleetLink.add_arguments(p)  # a fleet worker's run: events also go to Redis, under its fencing token
+    Rendezvous.add_arguments(p)  # one node of a fleet gang's multi-node run
     p.add_argument("--check", action="store_true",
                    help="run every check (plan, host, model modules, dataset) and say what the run would be; "
                         "train nothing")
@@ -94,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
             return 0
         result = train(args.plan, args.output, args.progress_interval_s, on_event=show,
-                       link=FleetLink.from_arguments(args), roots=roots_from_arguments(args))
+                       link=FleetLink.from_arguments(args), roots=roots_from_arguments(args),
+                       rendezvous=Rendezvous.from_arguments(args))
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)
         return EXIT_REFUSED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -171,9 +172,10 @@ def tokenize(records: Sequence[dict[str, Any]], tokenizer: Any, d: DatasetConfig
     return examples
 
 
-def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write path through a hidden partial file renamed into place, so a reader never sees half a file."""
-    partial = path.with_name(f".{path.name}.partial")
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write path through a hidden partial file renamed into place, so a reader never sees half a file (the
+    partial's name is this writer's own: the nodes of a multi-node run write the same file on shared storage)."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
     path.parent.mkdir(parents=True, exist_ok=True)
     with partial.open("wb") as f:
         write(f)

@@ -20,6 +20,7 @@ from executor.errors import PlanError, TrainingFailedError
 from executor.lease import LeaseLostError
 from executor.paths import Roots
 from executor.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
+from executor.rendezvous import Rendezvous
 from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import corpus, data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
@@ -31,7 +32,7 @@ RANK_EXIT_REFUSED = 3
 # and the plan resumes from its last checkpoint when run again. SIGTERM/SIGINT cancel the job instead.
 INTERRUPT_SIGNAL = signal.SIGUSR1
 _POLL_S = 0.2  # how often the launcher forwards new progress lines while it waits for the ranks
-_LOG_TAIL_LINES = 15
+LOG_TAIL_LINES = 15  # lines of a failed run's log quoted in its FAILED event
 
 
 @dataclass(frozen=True)
@@ -101,19 +102,32 @@ def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     path = cfg.output_dir / "plan.json"
     if path.exists():
+        if path.read_bytes() == plan_bytes:
+            return path  # the same plan (another node of the run wrote it, or an earlier run)
         previous = read_run_config(path, str(cfg.output_dir))
         if previous.plan_id != cfg.plan_id:
             raise PlanError("output_uri", f"{cfg.output_dir} belongs to plan {previous.plan_id}; give plan "
                                           f"{cfg.plan_id} its own output directory")
-    path.write_bytes(plan_bytes)
+    data.write_atomically(path, lambda f: f.write(plan_bytes))  # other nodes' ranks may be reading it
     return path
 
 
-def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, link: FleetLink | None) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc-per-node={cfg.world_size}", "--max-restarts=0", "-m", "executor.training.recipe",
-            str(plan_path), "--output", str(cfg.output_dir), "--progress-interval-s", str(progress_interval_s),
-            *(link.arguments() if link else [])]
+def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, link: FleetLink | None,
+                  rendezvous: Rendezvous | None) -> list[str]:
+    nodes = rendezvous.torchrun_arguments() if rendezvous else ["--standalone", "--nnodes=1"]
+    return [sys.executable, "-m", "torch.distributed.run", *nodes, f"--nproc-per-node={cfg.ranks_per_node}",
+            "--max-restarts=0", "-m", "executor.training.recipe", str(plan_path), "--output", str(cfg.output_dir),
+            "--progress-interval-s", str(progress_interval_s), *(link.arguments() if link else [])]
+
+
+def _check_nodes(cfg: RunConfig, rendezvous: Rendezvous | None) -> None:
+    if cfg.nodes > 1 and rendezvous is None:
+        raise PlanError("hardware.nodes", f"is {cfg.nodes}: the run spans {cfg.nodes} hosts, which only a fleet "
+                                          "gang starts together; Submit the plan to the fleet (tunefleet submit), or "
+                                          "re-plan for one node")
+    if rendezvous is not None and rendezvous.nodes != cfg.nodes:
+        raise PlanError("hardware.nodes", f"is {cfg.nodes}, but the gang that started this run has "
+                                          f"{rendezvous.nodes} nodes")
 
 
 def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEvent], None],
@@ -127,29 +141,37 @@ def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEv
 
 def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
           on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None,
-          link: FleetLink | None = None, roots: Roots | None = None) -> RunResult:
+          link: FleetLink | None = None, roots: Roots | None = None,
+          rendezvous: Rendezvous | None = None) -> RunResult:
     """Check the plan, run it to the end (resuming from its last checkpoint), and return how it ended.
 
     Raises PlanError / HostError before anything runs when the plan cannot run here. With a FleetLink (a fleet
-    worker's run) every event is also published to the job's Redis stream under the worker's fencing token.
-    A run that stopped at a STOP file (checkpoint written) or on INTERRUPT_SIGNAL ends without a terminal event.
+    worker's run) every event is also published to the job's Redis stream under the worker's fencing token, and
+    the whole process group is killed if the worker dies (no rank outlives it). A run that stopped at a STOP
+    file (checkpoint written) or on INTERRUPT_SIGNAL ends without a terminal event. One node of a multi-node run
+    (a Rendezvous) records no end either: the gang leader decides it, knowing whether a node was lost.
     """
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
+    _check_nodes(cfg, rendezvous)
     examples, _ = check(cfg, roots)
     saved = _save_plan(plan_bytes, cfg)
     corpus.save(cfg.tokenized_path, examples)
-    cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = cfg.node_log_path(rendezvous.node_rank if rendezvous else 0)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     tail = ProgressTail(cfg.progress_path)
     earlier = tail.read_new()  # events of earlier runs of this plan are not news
     last = earlier[-1] if earlier else progress_pb2.ProgressEvent()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if not detect_host().has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
+    if rendezvous:
+        env.update(rendezvous.environment())
     stop: signal.Signals | None = None
+    parent = os.getppid()
 
-    with cfg.log_path.open("a") as log:
-        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, link), stdout=log,
+    with log_path.open("a") as log:
+        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, link, rendezvous), stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
 
         def _stop(signum: int, _frame: object) -> None:
@@ -165,13 +187,15 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
                     break
                 except subprocess.TimeoutExpired:
                     last = _forward_new(tail, on_event, last)
+                    if link and os.getppid() != parent:  # the worker died: its session's ranks must not go on
+                        os.killpg(os.getpgrp(), signal.SIGKILL)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
     last = _forward_new(tail, on_event, last)
     ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
     stopped_to_yield = exit_code == 0 and cfg.stop_path.is_file()  # ranks checkpointed and stopped (drain, preempt)
-    if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield:
+    if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield and rendezvous is None:
         sink = open_sink(cfg.progress_path, cfg.plan_id, link)
         try:
             last = _record_end(sink, stop, exit_code, last, cfg)
@@ -191,6 +215,6 @@ def _record_end(sink: ProgressSink, stop: signal.Signals | None, exit_code: int,
                                                     total_steps=last.total_steps,
                                                     message="cancelled; rerun the plan to resume"))
     failure = TrainingFailedError(f"training ranks exited with status {exit_code}; the last log lines "
-                                  f"({cfg.log_path}):\n{log_tail(cfg.log_path, _LOG_TAIL_LINES)}")
+                                  f"({cfg.log_path}):\n{log_tail(cfg.log_path, LOG_TAIL_LINES)}")
     return sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
                                                 total_steps=last.total_steps, message=str(failure)))

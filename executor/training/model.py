@@ -46,8 +46,8 @@ def check_host(cfg: RunConfig, host: Host) -> None:
             raise HostError("training.precision: fp16 mixed precision needs a CUDA GPU; use bf16 or fp32 on a CPU host")
         if t.attention is Attention.FLASH:
             raise HostError("training.attention: flash attention needs a CUDA GPU; use sdpa on a CPU host")
-    elif host.gpu_count < cfg.world_size:
-        raise HostError(f"hardware.gpus_per_node: the plan needs {cfg.world_size} GPUs and this host has "
+    elif host.gpu_count < cfg.ranks_per_node:
+        raise HostError(f"hardware.gpus_per_node: the plan needs {cfg.ranks_per_node} GPUs and this host has "
                         f"{host.gpu_count}; run it on a bigger host or re-plan for {host.gpu_count}")
 
 

@@ -305,7 +305,8 @@ class Trainer:
             measured_peak_gpu_memory_bytes=peak.gpu_allocated_bytes,
             measured_peak_gpu_reserved_bytes=peak.gpu_reserved_bytes, predicted_step_time_s=predicted.step_time_s,
             measured_step_time_s=step_time_s, predicted_tokens_per_s=predicted.tokens_per_s,
-            measured_tokens_per_s=tokens_per_step / step_time_s if step_time_s else 0.0)
+            measured_tokens_per_s=tokens_per_step / step_time_s if step_time_s else 0.0, nodes=self.cfg.nodes,
+            world_size=self.world_size, predicted_communication_time_s=predicted.communication_time_per_step_s)
         summary = {"plan_id": self.cfg.plan_id, "total_steps": total, "steps_this_run": steps_run,
                    "final_dir": str(self.cfg.final_dir), "peak_host_memory_bytes": peak.host_bytes,
                    "feedback": json_format.MessageToDict(feedback, preserving_proto_field_name=True)}
@@ -348,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tunefleet: {e}", file=sys.stderr)
         return RANK_EXIT_REFUSED
     except BaseException as e:
-        if rank == 0:
+        # A crash of one node of a multi-node run is often another node lost (its collectives fail here): the gang
+        # leader decides between FAILED and a retry, so rank 0 records nothing then.
+        if rank == 0 and cfg.nodes == 1:
             sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED,
                                                  message=f"{type(e).__name__}: {e}; see {cfg.log_path}"))
         raise
