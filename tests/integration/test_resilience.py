@@ -5,87 +5,40 @@ interrupted job ends where an uninterrupted run would."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
-from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
+from tunefleet.v1 import executor_pb2, progress_pb2
 
 from clients.executor_client import ExecutorClient
-from common.wait import wait_until
 from executor.local_redis import start_redis_server, stop_redis_server
 from executor.progress import read_events
 from executor.sweeper import FleetPolicy
-from executor.tiny import make_plan
-from executor.training import checkpoint
+from tests.integration.fleet_helpers import (
+    WAIT_S,
+    all_events,
+    assert_once_in_order,
+    checkpoint_states,
+    fleet_plan,
+    process_tree,
+    send_signal,
+    wait_for,
+    watch_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-TERMINAL = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)
 DETECTION_BOUND_S = 60.0  # the issue's bound: a lost host's job is requeued within a minute
-WAIT_S = 300.0
-
-
-def _plan(tiny_model: Path, data: Path, job_id: str, **kw: object) -> plan_pb2.Plan:
-    plan = make_plan(tiny_model, data, Path(job_id), plan_id=job_id, **kw)  # type: ignore[arg-type]
-    plan.output_uri = job_id  # relative: lands in the workers' shared work dir
-    return plan
-
-
-def _wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> object:
-    """Poll a condition (not a sleep: it returns as soon as the condition holds)."""
-    try:
-        return wait_until(condition, timeout_s)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
-
-
-def _watch_until(client: ExecutorClient, job_id: str, done: Callable[[progress_pb2.ProgressEvent], bool],
-                 after: int = 0) -> list[progress_pb2.ProgressEvent]:
-    seen = []
-    for response in client.watch(job_id, after_sequence=after):
-        if response.HasField("event"):
-            seen.append(response.event)
-            if done(response.event) or response.event.phase in TERMINAL:
-                break
-    return seen
-
-
-def _all_events(client: ExecutorClient, job_id: str) -> list[progress_pb2.ProgressEvent]:
-    return _watch_until(client, job_id, lambda e: False)
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    """A worker and every process under it (its launcher runs in a session of its own, still its child)."""
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-def _signal(processes: list[psutil.Process], sig: signal.Signals) -> None:
-    for p in processes:
-        try:
-            p.send_signal(sig)
-        except psutil.NoSuchProcess:
-            continue
-
-
-def _assert_once_in_order(events: list[progress_pb2.ProgressEvent]) -> None:
-    assert [e.sequence for e in events] == list(range(1, len(events) + 1)), "an event was lost or repeated"
-
-
-def _checkpoint_states(out: Path) -> list[checkpoint.TrainerState]:
-    return [checkpoint.TrainerState(**json.loads((p / checkpoint.TRAINER_STATE).read_text()))
-            for _, p in checkpoint.complete_checkpoints(out / "checkpoints")]
 
 
 def _holder(client: ExecutorClient, job_id: str) -> str:
-    return str(_wait_for(lambda: client.get(job_id).host_id, f"a host to take {job_id}"))
+    return str(wait_for(lambda: client.get(job_id).host_id, f"a host to take {job_id}"))
 
 
 def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
@@ -96,15 +49,16 @@ def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
                                       start_worker("host-b", shared_dir=shared))}
     total = 150
     with ExecutorClient(service.address, timeout_s=60) as client:
-        _wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
-        client.submit(_plan(tiny_model, counting_data, "killed", max_steps=total, checkpoint_every=10))
-        before = _watch_until(client, "killed", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
+        wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
+        client.submit(fleet_plan(tiny_model, counting_data, "killed", max_steps=total, checkpoint_every=10))
+        before = watch_until(client, "killed", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
         lost = _holder(client, "killed")
-        _signal(_tree(workers[lost].proc.pid), signal.SIGKILL)  # power loss: worker, launcher and ranks at once
+        # power loss: worker, launcher and ranks at once
+        send_signal(process_tree(workers[lost].proc.pid), signal.SIGKILL)
         killed_at = time.time()
 
-        rest = _watch_until(client, "killed", lambda e: False, after=before[-1].sequence)
-        events = _all_events(client, "killed")
+        rest = watch_until(client, "killed", lambda e: False, after=before[-1].sequence)
+        events = all_events(client, "killed")
         job = client.get("killed")
     survivor = ({"host-a", "host-b"} - {lost}).pop()
     requeued = next(e for e in rest if e.phase == progress_pb2.PHASE_QUEUED)
@@ -118,8 +72,8 @@ def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
     assert resumed and resumed[0].step == last_sealed, "it must resume from the last complete checkpoint"
     assert events[-1].phase == progress_pb2.PHASE_DONE and events[-1].step == total, events[-1].message
     assert job.host_id == survivor and job.infra_failures == 1
-    _assert_once_in_order(events)
-    final = _checkpoint_states(shared / "killed")[-1]
+    assert_once_in_order(events)
+    final = checkpoint_states(shared / "killed")[-1]
     assert (final.step, final.next_micro_batch) == (total, total), "ends where an uninterrupted run ends"
 
 
@@ -133,31 +87,31 @@ def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
     total = 150
     out = shared / "paused"
     with ExecutorClient(service.address, timeout_s=60) as client:
-        _wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
-        client.submit(_plan(tiny_model, counting_data, "paused", max_steps=total, checkpoint_every=10))
-        before = _watch_until(client, "paused", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
+        wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
+        client.submit(fleet_plan(tiny_model, counting_data, "paused", max_steps=total, checkpoint_every=10))
+        before = watch_until(client, "paused", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
         stale = _holder(client, "paused")
         fresh = ({"host-a", "host-b"} - {stale}).pop()
-        paused = _tree(workers[stale].proc.pid)
-        _signal(paused, signal.SIGSTOP)  # the whole host freezes (or is cut off) past its lease
-        taken = _watch_until(client, "paused", lambda e: e.phase == progress_pb2.PHASE_LOADING
+        paused = process_tree(workers[stale].proc.pid)
+        send_signal(paused, signal.SIGSTOP)  # the whole host freezes (or is cut off) past its lease
+        taken = watch_until(client, "paused", lambda e: e.phase == progress_pb2.PHASE_LOADING
                              and e.message.startswith(f"host {fresh} ("), after=before[-1].sequence)
         assert taken[-1].phase == progress_pb2.PHASE_LOADING, taken[-1].message
-        _signal(paused, signal.SIGCONT)  # it wakes up still believing it runs the job
-        _watch_until(client, "paused", lambda e: False, after=taken[-1].sequence)
+        send_signal(paused, signal.SIGCONT)  # it wakes up still believing it runs the job
+        watch_until(client, "paused", lambda e: False, after=taken[-1].sequence)
         _, alive = psutil.wait_procs(paused[1:], timeout=120)
         assert not alive, f"the stale run's processes outlived it: {[(p.pid, p.status()) for p in alive]}"
-        _wait_for(lambda: any(h.host_id == stale and not h.running_job_id for h in client.fleet().hosts),
+        wait_for(lambda: any(h.host_id == stale and not h.running_job_id for h in client.fleet().hosts),
                   "the stale worker to go idle")
-        events = _all_events(client, "paused")
+        events = all_events(client, "paused")
         job = client.get("paused")
     assert job.phase == progress_pb2.PHASE_DONE and job.host_id == fresh and events[-1].step == total
-    _assert_once_in_order(events)
+    assert_once_in_order(events)
     assert len([e for e in events if e.phase == progress_pb2.PHASE_DONE]) == 1
     in_file = [e.sequence for e in read_events(out / "progress.jsonl")]
     assert len(in_file) == len(set(in_file)), "the stale run wrote events into the job's progress file"
     handed_over_at = taken[-1].step
-    states = _checkpoint_states(out)
+    states = checkpoint_states(out)
     fresh_fence = max(s.fence for s in states)
     assert all(s.fence == fresh_fence or s.step <= handed_over_at for s in states), \
         "the stale run sealed a checkpoint after the job moved"
@@ -196,26 +150,26 @@ def test_a_redis_restart_loses_no_job_and_no_event(aof_redis, start_service, sta
     service = start_service(url=aof_redis.url)
     start_worker("host-a", url=aof_redis.url)
     with ExecutorClient(service.address, timeout_s=60) as client:
-        client.submit(_plan(tiny_model, counting_data, "running", max_steps=120, checkpoint_every=20))
-        client.submit(_plan(tiny_model, counting_data, "queued", max_steps=8))
+        client.submit(fleet_plan(tiny_model, counting_data, "running", max_steps=120, checkpoint_every=20))
+        client.submit(fleet_plan(tiny_model, counting_data, "queued", max_steps=8))
         watched: list[progress_pb2.ProgressEvent] = []
-        watching = threading.Thread(target=lambda: watched.extend(_all_events(client, "running")))
+        watching = threading.Thread(target=lambda: watched.extend(all_events(client, "running")))
         watching.start()
-        seen = _watch_until(client, "running", lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 5)
+        seen = watch_until(client, "running", lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 5)
         assert client.get("queued").phase == progress_pb2.PHASE_QUEUED
         progress = Path(client.get("running").output_uri) / "progress.jsonl"
 
         aof_redis.stop()
         # down long enough for rank 0 to give up on some events (they wait in its file, then get backfilled)
-        _wait_for(lambda: read_events(progress)[-1].sequence >= seen[-1].sequence + 20, "training without Redis")
+        wait_for(lambda: read_events(progress)[-1].sequence >= seen[-1].sequence + 20, "training without Redis")
         aof_redis.start()
 
-        runs = {job_id: _all_events(client, job_id) for job_id in ("running", "queued")}
+        runs = {job_id: all_events(client, job_id) for job_id in ("running", "queued")}
         watching.join(timeout=WAIT_S)
         jobs = {job_id: client.get(job_id) for job_id in runs}
     for job_id, events in runs.items():
         assert jobs[job_id].phase == progress_pb2.PHASE_DONE, jobs[job_id].error
-        _assert_once_in_order(events)
+        assert_once_in_order(events)
         in_file = read_events(Path(jobs[job_id].output_uri) / "progress.jsonl")
         assert [e.sequence for e in events if e.sequence > 1] == [e.sequence for e in in_file], \
             "the stream and the run's own record disagree"
@@ -230,11 +184,11 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_yield_che
     start_worker("host-a")
     total = 300
     with ExecutorClient(service.address, timeout_s=60) as client:
-        client.submit(_plan(tiny_model, counting_data, "low", max_steps=total), priority=executor_pb2.PRIORITY_LOW)
-        _watch_until(client, "low", lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 3)
-        client.submit(_plan(tiny_model, counting_data, "high", max_steps=8), priority=executor_pb2.PRIORITY_HIGH)
-        high = _all_events(client, "high")
-        low = _all_events(client, "low")
+        client.submit(fleet_plan(tiny_model, counting_data, "low", max_steps=total), priority=executor_pb2.PRIORITY_LOW)
+        watch_until(client, "low", lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 3)
+        client.submit(fleet_plan(tiny_model, counting_data, "high", max_steps=8), priority=executor_pb2.PRIORITY_HIGH)
+        high = all_events(client, "high")
+        low = all_events(client, "low")
         jobs = {job_id: client.get(job_id) for job_id in ("low", "high")}
     assert high[-1].phase == progress_pb2.PHASE_DONE and low[-1].phase == progress_pb2.PHASE_DONE
     yielded = next(e for e in low if e.phase == progress_pb2.PHASE_QUEUED and e.sequence > 1)
@@ -246,4 +200,4 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_yield_che
     assert low[-1].step == total
     assert jobs["high"].finished_at.ToNanoseconds() < resumed.time.ToNanoseconds(), "high ran while low waited"
     assert jobs["low"].infra_failures == 0, "a preemption is not a failure"
-    _assert_once_in_order(low)
+    assert_once_in_order(low)
