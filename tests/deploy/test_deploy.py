@@ -234,6 +234,8 @@ def test_workers_get_a_grace_period_that_covers_the_drain_and_share_their_work_d
             drain_s = float(_flag(args, "--drain-grace-s") or DEFAULT_DRAIN_GRACE_S)
             assert spec["terminationGracePeriodSeconds"] > drain_s + STOP_GRACE_S, name
             assert "--work-dir-shared" in args
+            env = {e["name"]: e for e in spec["containers"][0]["env"]}
+            assert env["TUNEFLEET_WORKER_ADDRESS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}, name
             mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
             volume = next(v for v in spec["volumes"] if v["name"] == mounts[_flag(args, "--work-dir")])
             claims.add(volume["persistentVolumeClaim"]["claimName"])
@@ -244,11 +246,15 @@ def test_workers_get_a_grace_period_that_covers_the_drain_and_share_their_work_d
     assert all(s["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] > 0 for s in gpu)
 
 
-def test_only_the_executor_and_the_workers_reach_redis_and_redis_keeps_an_append_only_file(rendered) -> None:
+def test_only_the_executor_and_the_workers_reach_redis_workers_reach_each_other_and_redis_keeps_its_aof(
+        rendered) -> None:
     policy = next(o for o in rendered["prod"] if o["kind"] == "NetworkPolicy"
                   and o["spec"]["podSelector"].get("matchLabels") == {"app.kubernetes.io/name": "redis"})
     allowed = {p["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in policy["spec"]["ingress"][0]["from"]}
     assert allowed == {"executor", "worker"}
+    gang = next(o for o in rendered["prod"] if o["kind"] == "NetworkPolicy"
+                and o["spec"]["podSelector"].get("matchLabels") == {"app.kubernetes.io/name": "worker"})
+    assert gang["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "worker"}}}]}]
     conf = next(o for o in rendered["prod"] if o["kind"] == "ConfigMap")["data"]["redis.conf"]
     assert "appendonly yes" in conf
     compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
