@@ -225,3 +225,34 @@ def test_a_member_that_cannot_see_the_leaders_output_refuses_and_the_job_fails_w
         events[-1].message
     assert not _gang_processes(out)
 
+
+
+def test_cancel_stops_every_nodes_process_tree_and_keeps_the_checkpoints(executor_service, start_worker, tiny_model,
+                                                                        counting_data, tmp_path):
+    shared = tmp_path / "shared"
+    start_worker("host-a", shared_dir=shared)
+    start_worker("host-b", shared_dir=shared)
+    out = shared / "gang-cancel"
+    with ExecutorClient(executor_service.address, timeout_s=60) as client:
+        wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
+        client.submit(fleet_plan(tiny_model, counting_data, "gang-cancel", nodes=2, max_steps=100_000,
+                                 checkpoint_every=5))
+        seen = watch_until(client, "gang-cancel", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
+        assert seen[-1].phase == progress_pb2.PHASE_CHECKPOINTING, seen[-1].message
+        launchers = [p.info["cmdline"] for p in _gang_processes(out) if "executor.training" in p.info["cmdline"]]
+        assert {c[c.index("--node-rank") + 1] for c in launchers} == {"0", "1"}, "both nodes' launchers run"
+        client.cancel("gang-cancel", reason="enough")
+        events = all_events(client, "gang-cancel")
+        wait_for(lambda: not _gang_processes(out), "every node's process tree to stop", timeout_s=STOP_BOUND_S)
+        wait_for(lambda: all(not h.running_job_id for h in client.fleet().hosts), "both hosts to be free again")
+    assert events[-1].phase == progress_pb2.PHASE_CANCELLED and "enough" in events[-1].message
+    assert checkpoint.latest(out / "checkpoints") is not None
+
+
+def test_a_multi_node_plan_is_refused_outside_the_fleet_with_what_to_do(tiny_model, counting_data, tmp_path):
+    plan = write_plan(make_plan(tiny_model, counting_data, tmp_path / "out", nodes=2), tmp_path / "plan.json")
+    done = subprocess.run([sys.executable, "-m", "executor.training", str(plan)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "hardware.nodes" in done.stderr and "Submit the plan to the fleet" in done.stderr
+    assert not (tmp_path / "out" / "checkpoints").exists()
