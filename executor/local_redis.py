@@ -1,8 +1,10 @@
-"""A redis-server of our own on a free loopback port, for the tests, `make run` and the fleet benchmark
+"""A redis-server of our own on a free port (loopback unless told), for the tests, `make run` and the benchmarks
 (never a Redis someone else started)."""
 
 from __future__ import annotations
 
+import ipaddress
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,19 +26,22 @@ class RedisServerError(RuntimeError):
 
 
 def start_redis_server(directory: Path, appendonly: bool = False, log: IO[bytes] | int = subprocess.DEVNULL,
-                       port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+                       port: int = 0, host: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], str]:
     """Start redis-server with its data in `directory` (AOF on when asked, fsynced every second; no RDB
-    snapshots) on `port` (0: a free one) and wait, bounded by START_TIMEOUT_S, until it answers; returns the
+    snapshots) on host:port (port 0: a free one) and wait, bounded by START_TIMEOUT_S, until it answers; returns the
     process and its URL. Started again on the same directory and port, an AOF server has every write acknowledged
     before a clean stop (SIGTERM)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisServerError("redis-server is not installed: apt-get install redis-server (make redis does)")
-    port = port or free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
-                             "--appendonly", "yes" if appendonly else "no", "--save", ""],
+    port = port or free_port(host)
+    # Off loopback, redis-server's protected mode refuses clients that have no password: give it one.
+    password = "" if ipaddress.ip_address(host).is_loopback else secrets.token_hex(16)
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", host, "--dir", str(directory),
+                             "--appendonly", "yes" if appendonly else "no", "--save", "",
+                             *(["--requirepass", password] if password else [])],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"redis://127.0.0.1:{port}/0"
+    url = f"redis://{':' + password + '@' if password else ''}{host}:{port}/0"
     deadline = time.monotonic() + START_TIMEOUT_S
     with redis.Redis.from_url(url) as client:
         while True:

@@ -254,7 +254,8 @@ def test_only_the_executor_and_the_workers_reach_redis_workers_reach_each_other_
     assert allowed == {"executor", "worker"}
     gang = next(o for o in rendered["prod"] if o["kind"] == "NetworkPolicy"
                 and o["spec"]["podSelector"].get("matchLabels") == {"app.kubernetes.io/name": "worker"})
-    assert gang["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "worker"}}}]}]
+    workers = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "worker"}}}
+    assert gang["spec"]["ingress"] == [{"from": [workers]}], "workers reach workers, any port, nothing else"
     conf = next(o for o in rendered["prod"] if o["kind"] == "ConfigMap")["data"]["redis.conf"]
     assert "appendonly yes" in conf
     compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())

@@ -5,10 +5,13 @@ real DeepSpeed on CPU ranks (gloo), and kept consistent when a node is lost or t
 from __future__ import annotations
 
 import json
+import random
+import secrets
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from tunefleet.v1 import plan_pb2, progress_pb2, training_pb2
 
 from clients.executor_client import ExecutorClient
 from executor.gang import MEMBER_TTL_S
+from executor.local_redis import start_redis_server, stop_redis_server
 from executor.sweeper import FleetPolicy
 from executor.tiny import make_plan, write_plan
 from executor.training import checkpoint
@@ -256,3 +260,59 @@ def test_a_multi_node_plan_is_refused_outside_the_fleet_with_what_to_do(tiny_mod
     assert done.returncode == 2, done.stderr
     assert "hardware.nodes" in done.stderr and "Submit the plan to the fleet" in done.stderr
     assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+@pytest.fixture()
+def namespace_pair() -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to this one by a veth pair, as a second host would be: (namespace, this side's
+    address, the namespace's address). Skipped, visibly, where the machine forbids namespaces."""
+    tag = secrets.token_hex(3)
+    ns, here_dev, there_dev = f"tf-{tag}", f"tfa-{tag}", f"tfb-{tag}"
+    subnet = f"10.231.{random.randint(1, 254)}"
+    here, there = f"{subnet}.1", f"{subnet}.2"
+    inside = ["ip", "netns", "exec", ns]
+    steps = [["ip", "netns", "add", ns], ["ip", "link", "add", here_dev, "type", "veth", "peer", "name", there_dev],
+             ["ip", "link", "set", there_dev, "netns", ns], ["ip", "addr", "add", f"{here}/24", "dev", here_dev],
+             ["ip", "link", "set", here_dev, "up"], [*inside, "ip", "addr", "add", f"{there}/24", "dev", there_dev],
+             [*inside, "ip", "link", "set", there_dev, "up"], [*inside, "ip", "link", "set", "lo", "up"]]
+
+    def remove() -> None:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)  # takes its end of the pair
+        subprocess.run(["ip", "link", "del", here_dev], capture_output=True, timeout=30)
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.CalledProcessError) as e:
+        remove()
+        pytest.skip(f"network namespaces are forbidden here ({getattr(e, 'stderr', '') or e}); the loopback "
+                    "variants of the multi-node tests ran")
+    yield ns, here, there
+    remove()
+
+
+@pytest.fixture()
+def veth_redis(namespace_pair: tuple[str, str, str], tmp_path: Path) -> Iterator[str]:
+    """A redis-server of the test's own on this side of the veth pair (both "hosts" reach it)."""
+    (tmp_path / "veth-redis").mkdir()
+    proc, url = start_redis_server(tmp_path / "veth-redis", host=namespace_pair[1])
+    yield url
+    stop_redis_server(proc)
+
+
+def test_a_gang_of_two_hosts_in_separate_network_namespaces_trains_over_the_link(
+        namespace_pair, veth_redis, start_service, start_worker, tiny_model, counting_data, tmp_path):
+    ns, here, there = namespace_pair
+    service = start_service(url=veth_redis)
+    shared = tmp_path / "shared"
+    start_worker("host-a", shared_dir=shared, url=veth_redis)
+    start_worker("host-b", shared_dir=shared, url=veth_redis, wrap=("ip", "netns", "exec", ns))
+    with ExecutorClient(service.address, timeout_s=60) as client:
+        wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
+        client.submit(fleet_plan(tiny_model, counting_data, "gang-veth", nodes=2, max_steps=6))
+        events = all_events(client, "gang-veth")
+        job = client.get("gang-veth")
+    assert events[-1].phase == progress_pb2.PHASE_DONE and events[-1].step == 6, events[-1].message
+    formed = next(e for e in events if e.message.startswith("gang formed"))
+    leader_address = {"host-a": here, "host-b": there}[job.host_id]
+    assert f"rendezvous at {leader_address}:" in formed.message, formed.message
+    assert job.feedback.nodes == 2
