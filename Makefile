@@ -88,6 +88,9 @@ bench: $(STAMP) redis ## latency, load, estimators, training-loop overhead, flee
 	$(PY) -m benchmarks.fleet
 	$(PY) -m benchmarks.fleet_recovery
 
+bench-multinode: $(STAMP) redis ## multi-node gangs on this machine: gang start latency, step time 1 vs 2 nodes
+	DS_ACCELERATOR=cpu $(PY) -m benchmarks.multinode
+
 bench-accuracy: $(STAMP) ## planner memory and throughput vs measured rows (third-party, and ours when measured)
 	$(PY) -m benchmarks.accuracy
 

@@ -15,82 +15,20 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
-from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from benchmarks.common import pct, print_table, write_csv
+from benchmarks.local_fleet import Fleet, events_until, seconds
 from clients.executor_client import ExecutorClient
-from common.rpc import shutdown
 from common.wait import wait_until
-from executor.local_redis import start_redis_server, stop_redis_server
-from executor.server import connect, create_server
-from executor.service import ExecutorConfig
 from executor.sweeper import FleetPolicy
 from executor.tiny import build_model, counting_text, make_plan
 
 WAIT_S = 600.0
-
-
-def _s(ts: timestamp_pb2.Timestamp) -> float:
-    return float(ts.ToNanoseconds()) / 1e9
-
-
-class Fleet:
-    """An executor service and workers over one private Redis."""
-
-    def __init__(self, work: Path, policy: FleetPolicy) -> None:
-        self.work = work
-        (work / "shared").mkdir(parents=True)
-        self.redis_proc, self.url = start_redis_server(work)
-        self.executor = connect(self.url, ExecutorConfig(policy=policy))
-        self.server, port, self.health = create_server("127.0.0.1:0", self.executor)
-        self.server.start()
-        self.address = f"127.0.0.1:{port}"
-        self.workers: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start_worker(self, host_id: str) -> None:
-        self.workers[host_id] = subprocess.Popen(
-            [sys.executable, "-m", "clients.cli", "worker", "--redis", self.url, "--gpu-class", "cpu", "--host-id",
-             host_id, "--work-dir", str(self.work / "shared"), "--work-dir-shared", "--data-root", str(self.work),
-             "--progress-interval-s", "0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-    def kill_host(self, host_id: str) -> None:
-        root = psutil.Process(self.workers.pop(host_id).pid)
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                continue
-        root.wait(30)
-
-    def close(self) -> None:
-        for proc in self.workers.values():
-            proc.terminate()
-        for proc in self.workers.values():
-            proc.wait(timeout=120)
-        shutdown(self.server, self.health, 1.0)
-        self.executor.close()
-        stop_redis_server(self.redis_proc)
-
-
-def _events_until(client: ExecutorClient, job_id: str, stop, after: int = 0) -> list[progress_pb2.ProgressEvent]:  # type: ignore[no-untyped-def]
-    seen = []
-    for r in client.watch(job_id, after_sequence=after):
-        if r.HasField("event"):
-            seen.append(r.event)
-            if stop(r.event) or r.event.phase in (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED,
-                                                 progress_pb2.PHASE_CANCELLED):
-                return seen
-    return seen
 
 
 def _plan(model: Path, data: Path, job_id: str, steps: int, every: int) -> plan_pb2.Plan:
@@ -114,22 +52,22 @@ def lost_host(work: Path, model: Path, data: Path, runs: int) -> list[list[objec
                 client.submit(_plan(model, data, job_id, steps=every * 3 + 40, every=every))
                 # kill part-way between two checkpoints, at a different point each run
                 kill_step = every + 1 + (i * 7) % every
-                before = _events_until(client, job_id, lambda e, k=kill_step: e.phase == progress_pb2.PHASE_TRAINING
+                before = events_until(client, job_id, lambda e, k=kill_step: e.phase == progress_pb2.PHASE_TRAINING
                                        and e.step >= k)
                 holder = client.get(job_id).host_id
                 fleet.kill_host(holder)
                 killed = time.time()
                 fleet.start_worker(f"host-{spare}")  # the replacement joins as the other host recovers the job
                 spare += 1
-                after = _events_until(client, job_id, lambda e: False, after=before[-1].sequence)
+                after = events_until(client, job_id, lambda e: False, after=before[-1].sequence)
                 last_step = max(e.step for e in before)
                 requeued = next(e for e in after if e.phase == progress_pb2.PHASE_QUEUED)
                 taken = next(e for e in after if e.phase == progress_pb2.PHASE_LOADING)
                 resumed = next(e for e in after if "resumed from" in e.message)
                 training = next(e for e in after if e.phase == progress_pb2.PHASE_PREFLIGHT)
                 rows.append([i + 1, every, last_step, resumed.step, last_step - resumed.step,
-                             f"{_s(requeued.time) - killed:.1f}", f"{_s(taken.time) - killed:.1f}",
-                             f"{_s(training.time) - killed:.1f}", progress_pb2.Phase.Name(after[-1].phase)])
+                             f"{seconds(requeued.time) - killed:.1f}", f"{seconds(taken.time) - killed:.1f}",
+                             f"{seconds(training.time) - killed:.1f}", progress_pb2.Phase.Name(after[-1].phase)])
     finally:
         fleet.close()
     return rows
@@ -144,19 +82,20 @@ def preemption(work: Path, model: Path, data: Path, runs: int) -> list[list[obje
             for i in range(runs):
                 low, high = f"low-{i}", f"high-{i}"
                 client.submit(_plan(model, data, low, steps=400, every=0), priority=executor_pb2.PRIORITY_LOW)
-                before = _events_until(client, low, lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 5)
+                before = events_until(client, low, lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 5)
                 submitted = time.time()
                 client.submit(_plan(model, data, high, steps=4, every=0), priority=executor_pb2.PRIORITY_HIGH)
-                high_events = _events_until(client, high, lambda e: e.phase == progress_pb2.PHASE_PREFLIGHT)
-                low_events = _events_until(client, low, lambda e: False, after=before[-1].sequence)
-                _events_until(client, high, lambda e: False, after=high_events[-1].sequence)
+                high_events = events_until(client, high, lambda e: e.phase == progress_pb2.PHASE_PREFLIGHT)
+                low_events = events_until(client, low, lambda e: False, after=before[-1].sequence)
+                events_until(client, high, lambda e: False, after=high_events[-1].sequence)
                 yielded = next(e for e in low_events if e.phase == progress_pb2.PHASE_CHECKPOINTING)
                 trained = [e.step for e in low_events if e.phase == progress_pb2.PHASE_TRAINING
                            and e.sequence < yielded.sequence] + [before[-1].step]
                 resumed = next(e for e in low_events if "resumed from" in e.message)
                 taken = next(e for e in high_events if e.phase == progress_pb2.PHASE_LOADING)
-                rows.append([i + 1, f"{_s(yielded.time) - submitted:.1f}", f"{_s(taken.time) - submitted:.1f}",
-                             f"{_s(high_events[-1].time) - submitted:.1f}", max(trained) - resumed.step,
+                rows.append([i + 1, f"{seconds(yielded.time) - submitted:.1f}",
+                             f"{seconds(taken.time) - submitted:.1f}",
+                             f"{seconds(high_events[-1].time) - submitted:.1f}", max(trained) - resumed.step,
                              progress_pb2.Phase.Name(low_events[-1].phase)])
     finally:
         fleet.close()

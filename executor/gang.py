@@ -43,6 +43,9 @@ DEFAULT_GANG_TIMEOUT_S = 120.0
 # ranks within this (plus one supervision poll) of its last renewal.
 MEMBER_TTL_S = 15.0
 MEMBER_RENEW_INTERVAL_S = 2.0
+# Node 0 writes the gang's marker into the job's output; a member that cannot read it there is not on the same
+# storage, so it refuses (checkpoints and the resume must be readable by every node).
+GANG_MARKER = ".gang"
 
 
 def gang_key(job_id: str) -> str:

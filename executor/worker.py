@@ -16,7 +16,6 @@ into the job. Each worker also sweeps the fleet (executor.sweeper) with its hear
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
@@ -40,58 +39,30 @@ from common.net import free_port, route_address
 from executor import job_queue
 from executor.errors import PlanError
 from executor.events import EventLog, RedisProgressSink
-from executor.gang import (
-    DEFAULT_GANG_TIMEOUT_S,
-    MEMBER_RENEW_INTERVAL_S,
-    MEMBER_TTL_S,
-    RUNNING,
-    STOPPING,
-    Gang,
-    GangView,
-    ticket_id,
-)
+from executor.gang import DEFAULT_GANG_TIMEOUT_S, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
+from executor.gang_lead import GangLead
+from executor.gang_member import Member
 from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegistry, default_host_id, detect_gpus
 from executor.lease import LEASE_TTL_S, RENEW_INTERVAL_S, LeaseLostError, Leases, self_fence_after_s
 from executor.paths import Roots
 from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
 from executor.redis_conn import connect
 from executor.rendezvous import Rendezvous
-from executor.run_config import launcher_log_path, node_log_path, stop_path
+from executor.run_config import launcher_log_path, stop_path
 from executor.store import JobStore, now_ms
+from executor.supervision import LOG_TAIL_LINES, STOP_GRACE_S, SUPERVISE_POLL_S, Outcome, kill_group, while_running
 from executor.sweeper import Sweeper, release_held, requeue_held
-from executor.training.command import (
-    DEFAULT_PROGRESS_INTERVAL_S,
-    EXIT_REFUSED,
-    add_root_arguments,
-    roots_from_arguments,
-)
+from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S, add_root_arguments, roots_from_arguments
 from planner.catalog import default_catalog
 
 log = structlog.get_logger("executor.worker")
-SUPERVISE_POLL_S = 0.2  # how often a running job checks for Cancel, shutdown, timeout and new events
-STOP_GRACE_S = 60.0  # after an interrupt, how long the tree gets to stop before it is killed
 # A drain or preemption lets the ranks finish their step and write a checkpoint for this long before the run
 # is interrupted without one (keep the pod's termination grace period above it).
 DEFAULT_DRAIN_GRACE_S = 300.0
-LOG_TAIL_LINES = 20
 # After a run ends, how long the worker keeps trying to publish events Redis missed (a Redis restart); what is
 # still missing after that stays in progress.jsonl.
 BACKFILL_AFTER_END_S = 120.0
 DEFAULT_WORK_DIR = Path("runs")
-GANG_MARKER = ".gang"  # node 0 writes the gang's marker here; a member that cannot read it is not on shared storage
-
-
-@dataclass
-class Outcome:
-    """How a job's run ended, as the worker records it."""
-
-    phase: int
-    message: str = ""
-    requeue: bool = False  # give the job back to its queue (drain, preemption)
-    checkpoint_first: bool = False  # let the ranks checkpoint before they stop (STOP file)
-    lease_lost: bool = False  # another host owns the job now: write nothing
-    retry_later: bool = False  # back to its queue after a backoff: a gang that did not form, or lost a node
-    infra_failure: bool = False  # with retry_later: a node was lost (counted against the fleet's retry limit)
 
 
 @dataclass
@@ -226,24 +197,18 @@ class WorkerRuntime:
         interrupt_at = hard_stop_at = 0.0
         backlog: list[progress_pb2.ProgressEvent] = []
         try:
-            while True:
-                try:
-                    proc.wait(timeout=SUPERVISE_POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
+            for now in while_running(proc):
                 lost = self._keep_lease(held)
                 if lost is not None:
-                    _kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
+                    kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
                     reason = lost
                     break
                 broken = lead.check() if lead and reason is None else None
                 if broken is not None:
-                    _kill_group(proc.pid)  # the collectives are broken: nothing left to checkpoint
+                    kill_group(proc.pid)  # the collectives are broken: nothing left to checkpoint
                     reason = broken
                     break
                 backlog = self._backfill(backlog + tail.read_new(), held)  # what rank 0 could not publish
-                now = time.monotonic()
                 if reason is None:
                     reason = self._stop_reason(held.job_id, deadline, timeout_s, out) or (
                         lead.drain_request() if lead else None)
@@ -261,14 +226,14 @@ class WorkerRuntime:
                         lead.gang.set_state(STOPPING, reason.message)
                     interrupt_at = 0.0
                 if reason is not None and hard_stop_at and now >= hard_stop_at:
-                    _kill_group(proc.pid)
+                    kill_group(proc.pid)
         finally:
-            _kill_group(proc.pid)  # no rank may outlive its launcher
+            kill_group(proc.pid)  # no rank may outlive its launcher
             proc.wait()
             if lead:
                 lead.gang.set_state(STOPPING)  # members still running stop theirs
             stop_file.unlink(missing_ok=True)
-        if reason is not None and (reason.lease_lost or reason.retry_later):
+        if reason is not None and reason.lease_lost:
             return reason
         backfill_until = time.monotonic() + BACKFILL_AFTER_END_S
         backlog = self._backfill(backlog + tail.read_new(), held)
@@ -344,6 +309,9 @@ class WorkerRuntime:
                 k, end = min(refused.items())
                 return Outcome(progress_pb2.PHASE_FAILED, f"node {k} (host {view.members.get(k, '?')}) refused the "
                                                           f"job: {end.message}")
+            if view.draining:
+                k, why = min(view.draining.items())
+                return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} left the forming gang: {why}", retry_later=True)
             if view.complete:
                 return view
             lost = self._keep_lease(held)
@@ -371,91 +339,14 @@ class WorkerRuntime:
         self.heartbeat()
         structlog.contextvars.bind_contextvars(job_id=job_id, fence=fence, node_rank=node_rank)
         try:
-            code = self._run_member(gang, node_rank)
+            out = Path(self.store.raw(job_id).get(b"output_dir", b"").decode())
+            code = Member(gang, node_rank, self.host_id, self.address, self.roots, self.stopping, self._launch).run(out)
             log.info("gang.member_done", exit_code=code)
             return {"job_id": job_id, "node_rank": node_rank, "exit_code": code}
         finally:
             structlog.contextvars.unbind_contextvars("job_id", "fence", "node_rank")
             self.running_job_id = ""
             self.heartbeat()
-
-    def _run_member(self, gang: Gang, node_rank: int) -> int | None:
-        """The member's exit status (None when the gang ended before it started), reported to the leader."""
-        out = Path(self.store.raw(gang.job_id).get(b"output_dir", b"").decode())
-        refused = self._member_refusal(gang, out)
-        if refused:
-            gang.report_end(node_rank, EXIT_REFUSED, refused)
-            return EXIT_REFUSED
-        started = self._await_start(gang, node_rank)
-        if started is None:
-            return None
-        proc = self._launch(out / "plan.json", out, gang.fence,
-                            Rendezvous(started.nodes, node_rank, started.endpoint, started.run_id, self.address))
-        renewed_at, interrupted_at, drain_asked = time.monotonic(), 0.0, False
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=SUPERVISE_POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                now = time.monotonic()
-                if now - renewed_at >= MEMBER_RENEW_INTERVAL_S:
-                    if not gang.renew(node_rank, self.host_id):
-                        log.warning("gang.member_key_lost")  # the leader counts this node lost: stop at once
-                        break
-                    renewed_at = now
-                view = gang.view()
-                if (view is None or view.state == STOPPING) and not interrupted_at:
-                    proc.send_signal(signal.SIGUSR1)  # the leader stopped the run (or the gang is gone)
-                    interrupted_at = now
-                if interrupted_at and now - interrupted_at > STOP_GRACE_S:
-                    break
-                if self.stopping.is_set() and not drain_asked:
-                    gang.ask_to_stop(node_rank, f"host {self.host_id} is shutting down")
-                    drain_asked = True
-        finally:
-            _kill_group(proc.pid)
-            proc.wait()
-        gang.report_end(node_rank, proc.returncode)
-        return proc.returncode
-
-    def _member_refusal(self, gang: Gang, out: Path) -> str:
-        """Why this host cannot be a node of the run ("" when it can): its output must be writable here, and be
-        the very storage node 0 writes (the marker node 0 left there)."""
-        view = gang.view()
-        if view is None:
-            return ""
-        try:
-            self.roots.writable("output_uri", out)
-        except PlanError as e:
-            return f"on host {self.host_id}: {e}"
-        try:
-            seen = (out / GANG_MARKER).read_text()
-        except OSError:
-            seen = ""
-        if seen != view.marker:
-            return (f"host {self.host_id} does not see node 0's files in {out}: a multi-node job's output must be on "
-                    "storage every host of the gang mounts at the same path (workers with --work-dir-shared on it)")
-        return ""
-
-    def _await_start(self, gang: Gang, node_rank: int) -> GangView | None:
-        """Wait, renewing this member's key, until the leader starts the gang (None when it ends instead)."""
-        renewed_at = time.monotonic()
-        while True:
-            view = gang.view()
-            if view is None or view.state == STOPPING:
-                return None
-            if view.state == RUNNING:
-                return view
-            if self.stopping.is_set():
-                gang.report_end(node_rank, EXIT_REFUSED, f"host {self.host_id} is shutting down")
-                return None
-            if time.monotonic() - renewed_at >= MEMBER_RENEW_INTERVAL_S:
-                if not gang.renew(node_rank, self.host_id):
-                    return None
-                renewed_at = time.monotonic()
-            time.sleep(SUPERVISE_POLL_S)
 
     def _keep_lease(self, held: _Held) -> Outcome | None:
         """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
@@ -569,77 +460,6 @@ class WorkerRuntime:
         self.leases.release(job_id, self.host_id, held.fence)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last
-
-
-@dataclass
-class GangLead:
-    """Node 0's watch over the other nodes of its running gang (executor.gang), read once per supervision poll."""
-
-    gang: Gang
-    view: GangView
-    rendezvous: Rendezvous
-    out: Path
-
-    def check(self) -> Outcome | None:
-        """What must stop the run at once: a member lost (a retry, counted) or a member whose run failed."""
-        self.gang.keep()
-        view = self.gang.view()
-        if view is None:
-            return Outcome(progress_pb2.PHASE_QUEUED, "the gang's record vanished from Redis while it ran",
-                           retry_later=True, infra_failure=True)
-        self.view = view
-        lost = self.gang.lost(view)
-        if lost:
-            return self._lost(lost)
-        failed = sorted(k for k, end in view.ended.items() if end.exit_code != 0)
-        return self._failed(failed) if failed else None
-
-    def drain_request(self) -> Outcome | None:
-        """A member's host is shutting down: the whole gang checkpoints and the job is requeued."""
-        if not self.view.draining:
-            return None
-        k, why = min(self.view.draining.items())
-        return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} of the gang: {why}; requeued to resume from its last "
-                                                  "checkpoint", requeue=True, checkpoint_first=True)
-
-    def settle(self) -> Outcome:
-        """Node 0's ranks ended without a terminal event: wait until every member has ended or is known lost (at
-        most MEMBER_TTL_S), then say which node broke the run."""
-        until = time.monotonic() + MEMBER_TTL_S + 1.0
-        while True:
-            view = self.gang.view() or self.view
-            lost = self.gang.lost(view)
-            if lost:
-                return self._lost(lost)
-            if len(view.ended) >= view.nodes - 1 or time.monotonic() > until:
-                break
-            time.sleep(SUPERVISE_POLL_S)
-        failed = sorted(k for k, end in view.ended.items() if end.exit_code != 0)
-        return self._failed(failed)
-
-    def _lost(self, ranks: list[int]) -> Outcome:
-        hosts = ", ".join(f"node {k} (host {self.view.members[k]})" for k in ranks)
-        return Outcome(progress_pb2.PHASE_QUEUED, f"{hosts} of the gang was lost (stopped renewing within "
-                                                  f"{MEMBER_TTL_S:g} s); every node's ranks were stopped",
-                       retry_later=True, infra_failure=True)
-
-    def _failed(self, ranks: list[int]) -> Outcome:
-        """FAILED, quoting the log of each failed member and of node 0 (the first error may be on either)."""
-        parts = [f"node {k} (host {self.view.members.get(k, '?')}) exited with status "
-                 f"{self.view.ended[k].exit_code}; its last lines ({self.out / 'logs'}):\n"
-                 f"{_node_log_tail(self.out, k)}" for k in ranks]
-        parts.append(f"node 0's last lines:\n{_node_log_tail(self.out, 0)}")
-        return Outcome(progress_pb2.PHASE_FAILED, "the multi-node run failed: " + "\n".join(parts))
-
-
-def _node_log_tail(out: Path, node_rank: int) -> str:
-    train = node_log_path(out, node_rank)
-    return log_tail(train if train.is_file() else launcher_log_path(out, node_rank), LOG_TAIL_LINES)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 _runtime: WorkerRuntime | None = None

@@ -23,7 +23,8 @@ import yaml
 from clients import cli
 from executor import __main__ as executor_main
 from executor import worker
-from executor.worker import DEFAULT_DRAIN_GRACE_S, STOP_GRACE_S
+from executor.supervision import STOP_GRACE_S
+from executor.worker import DEFAULT_DRAIN_GRACE_S
 from planner import __main__ as planner_main
 
 ROOT = Path(__file__).resolve().parents[2]

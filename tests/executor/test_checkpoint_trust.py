@@ -20,6 +20,7 @@ def _sealed(tmp_path: Path) -> Path:
     d = tmp_path / "checkpoints" / "step-00000010"
     (d / "deepspeed").mkdir(parents=True)
     (d / "deepspeed" / "mp_rank_00_model_states.pt").write_bytes(os.urandom(4096))
+    (d / checkpoint.rng_file(0)).write_bytes(os.urandom(64))
     (d / checkpoint.TRAINER_STATE).write_text(json.dumps({"plan_id": "p", "step": 10, "next_micro_batch": 10,
                                                           "world_size": 1}))
     checkpoint.write_manifest(d, KEY)

@@ -1,0 +1,75 @@
+"""Node 0's watch over the other nodes of its running gang (executor.gang): what stops the run at once, and
+which node broke it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunefleet.v1 import progress_pb2
+
+from executor.gang import MEMBER_TTL_S, Gang, GangView
+from executor.rendezvous import Rendezvous
+from executor.supervision import SUPERVISE_POLL_S, Outcome, node_log_tail
+
+
+@dataclass
+class GangLead:
+    """Read once per supervision poll of node 0's own tree."""
+
+    gang: Gang
+    view: GangView
+    rendezvous: Rendezvous  # node 0's
+    out: Path
+
+    def check(self) -> Outcome | None:
+        """What must stop the run at once: a member lost (a retry, counted) or a member whose run failed."""
+        self.gang.keep()
+        view = self.gang.view()
+        if view is None:
+            return Outcome(progress_pb2.PHASE_QUEUED, "the gang's record vanished from Redis while it ran",
+                           retry_later=True, infra_failure=True)
+        self.view = view
+        lost = self.gang.lost(view)
+        if lost:
+            return self._lost(lost)
+        failed = sorted(k for k, end in view.ended.items() if end.exit_code != 0)
+        return self._failed(failed) if failed else None
+
+    def drain_request(self) -> Outcome | None:
+        """A member's host is shutting down: the whole gang checkpoints and the job is requeued."""
+        if not self.view.draining:
+            return None
+        k, why = min(self.view.draining.items())
+        return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} of the gang: {why}; requeued to resume from its last "
+                                                  "checkpoint", requeue=True, checkpoint_first=True)
+
+    def settle(self) -> Outcome:
+        """Node 0's ranks ended without a terminal event: wait until every member has ended or is known lost (at
+        most MEMBER_TTL_S), then say which node broke the run."""
+        until = time.monotonic() + MEMBER_TTL_S + 1.0
+        while True:
+            view = self.gang.view() or self.view
+            lost = self.gang.lost(view)
+            if lost:
+                return self._lost(lost)
+            if len(view.ended) >= view.nodes - 1 or time.monotonic() > until:
+                break
+            time.sleep(SUPERVISE_POLL_S)
+        self.view = view
+        return self._failed(sorted(k for k, end in view.ended.items() if end.exit_code != 0))
+
+    def _lost(self, ranks: list[int]) -> Outcome:
+        hosts = ", ".join(f"node {k} (host {self.view.members[k]})" for k in ranks)
+        return Outcome(progress_pb2.PHASE_QUEUED, f"{hosts} of the gang was lost (stopped renewing within "
+                                                  f"{MEMBER_TTL_S:g} s); every node's ranks were stopped",
+                       retry_later=True, infra_failure=True)
+
+    def _failed(self, ranks: list[int]) -> Outcome:
+        """FAILED, quoting the log of each failed member and of node 0 (the first error may be on either)."""
+        parts = [f"node {k} (host {self.view.members.get(k, '?')}) exited with status "
+                 f"{self.view.ended[k].exit_code}; its last lines ({self.out / 'logs'}):\n"
+                 f"{node_log_tail(self.out, k)}" for k in ranks]
+        parts.append(f"node 0's last lines:\n{node_log_tail(self.out, 0)}")
+        return Outcome(progress_pb2.PHASE_FAILED, "the multi-node run failed: " + "\n".join(parts))
