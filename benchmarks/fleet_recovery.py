@@ -38,7 +38,7 @@ def _plan(model: Path, data: Path, job_id: str, steps: int, every: int) -> plan_
 
 
 def lost_host(work: Path, model: Path, data: Path, runs: int) -> list[list[object]]:
-    fleet = Fleet(work / "lost", FleetPolicy())
+    fleet = Fleet(work / "lost", FleetPolicy(), data_root=work)
     rows: list[list[object]] = []
     try:
         fleet.start_worker("host-0")
@@ -74,7 +74,7 @@ def lost_host(work: Path, model: Path, data: Path, runs: int) -> list[list[objec
 
 
 def preemption(work: Path, model: Path, data: Path, runs: int) -> list[list[object]]:
-    fleet = Fleet(work / "preempt", FleetPolicy(preemption=True))
+    fleet = Fleet(work / "preempt", FleetPolicy(preemption=True), data_root=work)
     rows: list[list[object]] = []
     try:
         fleet.start_worker("host-0")

@@ -28,8 +28,9 @@ def seconds(ts: timestamp_pb2.Timestamp) -> float:
 class Fleet:
     """An executor service and workers over one private Redis."""
 
-    def __init__(self, work: Path, policy: FleetPolicy) -> None:
+    def __init__(self, work: Path, policy: FleetPolicy, data_root: Path | None = None) -> None:
         self.work = work
+        self.data_root = data_root or work  # where the benchmark's model and dataset lie
         (work / "shared").mkdir(parents=True)
         self.redis_proc, self.url = start_redis_server(work)
         self.executor = connect(self.url, ExecutorConfig(policy=policy))
@@ -41,7 +42,7 @@ class Fleet:
     def start_worker(self, host_id: str, *extra: str) -> None:
         self.workers[host_id] = subprocess.Popen(
             [sys.executable, "-m", "clients.cli", "worker", "--redis", self.url, "--gpu-class", "cpu", "--host-id",
-             host_id, "--work-dir", str(self.work / "shared"), "--work-dir-shared", "--data-root", str(self.work),
+             host_id, "--work-dir", str(self.work / "shared"), "--work-dir-shared", "--data-root", str(self.data_root),
              "--progress-interval-s", "0", *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 

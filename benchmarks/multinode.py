@@ -8,11 +8,15 @@ CPU ranks with gloo over loopback):
    1 rank, for LoRA (ZeRO-2) and full fine-tuning (ZeRO-3): the run's measured step time (Feedback) and tokens/s.
    On one machine the two "nodes" talk over loopback TCP, so this measures tunefleet's gang overhead, not a
    network; on real hosts the planner's inter-node communication estimate is what the Feedback sets it against.
+   Every rank gets one CPU thread (OMP_NUM_THREADS=1, what torchrun sets when a node runs several ranks): the
+   two "hosts" share this machine's cores, and two single-rank nodes with a thread per core each would
+   oversubscribe them (measured: 425 ms a LoRA step instead of ~40).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,6 +50,8 @@ def gang_start(fleet: Fleet, model: Path, data: Path, runs: int) -> list[list[ob
             job_id = f"gang-start-{i}"
             submitted = seconds(client.submit(_plan(model, data, job_id, steps=4)).job.submitted_at)
             events = events_until(client, job_id, lambda e: False)
+            if events[-1].phase != progress_pb2.PHASE_DONE:
+                raise SystemExit(f"{job_id} ended {progress_pb2.Phase.Name(events[-1].phase)}: {events[-1].message}")
             forming = next(e for e in events if e.message.startswith("forming a gang"))
             formed = next(e for e in events if e.message.startswith("gang formed"))
             first = next(e for e in events if e.phase == progress_pb2.PHASE_PREFLIGHT)
@@ -63,6 +69,9 @@ def step_times(fleet: Fleet, model: Path, data: Path, steps: int) -> list[list[o
                 job_id = f"steps-{zero_stage}-{nodes}x{ranks}"
                 client.submit(_plan(model, data, job_id, steps, nodes, ranks, method, zero_stage))
                 events = events_until(client, job_id, lambda e: False)
+                if events[-1].phase != progress_pb2.PHASE_DONE:
+                    raise SystemExit(f"{job_id} ended {progress_pb2.Phase.Name(events[-1].phase)}: "
+                                     f"{events[-1].message}")
                 feedback = client.get(job_id).feedback
                 rows.append([name, nodes, ranks, nodes * ranks, f"{feedback.measured_step_time_s * 1000:.0f}",
                              f"{feedback.measured_tokens_per_s:.0f}", progress_pb2.Phase.Name(events[-1].phase)])
@@ -82,8 +91,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5, help="gang starts measured (default %(default)s)")
     p.add_argument("--steps", type=int, default=40, help="optimizer steps per step-time run (default %(default)s)")
     args = p.parse_args()
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers and their ranks (see the module's docstring)
     work = Path(tempfile.mkdtemp(prefix="tunefleet-multinode-"))
-    fleet = Fleet(work / "fleet", FleetPolicy())
+    fleet = Fleet(work / "fleet", FleetPolicy(), data_root=work)
     try:
         model = build_model(work / "model")
         data = counting_text(work / "data.jsonl", records=256)

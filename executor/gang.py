@@ -20,15 +20,17 @@ is dropped, and a member whose gang moved on stops.
 Fairness. Tickets go to the front of the job's own tier, so the next host of the class that frees up joins the
 gang before it takes any single-node job of that tier or a lower one (a big job is not starved by a stream of
 small ones); higher tiers still go first. A gang that has not formed within the worker's --gang-timeout-s gives
-every joined host back and waits out a backoff (the fleet's retry backoff, doubling per attempt) before it is
-queued again at the front, so hosts held idle for a gang are bounded by that timeout and the small jobs run in
-between (the big job does not starve the others). A gang is not formed at all while the class has fewer live
-hosts than it needs; it waits its backoff with that reason, holding nothing.
+every joined host back and waits out a backoff (the fleet's retry backoff, doubling per attempt, jittered so
+that two gangs holding each other's hosts do not retry in lockstep) before it is queued again at the front, so
+a host is held idle for a gang at most that timeout per attempt and the small jobs run in between (the big job
+does not starve the others). A gang is not formed at all while the class has fewer live hosts than it needs;
+it waits its backoff with that reason, holding nothing.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +61,15 @@ def member_key(job_id: str, node_rank: int) -> str:
 def ticket_id(job_id: str, fence: int, node_rank: int) -> str:
     """The rq job id of member ticket `node_rank` of the gang formed under `fence`."""
     return f"{job_id}--gang-{fence}-node-{node_rank}"
+
+
+_TICKET = re.compile(r"^(?P<job_id>.+)--gang-\d+-node-\d+$")
+
+
+def queued_job_id(entry: str) -> str:
+    """The job a queue entry stands for: itself, or the job of a member ticket."""
+    ticket = _TICKET.match(entry)
+    return ticket.group("job_id") if ticket else entry
 
 
 @dataclass(frozen=True)

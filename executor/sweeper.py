@@ -8,6 +8,7 @@ plan or a Cancel is never retried, and a drained or preempted job is requeued wi
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 
 from executor import job_queue
 from executor.events import EventLog
+from executor.gang import queued_job_id
 from executor.hosts import HostRegistry
 from executor.lease import RUNNING_SET, lease_key
 from executor.progress import TERMINAL_PHASES, new_event
@@ -31,6 +33,7 @@ DEFAULT_RETRY_LIMIT = 3
 DEFAULT_RETRY_BACKOFF_S = 10.0
 MAX_RETRY_BACKOFF_S = 600.0  # 10 s, 20 s, 40 s, ... never more than ten minutes
 GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (executor.gang), not a failure
+GANG_JITTER = 0.5  # a gang's wait is its backoff × U(1, 1 + GANG_JITTER)
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ class Sweeper:
             for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
                 waiting = self.redis.lrange(f"rq:queue:{job_queue.queue_name(gpu_class, priority)}", 0, -1)
                 yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
-                for waiter in [w.decode() for w in waiting][len(yielding):]:
+                for waiter in [queued_job_id(w.decode()) for w in waiting][len(yielding):]:
                     victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority]
                     if not victims:
                         break
@@ -248,7 +251,9 @@ def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_fa
                     _fail_over(pipe, events, job_id, record, policy, now, why)
                 else:
                     attempts = int(record.get(b"gang_attempts", 0)) + 1
-                    delay_s = policy.backoff_s(attempts)
+                    # jittered: two gangs that each hold part of the hosts the other needs both time out, and
+                    # must not retry in lockstep forever
+                    delay_s = round(policy.backoff_s(attempts) * random.uniform(1.0, 1.0 + GANG_JITTER), 1)
                     pipe.hset(key, "gang_attempts", attempts)
                     _wait_in_retrying(pipe, job_id, now, delay_s, why, GANG_WAIT)
                     _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,

@@ -143,13 +143,15 @@ def test_a_checkpoint_missing_one_nodes_shard_is_refused_at_resume(tmp_path):
     assert checkpoint.verify(step, key) == "it lacks the shards of rank(s) 1 of its 2"
 
 
+@pytest.mark.parametrize("lost", ["member", "leader"])
 def test_losing_a_node_stops_every_node_and_the_job_resumes_from_its_last_checkpoint(
-        start_service, start_worker, tiny_model, counting_data, tmp_path):
+        start_service, start_worker, tiny_model, counting_data, tmp_path, lost):
     service = start_service(policy=FleetPolicy(retry_backoff_s=1.0), sweep_interval_s=1.0)
     shared = tmp_path / "shared"
-    workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared),
-                                      start_worker("host-b", shared_dir=shared))}
-    total, job_id = 150, "gang-lost"
+    lease = ("--lease-ttl-s", "10")  # a lost leader's lease lapses sooner than the default 30 s
+    workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared, extra=lease),
+                                      start_worker("host-b", shared_dir=shared, extra=lease))}
+    total, job_id = 150, f"gang-lost-{lost}"
     out = shared / job_id
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
@@ -157,27 +159,27 @@ def test_losing_a_node_stops_every_node_and_the_job_resumes_from_its_last_checkp
         before = watch_until(client, job_id, lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
         assert before[-1].phase == progress_pb2.PHASE_CHECKPOINTING, before[-1].message
         leader = client.get(job_id).host_id
-        member = ({"host-a", "host-b"} - {leader}).pop()
-        # the member's worker only: its launcher and ranks must not outlive it
-        send_signal(process_tree(workers[member].proc.pid)[:1], signal.SIGKILL)
+        victim = leader if lost == "leader" else ({"host-a", "host-b"} - {leader}).pop()
+        # that node's worker only: its launcher and ranks must not outlive it, nor the other node's ranks go on
+        send_signal(process_tree(workers[victim].proc.pid)[:1], signal.SIGKILL)
         killed_at = time.monotonic()
         wait_for(lambda: not _gang_processes(out), "every node's ranks to stop", timeout_s=STOP_BOUND_S)
-        stopped_s = time.monotonic() - killed_at
-        print(f"\nevery node's ranks stopped {stopped_s:.1f} s after node {member}'s worker was killed")
+        print(f"\nevery node's ranks stopped {time.monotonic() - killed_at:.1f} s after the {lost}'s worker "
+              "was killed")
 
-        start_worker("host-c", shared_dir=shared)  # a replacement host joins the next attempt's gang
+        start_worker("host-c", shared_dir=shared, extra=lease)  # a replacement host for the next attempt's gang
         rest = watch_until(client, job_id, lambda e: False, after=before[-1].sequence)
         events = all_events(client, job_id)
         job = client.get(job_id)
     requeued = next(e for e in rest if e.phase == progress_pb2.PHASE_QUEUED)
-    assert f"(host {member}) of the gang was lost" in requeued.message and "retry 1 of 3" in requeued.message, \
-        requeued.message
+    why = f"(host {victim}) of the gang was lost" if lost == "member" else f"host {victim} stopped renewing its lease"
+    assert why in requeued.message and "retry 1 of 3" in requeued.message, requeued.message
     last_sealed = max(e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING
                       and e.sequence < requeued.sequence)
     resumed = [e for e in rest if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message]
     assert resumed and resumed[0].step == last_sealed, "it resumes from the last complete checkpoint"
     regang = [e for e in rest if e.message.startswith("gang formed")]
-    assert regang and "host-c" in regang[-1].message and member not in regang[-1].message
+    assert regang and "host-c" in regang[-1].message and victim not in regang[-1].message
     assert events[-1].phase == progress_pb2.PHASE_DONE and events[-1].step == total, events[-1].message
     assert job.infra_failures == 1
     assert_once_in_order(events)
