@@ -4,6 +4,7 @@ which node broke it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +46,14 @@ class GangLead:
         return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} of the gang: {why}; requeued to resume from its last "
                                                   "checkpoint", requeue=True, checkpoint_first=True)
 
-    def settle(self) -> Outcome:
+    def settle(self, keep_lease: Callable[[], Outcome | None]) -> Outcome:
         """Node 0's ranks ended without a terminal event: wait until every member has ended or is known lost (at
-        most MEMBER_TTL_S), then say which node broke the run."""
+        most MEMBER_TTL_S, holding the job's lease meanwhile), then say which node broke the run."""
         until = time.monotonic() + MEMBER_TTL_S + 1.0
         while True:
+            lease_lost = keep_lease()
+            if lease_lost is not None:
+                return lease_lost
             view = self.gang.view() or self.view
             lost = self.gang.lost(view)
             if lost:
@@ -68,6 +72,11 @@ class GangLead:
 
     def _failed(self, ranks: list[int]) -> Outcome:
         """FAILED, quoting the log of each failed member and of node 0 (the first error may be on either)."""
+        refused = [k for k in ranks if self.view.ended[k].message]
+        if refused:  # a member refused before it launched anything: that is the whole story
+            k = refused[0]
+            return Outcome(progress_pb2.PHASE_FAILED, f"node {k} (host {self.view.members.get(k, '?')}) refused the "
+                                                      f"job: {self.view.ended[k].message}")
         parts = [f"node {k} (host {self.view.members.get(k, '?')}) exited with status "
                  f"{self.view.ended[k].exit_code}; its last lines ({self.out / 'logs'}):\n"
                  f"{node_log_tail(self.out, k)}" for k in ranks]

@@ -245,7 +245,7 @@ class WorkerRuntime:
         if reason is not None:
             return reason
         if lead:
-            return lead.settle()
+            return lead.settle(lambda: self._keep_lease(held))
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {proc.returncode} before the run "
                                                   f"ended; its last lines ({launcher_log_path(out, 0)}):\n"
                                                   f"{log_tail(launcher_log_path(out, 0), LOG_TAIL_LINES)}")

@@ -7,8 +7,10 @@ writes progress and the final artefacts.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -38,6 +40,8 @@ from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLos
 from planner.schema import Objective
 
 log = structlog.get_logger("executor.training")
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when its parent dies
+RANK_EXIT_ORPHANED = 1
 
 
 class _NullSink:
@@ -325,7 +329,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def die_with_parent() -> None:
+    """torchrun starts each rank in a session of its own, out of reach of a signal to the launcher's process group:
+    on Linux the rank asks the kernel to SIGKILL it when its torchrun agent dies (the launcher of a worker that
+    died kills its own group, torchrun included), so no rank outlives its node's run."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the agent died before the request took hold
+        os._exit(RANK_EXIT_ORPHANED)
+
+
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     args = _parse_args(argv)
     transformers.utils.logging.disable_progress_bar()  # rank output goes to logs/train.log, not a terminal
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))

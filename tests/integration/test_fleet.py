@@ -136,6 +136,23 @@ def test_cancel_a_running_job_stops_its_whole_tree_and_keeps_the_checkpoint(exec
     assert worker.proc.poll() is None, "the worker goes on serving after a cancel"
 
 
+def test_no_rank_outlives_a_killed_worker(executor_service, start_worker, tiny_model, counting_data):
+    worker = start_worker("host-a")
+    plan = _plan(tiny_model, counting_data, "fleet-orphan", max_steps=100_000, ranks=2)
+    with ExecutorClient(executor_service.address, timeout_s=60) as client:
+        client.submit(plan)
+        seen = _until(client, "fleet-orphan", progress_pb2.PHASE_TRAINING)
+        assert seen[-1].phase == progress_pb2.PHASE_TRAINING, seen[-1].message
+    out = worker.work_dir / "fleet-orphan"
+    tree = _run_processes(out)
+    ranks = [p for p in tree if "executor.training.recipe" in p.cmdline() and "torch.distributed.run" not in
+             p.cmdline()]
+    assert len(ranks) == 2, "two ranks run"
+    worker.proc.kill()  # the worker alone: its launcher (own session), torchrun and the ranks (sessions of their own)
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, f"processes outlived their worker: {[(p.pid, p.cmdline()[:4]) for p in alive]}"
+
+
 def test_a_job_no_worker_serves_waits_with_a_reason_and_cancels_while_queued(executor_service, start_worker,
                                                                                tiny_model, counting_data):
     start_worker("host-a")  # serves cpu only
