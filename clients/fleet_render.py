@@ -49,11 +49,12 @@ def feedback_text(jobs: Iterable[executor_pb2.Job]) -> str:
                      _error(f.measured_peak_gpu_memory_bytes, f.predicted_peak_gpu_memory_bytes),
                      f"{f.predicted_step_time_s:.3f}" if f.predicted_step_time_s else "-",
                      f"{f.measured_step_time_s:.3f}", _error(f.measured_step_time_s, f.predicted_step_time_s),
-                     f"{f.measured_tokens_per_s:,.0f}"))
+                     f"{f.predicted_communication_time_s:.3f}" if f.predicted_communication_time_s else "-",
+                     f"{f.world_size} on {f.nodes}" if f.world_size else "-", f"{f.measured_tokens_per_s:,.0f}"))
     if not rows:
         return "no finished jobs with feedback"
     return table(rows, ("job", "predicted peak GPU", "measured peak GPU", "error", "predicted step s",
-                        "measured step s", "error", "measured tok/s"))
+                        "measured step s", "error", "of it comm s", "ranks on nodes", "measured tok/s"))
 
 
 def fleet_text(f: executor_pb2.FleetResponse) -> str:

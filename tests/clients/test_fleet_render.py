@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tunefleet.v1 import executor_pb2
+from tunefleet.v1 import executor_pb2, progress_pb2
 
-from clients.fleet_render import fleet_text
+from clients.fleet_render import feedback_text, fleet_text
 
 
 def test_the_fleet_table_shows_places_reasons_and_the_policy() -> None:
@@ -19,3 +19,14 @@ def test_the_fleet_table_shows_places_reasons_and_the_policy() -> None:
     assert rows["next"][2] == "1" and "yield" in " ".join(rows["next"])
     assert rows["retrying"][2] == "-", "a job in its retry backoff has no place in a queue yet"
     assert "policy: preemption on; a lost host's job is retried up to 3 time(s), first after 10 s" in text
+
+
+def test_feedback_sets_a_multi_node_step_time_against_the_planned_step_and_its_communication() -> None:
+    text = feedback_text([executor_pb2.Job(job_id="gang", feedback=progress_pb2.Feedback(
+        predicted_step_time_s=2.0, measured_step_time_s=2.5, predicted_communication_time_s=0.75, nodes=2,
+        world_size=16, measured_tokens_per_s=1000))])
+    header, _, row = text.splitlines()[:3]
+    cells = dict(zip([h.strip() for h in header.split("  ") if h.strip()],
+                     [c.strip() for c in row.split("  ") if c.strip()], strict=False))
+    assert cells["of it comm s"] == "0.750" and cells["ranks on nodes"] == "16 on 2"
+    assert "+25.0%" in row, "measured step time against the prediction"

@@ -37,6 +37,10 @@ def serve_process(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
             return proc, f"127.0.0.1:{found.group(1)}"
     raise AssertionError(f"python -m {module} exited {proc.wait()} before serving")
 WORKER_STOP_S = 90.0
+# The test "hosts" share this machine's cores: one thread per rank (what torchrun sets when a node runs several
+# ranks) keeps two single-rank nodes from oversubscribing them (a LoRA step of a two-node gang: 425 ms with a
+# thread per core and rank, 32 ms with one; make bench-multinode).
+RANK_THREADS = "1"
 
 
 @dataclass
@@ -113,7 +117,8 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
             proc = subprocess.Popen([*wrap, sys.executable, "-m", "clients.cli", "worker", "--redis", url or redis_url,
                                      "--gpu-class", gpu_class, "--host-id", host_id, "--work-dir", str(work_dir),
                                      "--progress-interval-s", "0", *(["--work-dir-shared"] if shared_dir else []),
-                                     *extra], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                     *extra], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=dict(os.environ, OMP_NUM_THREADS=RANK_THREADS))
         worker = Worker(proc, host_id, work_dir, log)
         workers.append(worker)
         return worker
