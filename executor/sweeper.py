@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,11 +232,9 @@ def _wait_in_retrying(pipe: Any, job_id: str, now: int, delay_s: float, reason: 
     pipe.zadd(RETRYING, {job_id: at_ms})
 
 
-def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_failure: bool) -> bool:
-    """A holder ends its attempt without a run to show for it, to be tried again later: after a lost gang member
-    (infra_failure: counted against the retry limit, backoff by failures), or a gang that did not form (nothing
-    counted but the attempt: backoff by gang attempts). False when the job had already moved on (stale fence)."""
-    events = EventLog(connection)
+def _as_holder(connection: Any, job_id: str, fence: int, write: Callable[[Any, dict[bytes, bytes]], None]) -> bool:
+    """Inside one transaction on the job's record, if `fence` still holds it: release its lease and `write` the
+    rest (the pipeline is in MULTI). False when the job had already moved on (stale fence)."""
     key = job_key(job_id)
     while True:
         with connection.pipeline(transaction=True) as pipe:
@@ -244,45 +243,45 @@ def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_fa
                 record = pipe.hgetall(key)
                 if int(record.get(b"fence", 0)) != fence:
                     return False
-                policy, now = FleetPolicy.load(connection), now_ms()
                 pipe.multi()
                 pipe.delete(lease_key(job_id))
-                if infra_failure:
-                    _fail_over(pipe, events, job_id, record, policy, now, why)
-                else:
-                    attempts = int(record.get(b"gang_attempts", 0)) + 1
-                    # jittered: two gangs that each hold part of the hosts the other needs both time out, and
-                    # must not retry in lockstep forever
-                    delay_s = round(policy.backoff_s(attempts) * random.uniform(1.0, 1.0 + GANG_JITTER), 1)
-                    pipe.hset(key, "gang_attempts", attempts)
-                    _wait_in_retrying(pipe, job_id, now, delay_s, why, GANG_WAIT)
-                    _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
-                              f"{why}; the gang tries again in {delay_s:g} s, first in its queue")
+                write(pipe, record)
                 pipe.execute()
                 return True
             except redis.WatchError:
                 continue  # the record changed (a Cancel, a preemption request): look again
+
+
+def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_failure: bool) -> bool:
+    """A holder ends its attempt without a run to show for it, to be tried again later: after a lost gang member
+    (infra_failure: counted against the retry limit, backoff by failures), or a gang that did not form (nothing
+    counted but the attempt: backoff by gang attempts). False when the job had already moved on (stale fence)."""
+    events = EventLog(connection)
+
+    def write(pipe: Any, record: dict[bytes, bytes]) -> None:
+        policy, now = FleetPolicy.load(connection), now_ms()
+        if infra_failure:
+            _fail_over(pipe, events, job_id, record, policy, now, why)
+            return
+        attempts = int(record.get(b"gang_attempts", 0)) + 1
+        # jittered: two gangs that each hold part of the hosts the other needs both time out, and must not retry
+        # in lockstep forever
+        delay_s = round(policy.backoff_s(attempts) * random.uniform(1.0, 1.0 + GANG_JITTER), 1)
+        pipe.hset(job_key(job_id), "gang_attempts", attempts)
+        _wait_in_retrying(pipe, job_id, now, delay_s, why, GANG_WAIT)
+        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
+                  f"{why}; the gang tries again in {delay_s:g} s, first in its queue")
+    return _as_holder(connection, job_id, fence, write)
 
 
 def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool:
     """A holder gives its job back (drained or preempted, checkpoint written): QUEUED again at the front of its
     queue, lease released, no failure counted. False when the job had already moved on (stale fence)."""
     events, queues = EventLog(connection), job_queue.JobQueues(connection)
-    key = job_key(job_id)
-    while True:
-        with connection.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(key)
-                record = pipe.hgetall(key)
-                if int(record.get(b"fence", 0)) != fence:
-                    return False
-                pipe.multi()
-                pipe.hset(key, mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
-                pipe.delete(lease_key(job_id))
-                _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message)
-                queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0),
-                               pipeline=pipe, at_front=True)
-                pipe.execute()
-                return True
-            except redis.WatchError:
-                continue  # the record changed (a Cancel, a preemption request): look again
+
+    def write(pipe: Any, record: dict[bytes, bytes]) -> None:
+        pipe.hset(job_key(job_id), mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
+        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message)
+        queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0), pipeline=pipe,
+                       at_front=True)
+    return _as_holder(connection, job_id, fence, write)

@@ -71,3 +71,15 @@ def assert_once_in_order(events: list[progress_pb2.ProgressEvent]) -> None:
 def checkpoint_states(out: Path) -> list[checkpoint.TrainerState]:
     return [checkpoint.TrainerState(**json.loads((p / checkpoint.TRAINER_STATE).read_text()))
             for _, p in checkpoint.complete_checkpoints(out / "checkpoints")]
+
+
+def run_processes(out: Path) -> list[psutil.Process]:
+    """Live processes training into out, on any node (launchers, torchrun agents, ranks)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(out) in part for part in p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found

@@ -23,6 +23,7 @@ from executor.events import EventLog
 from executor.tiny import make_plan
 from executor.training import checkpoint
 from tests.conftest import TOKEN
+from tests.integration.fleet_helpers import run_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TERMINAL = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)
@@ -46,18 +47,6 @@ def _until(client: ExecutorClient, job_id: str, phase: int) -> list[progress_pb2
             if r.event.phase in (phase, *TERMINAL):
                 break
     return seen
-
-
-def _run_processes(out_dir: Path) -> list[psutil.Process]:
-    """Live processes training into out_dir (launcher, torchrun, ranks)."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(out_dir) in part for part in p.info["cmdline"] or []):
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_submit_watch_to_done_every_event_once_in_order(executor_service, start_worker, tiny_model, counting_data,
@@ -122,7 +111,7 @@ def test_cancel_a_running_job_stops_its_whole_tree_and_keeps_the_checkpoint(exec
         seen = _until(client, "fleet-cancel", progress_pb2.PHASE_CHECKPOINTING)
         assert seen[-1].phase == progress_pb2.PHASE_CHECKPOINTING
         out = worker.work_dir / "fleet-cancel"
-        assert _run_processes(out), "the run should be alive before Cancel"
+        assert run_processes(out), "the run should be alive before Cancel"
 
         requested = client.cancel("fleet-cancel", reason="test")
         assert requested.phase in (progress_pb2.PHASE_TRAINING, progress_pb2.PHASE_CHECKPOINTING,
@@ -130,7 +119,7 @@ def test_cancel_a_running_job_stops_its_whole_tree_and_keeps_the_checkpoint(exec
         tail = _events(client.watch("fleet-cancel", after_sequence=seen[-1].sequence))
         assert tail[-1].phase == progress_pb2.PHASE_CANCELLED and "cancelled: test" in tail[-1].message
         assert client.get("fleet-cancel").phase == progress_pb2.PHASE_CANCELLED
-    _, alive = psutil.wait_procs(_run_processes(out), timeout=30)
+    _, alive = psutil.wait_procs(run_processes(out), timeout=30)
     assert not alive, f"processes of the cancelled run survived: {[p.pid for p in alive]}"
     assert checkpoint.latest(out / "checkpoints") is not None
     assert worker.proc.poll() is None, "the worker goes on serving after a cancel"
@@ -144,7 +133,7 @@ def test_no_rank_outlives_a_killed_worker(executor_service, start_worker, tiny_m
         seen = _until(client, "fleet-orphan", progress_pb2.PHASE_TRAINING)
         assert seen[-1].phase == progress_pb2.PHASE_TRAINING, seen[-1].message
     out = worker.work_dir / "fleet-orphan"
-    tree = _run_processes(out)
+    tree = run_processes(out)
     ranks = [p for p in tree if "executor.training.recipe" in p.cmdline() and "torch.distributed.run" not in
              p.cmdline()]
     assert len(ranks) == 2, "two ranks run"
@@ -314,7 +303,7 @@ def test_a_stopping_worker_requeues_its_job_and_another_resumes_it(executor_serv
         assert first.stop() == 0, first.log.read_text()[-2000:]  # SIGTERM: drain (checkpoint, requeue), exit
         job = client.get("fleet-requeue")
         assert job.phase == progress_pb2.PHASE_QUEUED and "shutting down" in job.last_event.message
-        assert not _run_processes(out), "the run outlived its stopped worker"
+        assert not run_processes(out), "the run outlived its stopped worker"
         saved = checkpoint.latest(out / "checkpoints")
         assert saved is not None and saved[0].step == job.last_event.step > 0, "the drain writes a checkpoint"
 

@@ -30,6 +30,7 @@ from tests.integration.fleet_helpers import (
     assert_once_in_order,
     fleet_plan,
     process_tree,
+    run_processes,
     send_signal,
     wait_for,
     watch_until,
@@ -61,20 +62,6 @@ def _one_node(plan: plan_pb2.Plan, out: Path) -> dict[str, torch.Tensor]:
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return _exported(out)
-
-
-def _gang_processes(out: Path) -> list[object]:
-    """Launchers, torchrun agents and ranks training into out, on any node."""
-    import psutil
-
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(out) in part for part in p.info["cmdline"] or []):
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.mark.parametrize(("method", "zero_stage"), [(training_pb2.METHOD_LORA, 2), (training_pb2.METHOD_FULL, 3)],
@@ -163,7 +150,7 @@ def test_losing_a_node_stops_every_node_and_the_job_resumes_from_its_last_checkp
         # that node's worker only: its launcher and ranks must not outlive it, nor the other node's ranks go on
         send_signal(process_tree(workers[victim].proc.pid)[:1], signal.SIGKILL)
         killed_at = time.monotonic()
-        wait_for(lambda: not _gang_processes(out), "every node's ranks to stop", timeout_s=STOP_BOUND_S)
+        wait_for(lambda: not run_processes(out), "every node's ranks to stop", timeout_s=STOP_BOUND_S)
         print(f"\nevery node's ranks stopped {time.monotonic() - killed_at:.1f} s after the {lost}'s worker "
               "was killed")
 
@@ -229,7 +216,7 @@ def test_a_member_that_cannot_see_the_leaders_output_refuses_and_the_job_fails_w
     assert events[-1].phase == progress_pb2.PHASE_FAILED
     assert "node 1 (host host-b) refused the job: on host host-b: output_uri" in events[-1].message, \
         events[-1].message
-    assert not _gang_processes(out)
+    assert not run_processes(out)
 
 
 
@@ -245,11 +232,11 @@ def test_cancel_stops_every_nodes_process_tree_and_keeps_the_checkpoints(executo
                                  checkpoint_every=5))
         seen = watch_until(client, "gang-cancel", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
         assert seen[-1].phase == progress_pb2.PHASE_CHECKPOINTING, seen[-1].message
-        launchers = [p.info["cmdline"] for p in _gang_processes(out) if "executor.training" in p.info["cmdline"]]
+        launchers = [p.info["cmdline"] for p in run_processes(out) if "executor.training" in p.info["cmdline"]]
         assert {c[c.index("--node-rank") + 1] for c in launchers} == {"0", "1"}, "both nodes' launchers run"
         client.cancel("gang-cancel", reason="enough")
         events = all_events(client, "gang-cancel")
-        wait_for(lambda: not _gang_processes(out), "every node's process tree to stop", timeout_s=STOP_BOUND_S)
+        wait_for(lambda: not run_processes(out), "every node's process tree to stop", timeout_s=STOP_BOUND_S)
         wait_for(lambda: all(not h.running_job_id for h in client.fleet().hosts), "both hosts to be free again")
     assert events[-1].phase == progress_pb2.PHASE_CANCELLED and "enough" in events[-1].message
     assert checkpoint.latest(out / "checkpoints") is not None
