@@ -11,7 +11,7 @@ DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
 CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install redis deploy-tools run plan test lint protos protos-check buf-lint bench bench-accuracy serve clean
+.PHONY: help install redis deploy-tools run plan test lint protos protos-check buf-lint bench bench-accuracy bench-simulate serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -93,6 +93,9 @@ bench-multinode: $(STAMP) redis ## multi-node gangs on this machine: gang start 
 
 bench-accuracy: $(STAMP) ## planner memory and throughput vs measured rows (third-party, and ours when measured)
 	$(PY) -m benchmarks.accuracy
+
+bench-simulate: $(STAMP) ## planner memory vs the executor's own step at full size under fake tensors (~25 s a row)
+	DS_ACCELERATOR=cpu $(PY) -m benchmarks.simulate
 
 serve: $(STAMP) ## serve the planner on 127.0.0.1:50051
 	$(VENV)/bin/tunefleet serve planner

@@ -23,6 +23,14 @@ from clients.planner_client import PlannerClient
 from executor.training import command as train_command
 
 GiB = 1024**3
+# Exit status, for scripts: `tunefleet fit ... && rent-the-gpu`.
+EXIT_OK = 0  # done; for fit and estimate: the job fits
+EXIT_ERROR = 1  # the planner answered with an error that is not the request's fault
+EXIT_BAD_INPUT = 2  # a flag or file is wrong; the message names it
+EXIT_DOES_NOT_FIT = 3  # fit / estimate: the job does not fit (the table says by how much and what to change)
+EXIT_UNAVAILABLE = 4  # the planner at --address could not be reached
+EXIT_STATUS = (f"exit status: {EXIT_OK} fits (or done), {EXIT_DOES_NOT_FIT} does not fit (fit, estimate), "
+               f"{EXIT_BAD_INPUT} bad input,\n  {EXIT_UNAVAILABLE} planner unreachable, {EXIT_ERROR} other error\n")
 EXAMPLES = """examples:
   tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048
   tunefleet fit --model ./my-model/config.json --method full --gpu a100-80gb --gpus 4 --zero 3 --json
@@ -49,6 +57,10 @@ DATASET_FORMATS = {"text": plan_pb2.DATASET_FORMAT_TEXT, "instruction": plan_pb2
 OVERSIZE_IMAGES = {"resize": plan_pb2.OVERSIZE_IMAGES_RESIZE, "refuse": plan_pb2.OVERSIZE_IMAGES_REFUSE}
 RANKS = {"cost": planner_pb2.RANK_BY_COST, "time": planner_pb2.RANK_BY_TIME, "pareto": planner_pb2.RANK_BY_PARETO}
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+class BadInputError(Exception):
+    """A flag the user must change; the message names it. Exit status EXIT_BAD_INPUT."""
 
 
 def count(text: str) -> int:
@@ -95,17 +107,46 @@ def fraction(text: str) -> float:
     return value
 
 
+def margin(text: str) -> float:
+    """'10%' or 0.1: headroom demanded beyond the predicted total, as a fraction of it (0 to 1)."""
+    number = text.strip().removesuffix("%")
+    try:
+        value = float(number) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a margin; write e.g. 10% or 0.1") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0% and 100%, got {text}")
+    return value
+
+
+def _add_margin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--margin", type=margin, default=0.0,
+                   help="headroom to demand beyond the predicted total, e.g. 10%%: fits only with that much to spare "
+                        "(the output also gives the likely range and says 'tight' when the GPU is inside it)")
+
+
+def _looks_local(text: str) -> bool:
+    """A path a user typed (./tiny, ../m, /models/x, ~/m, C:\\m), as opposed to a hub id such as org/name."""
+    return text.startswith((".", "/", "~", "\\")) or (len(text) > 1 and text[1] == ":") or text.endswith(".json")
+
+
 def model_ref(text: str) -> model_pb2.ModelRef:
-    path = Path(text)
+    """A catalog name, or a config.json (or a folder holding one), carried with the folder's absolute path so a saved
+    plan still finds the weights from another working directory."""
+    path = Path(text).expanduser()
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
-            raise SystemExit(f"error: --model: folder {text} has no config.json")
-    if path.suffix == ".json" or path.is_file():
+            raise BadInputError(f"--model: folder {text} has no config.json; give the model's folder (with its "
+                             "config.json), the config.json itself, or a catalog name ('tunefleet models')")
+    if path.is_file():
         try:
-            return model_pb2.ModelRef(config_json=path.read_text(), weights=str(path.parent))
+            return model_pb2.ModelRef(config_json=path.read_text(), weights=str(path.parent.resolve()))
         except OSError as exc:
-            raise SystemExit(f"error: --model: cannot read {path}: {exc.strerror}") from None
+            raise BadInputError(f"--model: cannot read {path}: {exc.strerror}") from None
+    if _looks_local(text):
+        raise BadInputError(f"--model: {text} does not exist (looked in {Path.cwd()}); give the model's folder "
+                         "(with its config.json), the config.json itself, or a catalog name ('tunefleet models')")
     return model_pb2.ModelRef(catalog_name=text)
 
 
@@ -113,8 +154,9 @@ def _add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
     g = p.add_argument_group("model and method")
     g.add_argument("--model", required=True, help="catalog name (see 'tunefleet models'), or a config.json / folder")
     g.add_argument("--method", choices=METHODS, default="lora", help="fine-tuning method (default %(default)s)")
-    g.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help="bf16/fp16: mixed precision with fp32 master weights; bf16-pure: no master copy")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="bf16/fp16: mixed precision with fp32 master weights; bf16-pure: no master copy (not run by "
+                        "tunefleet's executor). Default: bf16, or fp16 on GPUs without bf16 (T4, V100, RTX 20xx)")
     g.add_argument("--lora-r", type=positive_int, default=16, help="LoRA rank (default %(default)s)")
     g.add_argument("--lora-alpha", type=positive_float, default=32.0)
     g.add_argument("--lora-dropout", type=fraction, default=0.05, help="in [0, 1) (default %(default)s)")
@@ -150,7 +192,8 @@ def _add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
         h.add_argument("--gpus", type=positive_int, help="GPUs per node (default 1, or the flavor's)")
         h.add_argument("--nodes", type=positive_int, default=1)
         h.add_argument("--host-memory-gb", type=positive_float, help="host RAM per node in GiB")
-        h.add_argument("--price-per-hour", type=positive_float, help="USD per GPU-hour (overrides the catalog)")
+        h.add_argument("--price-per-hour", type=non_negative_float,
+                       help="USD per GPU-hour (overrides the catalog; 0 for a free tier)")
         h.add_argument("--spot", action="store_true", help="use spot prices where the catalog has them")
 
 
@@ -164,7 +207,8 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
 
 def _training(a: argparse.Namespace) -> training_pb2.TrainingSpec:
     t = training_pb2.TrainingSpec(
-        method=METHODS[a.method], precision=PRECISIONS[a.precision], optimizer=OPTIMIZERS[a.optimizer],
+        method=METHODS[a.method], optimizer=OPTIMIZERS[a.optimizer],
+        precision=PRECISIONS[a.precision] if a.precision else training_pb2.PRECISION_UNSPECIFIED,
         offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
         loss=LOSSES[a.loss], micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
         gradient_accumulation_steps=a.grad_accum,
@@ -181,7 +225,7 @@ def _training(a: argparse.Namespace) -> training_pb2.TrainingSpec:
 def _dpo(a: argparse.Namespace) -> training_pb2.DpoSpec | None:
     knobs = a.dpo_beta is not None or a.dpo_label_smoothing or a.dpo_sft_weight or a.dpo_precompute_reference
     if knobs and not a.dpo:
-        raise SystemExit("error: --dpo-beta, --dpo-label-smoothing, --dpo-sft-weight and --dpo-precompute-reference "
+        raise BadInputError("--dpo-beta, --dpo-label-smoothing, --dpo-sft-weight and --dpo-precompute-reference "
                          "are DPO knobs: add --dpo")
     if not a.dpo:
         return None
@@ -194,19 +238,19 @@ def _dpo(a: argparse.Namespace) -> training_pb2.DpoSpec | None:
 
 def _hardware(a: argparse.Namespace) -> hardware_pb2.HardwareSpec:
     if not a.gpu and not a.flavor:
-        raise SystemExit("error: name the hardware with --gpu (e.g. --gpu rtx-4090) or --flavor (e.g. a10g-large)")
+        raise BadInputError("name the hardware with --gpu (e.g. --gpu rtx-4090) or --flavor (e.g. a10g-large)")
     h = hardware_pb2.HardwareSpec(gpu=a.gpu or "", flavor=a.flavor or "", gpus_per_node=a.gpus or 0, nodes=a.nodes,
                                   spot=a.spot)
     if a.host_memory_gb:
         h.host_memory_bytes = int(a.host_memory_gb * GiB)
-    if a.price_per_hour:
+    if a.price_per_hour is not None:
         h.hourly_usd_per_gpu = a.price_per_hour
     return h
 
 
 def _workload(a: argparse.Namespace) -> training_pb2.WorkloadSpec:
     if not a.tokens and not a.max_steps:
-        raise SystemExit("error: say how much data: --tokens 10M (with --epochs) or --max-steps N")
+        raise BadInputError("say how much data: --tokens 10M (with --epochs) or --max-steps N")
     return training_pb2.WorkloadSpec(dataset_tokens=a.tokens or 0, epochs=a.epochs, max_steps=a.max_steps or 0)
 
 
@@ -219,17 +263,24 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunefleet", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=EXIT_STATUS + EXAMPLES)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fit = sub.add_parser("fit", help="will it fit: per-GPU and host memory, term by term",
                          description="Predict peak memory per GPU and per node, the largest micro-batch that fits, "
-                                     "and what to change when it does not fit.", epilog=EXAMPLES,
+                                     "and what to change when it does not fit.", epilog=EXIT_STATUS + EXAMPLES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_job_args(fit)
+    _add_margin_arg(fit)
+    fit.add_argument("--inference", action="store_true",
+                     help="size serving instead of training: weights, the KV cache of --micro-batch sequences of "
+                          "--seq-len tokens, and the prefill (--method qlora / lora-8bit: 4- / 8-bit weights)")
     _add_client_args(fit)
     est = sub.add_parser("estimate", help="how long and how much money",
-                         description="Fit, plus step time, wall time, GPU-hours and cost as a range.")
+                         description="Fit, plus step time, wall time, GPU-hours and cost as a range.",
+                         epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_job_args(est)
+    _add_margin_arg(est)
     _add_workload_args(est)
     _add_client_args(est)
     rec = sub.add_parser("recommend", help="the cheapest (or fastest) hardware that runs the job",
@@ -285,7 +336,7 @@ def _recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
         allowed_methods=[METHODS[m.strip()] for m in a.methods.split(",") if m.strip() in METHODS])
     bad = [m for m in a.methods.split(",") if m.strip() and m.strip() not in METHODS]
     if bad:
-        raise SystemExit(f"error: --methods: unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
+        raise BadInputError(f"--methods: unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
     if a.budget:
         constraints.max_cost_usd = a.budget
     if a.deadline_hours:
@@ -310,15 +361,26 @@ def recommended_plan(argv: list[str]) -> plan_pb2.Plan:
     return rec.plan
 
 
-def run(a: argparse.Namespace, client: PlannerClient) -> str:
+def run(a: argparse.Namespace, client: PlannerClient) -> tuple[str, int]:
+    """The command's output and its exit status."""
     if a.command == "fit":
+        inference = planner_pb2.InferenceSpec(batch_size=a.micro_batch, context_tokens=a.seq_len) \
+            if a.inference else None
         fit_resp = client.fit(planner_pb2.FitRequest(model=model_ref(a.model), training=_training(a),
-                                                     hardware=_hardware(a)))
-        return render.dumps(fit_resp.result) if a.json else render.fit_text(fit_resp.result)
+                                                     hardware=_hardware(a), margin_fraction=a.margin,
+                                                     inference=inference))
+        text = render.dumps(fit_resp.result) if a.json else render.fit_text(fit_resp.result)
+        return text, EXIT_OK if fit_resp.result.fits else EXIT_DOES_NOT_FIT
     if a.command == "estimate":
         est = client.estimate(planner_pb2.EstimateRequest(model=model_ref(a.model), training=_training(a),
-                                                          hardware=_hardware(a), workload=_workload(a)))
-        return render.dumps(est) if a.json else render.estimate_text(est)
+                                                          hardware=_hardware(a), workload=_workload(a),
+                                                          margin_fraction=a.margin))
+        return (render.dumps(est) if a.json else render.estimate_text(est)), \
+            EXIT_OK if est.fit.fits else EXIT_DOES_NOT_FIT
+    return _listing(a, client), EXIT_OK
+
+
+def _listing(a: argparse.Namespace, client: PlannerClient) -> str:
     if a.command == "recommend":
         rec = client.recommend(_recommend_request(a))
         text = render.dumps(rec) if a.json else render.recommend_text(rec)
@@ -344,12 +406,32 @@ def _dataset(a: argparse.Namespace) -> plan_pb2.DatasetRef:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `tunefleet` entry point. Output piped into a reader that stops early (`tunefleet hardware | head`) ends
+    quietly with the command's status: the reader has what it wanted."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+        return EXIT_OK
+    return status
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:  # every option after 'worker' is the worker's own, --help included
         from executor.worker import main as worker_main
         return worker_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _run_command(args)
+    except BadInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _run_command(args: argparse.Namespace) -> int:
     if args.command == "train":
         return train_command.run(args)
     if args.command == "health":
@@ -364,21 +446,22 @@ def main(argv: list[str] | None = None) -> int:
         return fleet_cli.main(args, recommended_plan)
     try:
         with _planner(args) as client:
-            print(run(args, client))
+            text, status = run(args, client)
+        print(text)
     except InvalidArgument as exc:
         for v in exc.violations or []:
             print(f"error: {v.field}: {v.description}", file=sys.stderr)
         if not exc.violations:
             print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except Unavailable as exc:
         print(f"error: planner at {args.address} is unavailable ({exc}); start it with 'tunefleet serve planner' "
               "or drop --address to plan in-process", file=sys.stderr)
-        return 3
+        return EXIT_UNAVAILABLE
     except TunefleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_ERROR
+    return status
 
 
 if __name__ == "__main__":

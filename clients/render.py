@@ -58,22 +58,28 @@ def table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
 
 def fit_text(r: plan_pb2.FitResult) -> str:
     g, hw, t = r.per_gpu, r.hardware, r.training
-    verdict = "FITS" if r.fits else "DOES NOT FIT"
+    verdict = ("FITS (tight)" if r.tight else "FITS") if r.fits else "DOES NOT FIT"
     head = (f"{verdict}: {r.model.name} ({r.model.parameter_count / 1e9:,.2f}B params, "
             f"{r.trainable_parameter_count / 1e6:,.1f}M trainable) on {hw.gpus_per_node * hw.nodes}x "
             f"{hw.gpu.display_name}{f' [{hw.flavor}]' if hw.flavor else ''}\n"
-            f"method {training_pb2.Method.Name(t.method).removeprefix('METHOD_').lower()}, "
-            f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, ZeRO {t.zero_stage}, "
-            f"grad-ckpt {'on' if t.gradient_checkpointing else 'off'}")
+            + (f"serving {t.micro_batch_size} sequence(s) of {t.sequence_length:,} tokens (weights, KV cache, prefill)"
+               if r.inference else
+               f"method {training_pb2.Method.Name(t.method).removeprefix('METHOD_').lower()}, "
+               f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, ZeRO {t.zero_stage}, "
+               f"grad-ckpt {'on' if t.gradient_checkpointing else 'off'}"))
     rows = [("weights", gib(g.weights_bytes)), ("adapters", gib(g.adapter_bytes)),
             ("gradients", gib(g.gradients_bytes)), ("optimizer states", gib(g.optimizer_bytes)),
             ("activations", gib(g.activations_bytes)), ("  of which logits/loss", gib(g.logits_bytes)),
+            *([("optimizer step (after backward)", gib(g.optimizer_step_bytes))] if g.optimizer_step_bytes else []),
             ("DeepSpeed buffers", gib(g.deepspeed_buffers_bytes)), ("CUDA context", gib(g.cuda_context_bytes)),
             ("allocator slack", gib(g.allocator_bytes)), ("total per GPU", gib(g.total_bytes)),
+            ("  likely range", f"{gib(r.total_low_bytes)} - {gib(r.total_high_bytes)}"),
+            *([("margin asked for", f"{r.margin_fraction:.0%} of the total")] if r.margin_fraction else []),
             ("GPU capacity", gib(r.capacity_bytes)), ("headroom", gib(r.headroom_bytes)),
             ("host RAM per node", f"{gib(r.host.total_bytes)} of {gib(r.host.capacity_bytes)}"),
-            ("largest micro-batch", str(r.max_micro_batch))]
+            ("largest batch" if r.inference else "largest micro-batch", str(r.max_micro_batch))]
     text = head + "\n\n" + table(rows, ("per-GPU memory", "bytes"))
+    text += f"\nrange: {r.band_basis}"
     for note in r.notes:
         text += f"\nnote: {note}"
     if r.suggestions:
@@ -93,12 +99,11 @@ def estimate_text(r: planner_pb2.EstimateResponse) -> str:
             ("step time", f"{e.step_time_s:,.3f} s"), ("throughput", f"{e.tokens_per_s:,.0f} tokens/s"),
             ("model FLOP/s utilisation", f"{e.model_flops_utilization:.0%}"),
             ("wall time", f"{_hours(e.duration_s)} (range {_hours(e.duration_s_low)} - {_hours(e.duration_s_high)})"),
-            ("GPU-hours", f"{e.gpu_hours:,.2f}"), ("price", f"${e.hourly_usd:,.2f}/h for the job's GPUs"),
-            ("cost", f"${e.cost_usd:,.2f} (range ${e.cost_usd_low:,.2f} - ${e.cost_usd_high:,.2f})")]
-    text = fit_text(r.fit) + "\n\n" + table(rows, ("estimate", "value"))
-    if e.hourly_usd == 0:
-        text += "\nnote: no price on record for this GPU; pass --price-per-hour for a cost"
-    return text
+            ("GPU-hours", f"{e.gpu_hours:,.2f}"),
+            ("price", f"${e.hourly_usd:,.2f}/h for the job's GPUs" if e.priced else "no price on record"),
+            ("cost", f"${e.cost_usd:,.2f} (range ${e.cost_usd_low:,.2f} - ${e.cost_usd_high:,.2f})" if e.priced
+             else "unknown: pass --price-per-hour (0 for a free tier)")]
+    return fit_text(r.fit) + "\n\n" + table(rows, ("estimate", "value"))
 
 
 def recommend_text(r: planner_pb2.RecommendResponse) -> str:
@@ -131,11 +136,12 @@ def rejections_text(r: planner_pb2.RecommendResponse, limit: int) -> str:
 def hardware_text(r: planner_pb2.ListHardwareResponse) -> str:
     rows = [(g.name, g.display_name, gib(g.memory_bytes), f"{g.bf16_flops_per_s / 1e12:,.0f}" if g.supports_bf16
              else f"{g.fp16_flops_per_s / 1e12:,.0f} (fp16)", f"{g.memory_bandwidth_bytes_per_s / 1e9:,.0f}",
-             f"${g.on_demand_hourly_usd:.2f}" if g.on_demand_hourly_usd else "-") for g in r.gpus]
-    text = table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h"))
+             f"${g.on_demand_hourly_usd:.2f}" if g.on_demand_hourly_usd else "-", g.spec_source,
+             g.price_source or "-") for g in r.gpus]
+    text = table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h", "spec source", "price source"))
     frows = [(f.name, f.provider, f"{f.gpu_count}x {f.gpu}" if f.gpu_count else "no GPU", gib(f.host_memory_bytes),
-              f"${f.hourly_usd:.2f}") for f in r.flavors]
-    return text + "\n\n" + table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h"))
+              f"${f.hourly_usd:.2f}", f.price_source) for f in r.flavors]
+    return text + "\n\n" + table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h", "price source"))
 
 
 def models_text(r: planner_pb2.ListModelsResponse) -> str:

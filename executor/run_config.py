@@ -25,7 +25,7 @@ from executor.errors import PlanError
 from planner import convert
 from planner.errors import InvalidFieldError
 from planner.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
-from planner.schema import Method, Objective, Optimizer, TrainingSpec
+from planner.schema import Method, Objective, Optimizer, Precision, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
@@ -210,6 +210,10 @@ def _training(plan: plan_pb2.Plan, world_size: int) -> TrainingSpec:
     if t.objective is Objective.DPO and (t.image_tokens or t.train_vision_tower):
         raise PlanError("training.objective", "DPO of a vision-language model is not run by this executor; train "
                                               "it with sft, or DPO the language model alone")
+    if t.precision is Precision.BF16_PURE:
+        raise PlanError("training.precision", "bf16-pure (no fp32 master weights) is not what this executor runs: "
+                                              "DeepSpeed's bf16 optimizer keeps fp32 master weights and states, "
+                                              "which a bf16-pure plan did not size memory for; plan with bf16")
     if t.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
         raise PlanError("training.optimizer", f"{t.optimizer.value} is not a DeepSpeed optimizer; use adamw or sgd")
     return t

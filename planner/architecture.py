@@ -157,6 +157,33 @@ _FAMILY_BY_MODEL_TYPE = {
 }
 
 
+def config_json(a: Architecture) -> dict[str, Any]:
+    """The config.json an Architecture stands for (transformers' keys and model_type): what
+    architecture_from_config reads back, and what benchmarks/simulate.py builds a model from."""
+    if a.family is Family.GPT2:
+        return {"model_type": "gpt2", "n_embd": a.hidden_size, "n_layer": a.num_layers,
+                "n_head": a.num_attention_heads, "vocab_size": a.vocab_size, "n_positions": a.max_position_embeddings}
+    text: dict[str, Any] = {
+        "num_hidden_layers": a.num_layers, "hidden_size": a.hidden_size, "intermediate_size": a.intermediate_size,
+        "num_attention_heads": a.num_attention_heads, "num_key_value_heads": a.num_key_value_heads,
+        "vocab_size": a.vocab_size, "tie_word_embeddings": a.tie_word_embeddings}
+    if a.head_dim:
+        text["head_dim"] = a.head_dim
+    if a.max_position_embeddings:
+        text["max_position_embeddings"] = a.max_position_embeddings
+    if a.num_experts:
+        text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
+    if a.vision is not None:
+        v = a.vision
+        return {"model_type": a.family.value, "tie_word_embeddings": a.tie_word_embeddings, "text_config": text,
+                "vision_config": {"depth": v.depth, "embed_dim": v.embed_dim, "num_heads": v.num_heads,
+                                  "mlp_ratio": v.mlp_ratio, "hidden_size": v.out_hidden_size,
+                                  "in_chans": v.in_channels, "patch_size": v.patch_size,
+                                  "spatial_merge_size": v.spatial_merge_size,
+                                  "temporal_patch_size": v.temporal_patch_size}}
+    return {"model_type": a.family.value, **text}
+
+
 _CONFIG = "model.config_json"
 
 
@@ -196,16 +223,41 @@ def _object(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
+# Keys of a config whose layers are not the Llama layout (experts, multi-head latent attention, a vision tower),
+# even when its other keys read like one.
+_NOT_LLAMA_LAYOUT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "q_lora_rank", "kv_lora_rank",
+                          "vision_config", "n_embd", "multi_query", "partial_rotary_factor")
+_LLAMA_LAYOUT_KEYS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size")
+
+
 def architecture_from_config(text: str) -> Architecture:
     """Parse the text of a Hugging Face config.json into an Architecture: strictly typed, size- and depth-bounded;
     every failure names the key."""
+    return read_config(text)[0]
+
+
+def read_config(text: str) -> tuple[Architecture, str]:
+    """The Architecture of a config.json and a note for the answer: a model_type the planner does not model whose
+    config follows the Llama layout (the keys of _LLAMA_LAYOUT_KEYS, none of _NOT_LLAMA_LAYOUT_KEYS) is read as
+    Llama, and the note says so; any other unknown model_type is refused naming the ones supported."""
     cfg = loads_object(text, _CONFIG, max_chars=CONFIG_JSON_CHARS, max_depth=CONFIG_JSON_DEPTH,
                        error=InvalidFieldError)
     model_type = cfg.get("model_type")
     family = _FAMILY_BY_MODEL_TYPE.get(model_type) if isinstance(model_type, str) else None
     if family is None:
-        raise UnsupportedError(_CONFIG, f"model_type {echo(model_type)} is not supported; supported: "
-                                        f"{', '.join(sorted(_FAMILY_BY_MODEL_TYPE))}")
+        llama_like = all(isinstance(cfg.get(key), int) for key in _LLAMA_LAYOUT_KEYS) and \
+            not any(key in cfg for key in _NOT_LLAMA_LAYOUT_KEYS)
+        if not llama_like:
+            raise UnsupportedError(_CONFIG, f"model_type {echo(model_type)} is not supported; supported: "
+                                            f"{', '.join(sorted(_FAMILY_BY_MODEL_TYPE))}")
+        note = (f"model_type {echo(model_type)} is not one the planner models; its config follows the Llama layout, "
+                "so it is answered as Llama (norms or biases it adds are not counted): check the parameter count "
+                "against the model card")
+        return _architecture(cfg, Family.LLAMA), note
+    return _architecture(cfg, family), ""
+
+
+def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
     vision = None
     text_cfg: Mapping[str, Any] = cfg
     if family is Family.QWEN2_VL:

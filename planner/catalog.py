@@ -24,7 +24,7 @@ def normalise_gpu_name(name: str) -> str:
     return re.sub(r"-+", "-", key)
 
 
-def _did_you_mean(name: str, choices: list[str]) -> str:
+def did_you_mean(name: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
     return f" Did you mean {', '.join(close)}?" if close else ""
 
@@ -49,7 +49,7 @@ class Catalog:
         index: dict[str, GpuSpec] = self._gpu_index  # type: ignore[attr-defined]
         found = index.get(normalise_gpu_name(name))
         if found is None:
-            hint = _did_you_mean(normalise_gpu_name(name), list(index))
+            hint = did_you_mean(normalise_gpu_name(name), list(index))
             raise UnknownNameError(field, f"unknown GPU {echo(name)}.{hint} "
                                        "Run 'tunefleet hardware' for the catalog.")
         return found
@@ -58,18 +58,28 @@ class Catalog:
         index: dict[str, Flavor] = self._flavor_index  # type: ignore[attr-defined]
         found = index.get(name.strip().lower())
         if found is None:
-            raise UnknownNameError(field, f"unknown flavor {echo(name)}.{_did_you_mean(name, list(index))} "
+            raise UnknownNameError(field, f"unknown flavor {echo(name)}.{did_you_mean(name, list(index))} "
                                        "Run 'tunefleet hardware' for the catalog.")
         return found
 
+    def providers(self) -> set[str]:
+        """Every provider a recommendation can be limited to: the flavors' providers, and "catalog" for GPU classes
+        at their list price."""
+        return {f.provider for f in self.flavors} | {"catalog"}
+
     def model(self, name: str, field: str = "model.catalog_name") -> ModelSpec:
         index: dict[str, ModelSpec] = self._model_index  # type: ignore[attr-defined]
-        canonical = {k.lower(): v for k, v in self.model_aliases.items()}.get(name.strip().lower(), name)
+        aliases = {k.lower(): k for k in self.model_aliases}
+        alias = aliases.get(name.strip().lower())
+        canonical = self.model_aliases[alias] if alias else name
         found = index.get(canonical.strip().lower())
         if found is None:
             names = [m.name for m in self.models] + list(self.model_aliases)
-            raise UnknownNameError(field, f"unknown model {echo(name)}.{_did_you_mean(name, names)} Pass the model's "
+            raise UnknownNameError(field, f"unknown model {echo(name)}.{did_you_mean(name, names)} Pass the model's "
                                        "config.json instead, or run 'tunefleet models' for the catalog.")
+        if alias:  # answered under the name asked for, saying whose shape it has
+            return replace(found, name=alias, weights=alias,
+                           source=f"{found.source} (same architecture as {found.name})")
         return found
 
 

@@ -19,6 +19,17 @@ CUDA_CONTEXT_BYTES = 600 * MiB
 # allocated bytes. Initial: the third-party rows in shared/calibration show reserved/allocated
 # of 1.12-1.20 (fms-acceleration A100 runs).
 ALLOCATOR_OVERHEAD_FRACTION = 0.12
+# The range of both, for Fit's band (planner/confidence.py): the same sources' spread.
+CUDA_CONTEXT_RANGE_BYTES = (500 * MiB, 700 * MiB)
+ALLOCATOR_OVERHEAD_RANGE = (0.12, 0.20)
+# How far the truth has been found above and below the planner's allocated prediction (under, over), by regime:
+# the executor's step simulated at full size (make bench-simulate, its "truth above/below the plan" lines,
+# benchmarks/results/simulate.csv, 2026-11-24: 51 rows of ZeRO 0-2 and 8 of ZeRO 3).
+SIMULATED_ERROR_ZERO0_TO_2 = (0.022, 0.175)
+SIMULATED_ERROR_ZERO3 = (0.109, 0.023)
+# QLoRA / 8-bit: bitsandbytes kernels cannot run under fake tensors; the third-party quantised rows bound them
+# (make bench-accuracy, 2026-11-24: Mistral-7B QLoRA under HF Trainer 38.3 % above the plan, none below it).
+THIRD_PARTY_ERROR_QUANTISED = (0.383, 0.0)
 
 # bitsandbytes NF4: 4 bits per weight plus one absmax per 64-weight block; fp32 absmax without
 # double quantisation, 8-bit absmax plus an fp32 constant per 256 blocks with it (Dettmers 2023).
@@ -32,10 +43,20 @@ INT8_BYTES_PER_PARAM = 1
 ADAMW_STATE_BYTES = 8
 ADAMW_8BIT_STATE_BYTES = 2
 SGD_STATE_BYTES = 4
-# fp32 master weights and the fp32 gradient partition DeepSpeed's mixed-precision optimizers
-# keep for the step (deepspeed.runtime.zero.stage_1_and_2, bf16_optimizer).
+# fp32 master weights DeepSpeed's mixed-precision optimizers keep (runtime/fp16/fused_optimizer.py for ZeRO 0,
+# runtime/zero/stage_1_and_2.py and stage3.py: single_partition_of_fp32_groups / fp32_partitioned_groups_flat).
 FP32_MASTER_BYTES = 4
-FP32_GRAD_COPY_BYTES = 4
+# The fp32 gradients exist only during DeepSpeed 0.19's mixed-precision step, after the activations are freed
+# (simulated: benchmarks/simulate.py, the step's `cat` and `_to_copy`), per trainable parameter it updates:
+# - ZeRO 0 (FP16_Optimizer.step, used for bf16 and fp16): `_flatten_dense_tensors([p.grad.to(fp32) ...])` holds
+#   every gradient's fp32 copy and their concatenation at once: 4 + 4 bytes;
+# - ZeRO 1-3: the bf16 gradient partition flattened (2) and its fp32 copy (4), for the rank's partition
+#   (stage_1_and_2.step: flatten_dense_tensors_aligned(...).to(fp32)) or one sub-group of it (stage3.step).
+ZERO0_STEP_GRAD_BYTES = 8
+ZERO_STEP_GRAD_BYTES = 6
+# DeepSpeed's ZeRO-3 optimizer steps one sub-group of a rank's partition at a time; tunefleet's configs leave
+# sub_group_size at DeepSpeed's default (runtime/zero/config.py: sub_group_size = 1e9).
+STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
 
 # DeepSpeed communication buckets tunefleet writes into every generated config (elements).
 REDUCE_BUCKET_ELEMENTS = 50_000_000
@@ -44,11 +65,14 @@ STAGE3_PREFETCH_BUCKET_ELEMENTS = 50_000_000
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
 
-# Logits/loss: bf16 logits (kept in the model output), their fp32 upcast, log_softmax's saved
-# fp32 output and its fp32 gradient alive together at the start of backward (transformers
-# ForCausalLMLoss upcasts logits with .float()). Bytes per token per vocab entry beyond the
-# logits' own dtype.
+# Logits/loss: fp32 vocab-sized tensors alive together at the first op of the loss backward — log_softmax's
+# saved output, its gradient and the gradient of its input (transformers ForCausalLMLoss upcasts the logits
+# with .float(); the bf16 logits and the upcast are freed before backward). Counted by the fake-tensor
+# simulation of the executor's step (benchmarks/simulate.py).
 LOGITS_FP32_COPIES = 3
+# Eager attention's softmax backward: the saved fp32 probabilities, the fp32 upcast of their incoming gradient and
+# the gradient of the scores (aten _softmax_backward_data) alive together (simulated: benchmarks/simulate.py).
+EAGER_SOFTMAX_BACKWARD_FP32_COPIES = 3
 # CUDA's native_dropout keeps a bool mask: one byte per element (aten/src/ATen/native/cuda/Dropout.cu).
 DROPOUT_MASK_BYTES = 1
 # Token ids (embedding backward) and the shifted labels (nll_loss) are int64.

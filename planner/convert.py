@@ -8,9 +8,9 @@ from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, trainin
 
 from common.bounds import echo
 from common.errors import FieldError
-from planner.architecture import architecture_from_config, parameter_counts
-from planner.catalog import Catalog
-from planner.errors import InvalidFieldError, UnsupportedError
+from planner.architecture import parameter_counts, read_config
+from planner.catalog import Catalog, did_you_mean
+from planner.errors import InvalidFieldError, UnknownNameError, UnsupportedError
 from planner.estimate import Estimate
 from planner.fit import FitResult
 from planner.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
@@ -124,13 +124,13 @@ def model_from_proto(p: model_pb2.ModelRef, catalog: Catalog) -> ModelSpec:
         spec = ModelSpec("custom", _architecture_from_proto(p.architecture), p.weights, "inline architecture")
     elif source == "config_json":
         try:
-            architecture = architecture_from_config(p.config_json)
+            architecture, note = read_config(p.config_json)
         except InvalidFieldError as e:  # a shape check names the Architecture field; the client sent config.json
             if e.field == "model.config_json":
                 raise
             raise InvalidFieldError("model.config_json", f"'{e.field.removeprefix('model.architecture.')}' "
                                                          f"{e.description}") from e
-        spec = ModelSpec(p.weights or "config.json", architecture, p.weights, "config.json")
+        spec = ModelSpec(p.weights or "config.json", architecture, p.weights, "config.json", note)
     else:
         raise InvalidFieldError("model", "set one of catalog_name, architecture or config_json")
     _check_ranges(spec.architecture, f"model.{source}")
@@ -264,10 +264,12 @@ def hardware_from_proto(p: hardware_pb2.HardwareSpec, catalog: Catalog) -> Hardw
             raise InvalidFieldError("hardware.gpu", f"flavor {flavor.name} carries {gpu.name}, not {p.gpu}")
     else:
         gpu = catalog.gpu(p.gpu)
-    for name in ("gpu_memory_bytes", "host_memory_bytes", "hourly_usd_per_gpu", "interconnect_bandwidth_bytes_per_s",
+    for name in ("gpu_memory_bytes", "host_memory_bytes", "interconnect_bandwidth_bytes_per_s",
                  "inter_node_bandwidth_bytes_per_s"):
         if p.HasField(name) and getattr(p, name) <= 0:
             raise InvalidFieldError(f"hardware.{name}", f"must be greater than 0, got {getattr(p, name)}")
+    if p.HasField("hourly_usd_per_gpu") and not p.hourly_usd_per_gpu >= 0:
+        raise InvalidFieldError("hardware.hourly_usd_per_gpu", f"must be 0 (free) or more, got {p.hourly_usd_per_gpu}")
     if p.HasField("gpu_memory_bytes"):
         gpu = replace(gpu, memory_bytes=p.gpu_memory_bytes)
     if p.HasField("interconnect_bandwidth_bytes_per_s") or p.interconnect:
@@ -289,7 +291,8 @@ def hardware_from_proto(p: hardware_pb2.HardwareSpec, catalog: Catalog) -> Hardw
     return Hardware(gpu=gpu, gpus_per_node=gpus_per_node, nodes=p.nodes or 1, host_memory_bytes=host,
                     hourly_usd_per_gpu=price, spot=p.spot, provider=p.provider or (flavor.provider if flavor else ""),
                     flavor=flavor.name if flavor else "",
-                    inter_node_bandwidth_bytes_per_s=p.inter_node_bandwidth_bytes_per_s)
+                    inter_node_bandwidth_bytes_per_s=p.inter_node_bandwidth_bytes_per_s,
+                    priced=p.HasField("hourly_usd_per_gpu") or price > 0)
 
 
 def gpu_to_proto(g: GpuSpec) -> hardware_pb2.GpuSpec:
@@ -323,11 +326,14 @@ def fit_to_proto(r: FitResult) -> plan_pb2.FitResult:
     return plan_pb2.FitResult(
         fits=r.fits, capacity_bytes=r.capacity_bytes, headroom_bytes=r.headroom_bytes,
         max_micro_batch=r.max_micro_batch, trainable_parameter_count=r.trainable_parameters,
+        total_low_bytes=r.band.low_bytes, total_high_bytes=r.band.high_bytes, band_basis=r.band.basis, tight=r.tight,
+        margin_fraction=r.margin_fraction, inference=r.inference,
         per_gpu=plan_pb2.MemoryBreakdown(
             weights_bytes=g.weights_bytes, adapter_bytes=g.adapter_bytes, gradients_bytes=g.gradients_bytes,
             optimizer_bytes=g.optimizer_bytes, activations_bytes=g.activations_bytes, logits_bytes=g.logits_bytes,
             deepspeed_buffers_bytes=g.deepspeed_buffers_bytes, cuda_context_bytes=g.cuda_context_bytes,
-            allocator_bytes=g.allocator_bytes, overhead_bytes=g.overhead_bytes, total_bytes=g.total_bytes),
+            allocator_bytes=g.allocator_bytes, overhead_bytes=g.overhead_bytes, total_bytes=g.total_bytes,
+            optimizer_step_bytes=g.optimizer_step_bytes),
         host=plan_pb2.HostMemory(
             offloaded_optimizer_bytes=h.offloaded_optimizer_bytes,
             offloaded_parameters_bytes=h.offloaded_parameters_bytes,
@@ -352,7 +358,8 @@ def estimate_to_proto(e: Estimate) -> plan_pb2.TimeEstimate:
         offload_time_per_step_s=s.offload_s, step_time_s=s.step_s, tokens_per_s=s.tokens_per_s,
         total_steps=e.total_steps, total_tokens=e.total_tokens, duration_s_low=e.duration_s_low,
         duration_s=e.duration_s, duration_s_high=e.duration_s_high, gpu_hours=e.gpu_hours,
-        cost_usd_low=e.cost_usd_low, cost_usd=e.cost_usd, cost_usd_high=e.cost_usd_high, hourly_usd=e.hourly_usd)
+        cost_usd_low=e.cost_usd_low, cost_usd=e.cost_usd, cost_usd_high=e.cost_usd_high, hourly_usd=e.hourly_usd,
+        priced=e.priced)
 
 
 def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Constraints:
@@ -364,6 +371,12 @@ def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Cons
         raise InvalidFieldError("constraints.max_duration_s", "must be greater than 0")
     methods = tuple(dict.fromkeys(_from_proto(METHOD, m, None, f"constraints.allowed_methods[{i}]")
                                   for i, m in enumerate(p.allowed_methods)))
+    providers = catalog.providers()
+    for i, name in enumerate(p.allowed_providers):
+        if name not in providers:
+            raise UnknownNameError(f"constraints.allowed_providers[{i}]",
+                                   f"no hardware from provider {echo(name)}.{did_you_mean(name, sorted(providers))} "
+                                   f"Providers: {', '.join(sorted(providers))}.")
     return Constraints(
         max_cost_usd=p.max_cost_usd if p.HasField("max_cost_usd") else None,
         max_duration_s=p.max_duration_s if p.HasField("max_duration_s") else None,

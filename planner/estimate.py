@@ -21,6 +21,7 @@ class Estimate:
     duration_s_high: float
     hourly_usd: float
     gpus: int = 1
+    priced: bool = True  # False: no price on record; the costs are 0 and mean unknown
 
     @property
     def gpu_hours(self) -> float:
@@ -53,4 +54,5 @@ def estimate(model: ModelSpec, t: TrainingSpec, hw: Hardware, workload: Workload
         step=step, total_steps=steps, total_tokens=steps * step.tokens_per_step, duration_s=expected,
         duration_s_low=k.STARTUP_S + train_s * k.DURATION_LOW_FACTOR,
         duration_s_high=k.STARTUP_S + train_s * k.DURATION_HIGH_FACTOR, hourly_usd=hourly, gpus=hw.world_size,
+        priced=hw.priced,
     )

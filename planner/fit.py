@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from planner.architecture import linear_layers
 from planner.catalog import Catalog
+from planner.confidence import Band, band
 from planner.errors import InvalidFieldError
 from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, parameter_split, per_gpu_memory
-from planner.schema import Hardware, Loss, Method, ModelSpec, Objective, Offload, TrainingSpec
+from planner.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 
 GiB = 1024**3
 # The largest byte count a uint64 field carries on every client (int64's maximum: Java and JSON readers).
 MAX_REPORTABLE_BYTES = 2 ** 63 - 1
 MAX_MICRO_BATCH = 4096
+MAX_MARGIN_FRACTION = 1.0
+MIN_SUGGESTED_SEQUENCE = 256  # shorter sequences are not suggested: most examples would be cut
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,18 @@ class FitResult:
     model: ModelSpec
     training: TrainingSpec
     hardware: Hardware
+    band: Band
+    margin_fraction: float = 0.0
+    inference: bool = False  # sized for serving (planner/inference.py)
 
     @property
     def headroom_bytes(self) -> int:
         return self.capacity_bytes - self.per_gpu.total_bytes
+
+    @property
+    def tight(self) -> bool:
+        """It fits as predicted, but the likely range reaches past the GPU's memory."""
+        return self.fits and self.band.high_bytes > self.capacity_bytes
 
 
 def gib(n: float) -> str:
@@ -81,6 +93,19 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
     if t.loss is Loss.STANDARD:
         out.append(("use a chunked cross-entropy loss", "never materialises the full fp32 logits",
                     replace(t, loss=Loss.CHUNKED), hw))
+    if t.precision in (Precision.BF16, Precision.BF16_PURE) and not hw.gpu.supports_bf16:
+        out.append(("--precision fp16", f"{hw.gpu.display_name} has no bf16; fp16 mixed precision takes the same "
+                    "memory", replace(t, precision=Precision.FP16), hw))
+    if t.sequence_length >= 2 * MIN_SUGGESTED_SEQUENCE:
+        shorter = t.sequence_length // 2
+        out.append((f"--seq-len {shorter}", "halves the activations and the logits (longer examples are cut or "
+                    "packed into more sequences)", replace(t, sequence_length=shorter), hw))
+    if t.method.uses_adapters and t.lora.target_modules == (ALL_LINEAR,):
+        qv = tuple(n for n in ("q_proj", "v_proj") if n in {layer.name for layer in linear_layers(model.architecture)})
+        if qv:
+            out.append((f"--lora-targets {','.join(qv)}", "adapts only the attention's query and value projections: "
+                        "fewer adapter activations, gradients and optimizer states",
+                        replace(t, lora=replace(t.lora, target_modules=qv)), hw))
     if hw.world_size > 1:
         for stage in range(t.zero_stage + 1, 4):
             out.append((f"ZeRO stage {stage}", "partitions more model state across the GPUs",
@@ -103,8 +128,12 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
         if gpus > hw.gpus_per_node:
             out.append((f"{gpus} GPUs with ZeRO stage 3", "shards weights, gradients and optimizer states",
                         replace(t, zero_stage=3), replace(hw, gpus_per_node=gpus)))
-    bigger = sorted((g for g in catalog.gpus if g.memory_bytes > hw.gpu.memory_bytes), key=lambda g: g.memory_bytes)
-    for gpu in bigger:
+    # the smallest other GPU that runs the job as is (precision included): a GPU that failed on bf16 alone may be
+    # bigger than one that holds it
+    usable = sorted((g for g in catalog.gpus if g.name != hw.gpu.name and g.vendor == hw.gpu.vendor
+                     and (g.supports_bf16 or not t.precision.value.startswith("bf16"))),
+                    key=lambda g: (g.memory_bytes, g.on_demand_hourly_usd or float("inf")))
+    for gpu in usable:
         candidate = replace(hw, gpu=gpu, hourly_usd_per_gpu=gpu.on_demand_hourly_usd)
         if per_gpu_memory(model, t, candidate).total_bytes <= gpu.memory_bytes:
             out.append((f"a {gpu.display_name} ({gib(gpu.memory_bytes)})", "the smallest catalog GPU that holds "
@@ -118,6 +147,7 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
     found: list[Suggestion] = []
     for change, reason, t2, hw2 in _variants(model, t, hw, catalog, best_mb):
         ok, gpu, _ = _fits(model, t2, hw2)
+        ok = ok and (hw2.gpu.supports_bf16 or not t2.precision.value.startswith("bf16"))
         found.append(Suggestion(change, reason, gpu.total_bytes, ok, t2, hw2))
     fitting = [s for s in found if s.fits]
     return tuple(fitting) if fitting else tuple(sorted(found, key=lambda s: s.per_gpu_total_bytes)[:3])
@@ -146,7 +176,21 @@ def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
     return f"DPO: the reference is the base model with the adapter disabled, no second copy; {pairs}"
 
 
-def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> FitResult:
+BF16_PURE_NOTE = ("bf16-pure (no fp32 master weights, bf16 optimizer states) is what recipes such as torchtune's run; "
+                  "tunefleet's executor trains with DeepSpeed, whose bf16 optimizer keeps fp32 master weights and "
+                  "states, so it refuses this plan: plan --precision bf16 to run it on the fleet")
+
+
+def check_margin(margin_fraction: float) -> None:
+    if not 0.0 <= margin_fraction <= MAX_MARGIN_FRACTION:
+        raise InvalidFieldError("margin_fraction", f"must be between 0 and {MAX_MARGIN_FRACTION} (a fraction of the "
+                                                   f"predicted total: 0.1 is 10 %), got {margin_fraction}")
+
+
+def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margin_fraction: float = 0.0) -> FitResult:
+    """Whether the job fits, term by term, how sure that is (`band`), and what to change when it does not. A margin
+    demands that much headroom beyond the predicted total (0.1: 10 % of it)."""
+    check_margin(margin_fraction)
     ok, gpu, host = _fits(model, t, hw)
     if max(gpu.total_bytes, host.total_bytes) > MAX_REPORTABLE_BYTES:
         raise InvalidFieldError("training.sequence_length",
@@ -156,6 +200,11 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> Fi
     best = max_micro_batch(model, t, hw)
     split = parameter_split(model.architecture, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     notes: list[str] = []
+    needed = int(gpu.total_bytes * (1 + margin_fraction))
+    if margin_fraction and ok and needed > hw.gpu.memory_bytes:
+        ok = False
+        notes.append(f"with the {margin_fraction:.0%} margin asked for it needs {gib(needed)} per GPU on a "
+                     f"{gib(hw.gpu.memory_bytes)} {hw.gpu.display_name}")
     if gpu.total_bytes > hw.gpu.memory_bytes:
         notes.append(f"micro-batch {t.micro_batch_size} needs {gib(gpu.total_bytes)} per GPU on a "
                      f"{gib(hw.gpu.memory_bytes)} {hw.gpu.display_name}")
@@ -170,5 +219,14 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog) -> Fi
         notes.append(_kbit_amp_note(model, t, split.trainable_decoder_layers))
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
+    if t.precision is Precision.BF16_PURE:
+        notes.append(BF16_PURE_NOTE)
+    if model.note:
+        notes.append(model.note)
     found = suggestions(model, t, hw, catalog, best) if not ok else ()
-    return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw)
+    likely = band(gpu, t)
+    if ok and likely.high_bytes > hw.gpu.memory_bytes:
+        notes.append(f"tight: the peak is likely {gib(likely.low_bytes)}-{gib(likely.high_bytes)} and the GPU holds "
+                     f"{gib(hw.gpu.memory_bytes)}; ask for --margin to plan with room, or take a suggestion below")
+    return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw,
+                     likely, margin_fraction)

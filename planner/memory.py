@@ -46,15 +46,39 @@ class MemoryBreakdown:
     deepspeed_buffers_bytes: int
     cuda_context_bytes: int
     allocator_bytes: int
+    optimizer_step_bytes: int = 0
+    # ZeRO 0-1 free the gradients at every step and backward builds them as it frees the activations; ZeRO 2-3
+    # keep the gradient partition allocated across steps
+    gradients_grow_in_backward: bool = False
+    # The gradients alive while the step runs: all of them under ZeRO 0, the rank's reduced partition under ZeRO 1
+    gradients_at_step_bytes: int = 0
+    # Alive at the end of backward only: a tied embedding's second gradient and their sum (full fine-tuning)
+    backward_end_bytes: int = 0
 
     @property
     def overhead_bytes(self) -> int:
         return self.deepspeed_buffers_bytes + self.cuda_context_bytes + self.allocator_bytes
 
+    def _after_backward_bytes(self) -> int:
+        if self.gradients_grow_in_backward:
+            return max(self.gradients_bytes + self.backward_end_bytes,
+                       self.gradients_at_step_bytes + self.optimizer_step_bytes)
+        return max(self.backward_end_bytes, self.optimizer_step_bytes)
+
+    @property
+    def activations_decide_peak(self) -> bool:
+        """Whether the start of backward (activations) is the peak, so a longer or bigger batch needs more."""
+        return self.activations_bytes >= self._after_backward_bytes()
+
     @property
     def total_bytes(self) -> int:
-        return (self.weights_bytes + self.adapter_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.overhead_bytes)
+        """The peak of a step. Backward frees the activations as it builds the gradients, layer by layer: their sum
+        peaks at one end — the start (activations, the logits/loss term among them) or the end (every gradient).
+        The optimizer step then runs with the gradients it updates and its own transient (`optimizer_step_bytes`).
+        Under ZeRO 2-3 the gradient partition is there throughout."""
+        persistent = self.weights_bytes + self.adapter_bytes + self.optimizer_bytes + self.overhead_bytes
+        return persistent + (0 if self.gradients_grow_in_backward else self.gradients_bytes) + \
+            max(self.activations_bytes, self._after_backward_bytes())
 
 
 @dataclass(frozen=True)
@@ -88,7 +112,7 @@ class ParameterSplit:
     vision_trainable: bool
 
 
-def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
+def quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
     if method is Method.QLORA:
         absmax = (1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)) if double_quant \
             else 4 / k.NF4_BLOCK_SIZE
@@ -123,7 +147,7 @@ def _weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
     """Bytes of the base model's weights as stored on the GPU (whole model, unpartitioned)."""
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
     if split.quantised:
-        per_quantised = _quantised_bytes_per_param(t.method, t.double_quant)
+        per_quantised = quantised_bytes_per_param(t.method, t.double_quant)
         return split.quantised * per_quantised + (split.total - split.quantised) * dense_bytes
     return split.total * dense_bytes
 
@@ -141,8 +165,24 @@ def _optimizer_state_bytes(t: TrainingSpec) -> float:
 
 
 def optimizer_bytes_per_trainable_param(t: TrainingSpec) -> float:
-    mixed = k.FP32_MASTER_BYTES + k.FP32_GRAD_COPY_BYTES if t.precision.has_fp32_master else 0
-    return _optimizer_state_bytes(t) + mixed
+    """Optimizer memory held across steps per trainable parameter (before ZeRO partitioning): the states, and the
+    fp32 master weights under mixed precision. DeepSpeed's fp32 gradients exist only during the step
+    (`optimizer_step_bytes`)."""
+    master = k.FP32_MASTER_BYTES if t.precision.has_fp32_master else 0
+    return _optimizer_state_bytes(t) + master
+
+
+def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int) -> float:
+    """What DeepSpeed's mixed-precision step allocates after backward has freed the activations: the fp32 copy of
+    the gradients it updates and the flattened tensor it builds them into."""
+    if not t.precision.has_fp32_master or t.offload is not Offload.NONE:
+        return 0.0
+    if t.zero_stage == 0:
+        return trainable * k.ZERO0_STEP_GRAD_BYTES
+    partition = trainable / world_size
+    if t.zero_stage == 3:
+        partition = min(partition, k.STAGE3_SUB_GROUP_ELEMENTS)
+    return partition * k.ZERO_STEP_GRAD_BYTES
 
 
 def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
@@ -260,13 +300,32 @@ def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
 
 
 def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
-    """Peak bytes of the logits/loss at the start of backward (saved log-probs plus their gradients)."""
+    """Peak bytes of the logits/loss, at the first op of the loss backward: log_softmax's saved fp32 output, its
+    gradient and the gradient of its input. The model's own (bf16) logits and their fp32 upcast are freed by
+    then: the executor keeps only the loss of the model output (objective.Sft), and neither is saved for backward
+    (simulated: benchmarks/simulate.py, peak at _log_softmax_backward_data)."""
     b = t.precision.activation_bytes
     fp32_copies = k.LOGITS_FP32_COPIES * 4
     if t.loss is Loss.CHUNKED:
         return int(min(tokens, k.CHUNKED_LOSS_TOKENS) * a.vocab_size * (b + fp32_copies))
-    own = 0 if b == 4 else b  # with fp32 activations .float() is a no-op
-    return int(tokens * a.vocab_size * (own + fp32_copies))
+    return int(tokens * a.vocab_size * fp32_copies)
+
+
+def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """What eager attention saves of the softmax per layer: its fp32 output and, below fp32, the cast back."""
+    if t.attention is not Attention.EAGER:
+        return 0
+    cast = t.precision.activation_bytes if t.precision.activation_bytes != 4 else 0
+    return (4 + cast) * a.num_attention_heads * t.sequence_length * tokens
+
+
+def _eager_softmax_backward_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """Eager attention's softmax backward: the saved fp32 probabilities, the fp32 upcast of their gradient and the
+    gradient of the scores alive together, 3 x 4 bytes per head and query-key pair (simulated:
+    benchmarks/simulate.py, peak at _softmax_backward_data in a recomputed layer)."""
+    if t.attention is not Attention.EAGER:
+        return 0
+    return k.EAGER_SOFTMAX_BACKWARD_FP32_COPIES * 4 * a.num_attention_heads * t.sequence_length * tokens
 
 
 def _log_prob_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
@@ -314,13 +373,17 @@ def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
     h = a.hidden_size
     logits = logits_bytes(a, t, tokens)
     outside = _outside_layers_bytes(a, t, split, tokens)  # the log-probs are part of the logits peak term
+    eager = _eager_softmax_backward_bytes(a, t, tokens)
     if t.gradient_checkpointing:
-        # each layer keeps its input; backward recomputes one layer at a time
-        body = layers * b * h * tokens + max(per_layer, logits) + outside
+        # each layer keeps its input; backward recomputes one layer at a time, and its attention backward (eager)
+        # holds the softmax's fp32 S x S tensors
+        body = layers * b * h * tokens + max(per_layer, eager, logits) + outside
         logits_term = 0
     else:
         body = layers * per_layer + outside
-        logits_term = logits
+        # the last layer's softmax backward runs after the logits are freed, with every other layer's activations
+        # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
+        logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens))
     vision = 0.0
     if a.vision is not None and split.vision_trainable and t.image_tokens:
         patches = t.micro_batch_size * t.image_tokens * a.vision.spatial_merge_size ** 2
@@ -369,14 +432,27 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
     if t.offload is not Offload.NONE:
         optimizer = 0
 
+    step = optimizer_step_bytes(t, split.trainable, n)
     activations, logits = activation_bytes(a, t, split)
     buffers = _deepspeed_buffer_bytes(t, split, n)
-    allocated = weights + adapter + grads + optimizer + activations + buffers
+    # DeepSpeed frees the gradients at every step under ZeRO 0-1 (simulated). bf16-pure is a recipe DeepSpeed does
+    # not run (torch optimizers whose foreach step allocates temporaries as large as the gradients, which stay):
+    # it keeps the additive model its third-party rows were measured with (benchmarks/accuracy.py)
+    grows = t.zero_stage <= 1 and t.precision is not Precision.BF16_PURE
+    # ZeRO 1 reduces the gradients into the rank's partition at the end of backward and frees the rest (simulated:
+    # its peak is the end of backward); ZeRO 0's step flattens every gradient
+    at_step = grads if t.zero_stage == 0 else grads / n
+    # a tied embedding gets two gradients (lm_head's, then the embedding lookup's) and their sum, all full-size, as
+    # backward ends (simulated: Gemma 2's peak at the `add`)
+    tied = 2 * a.vocab_size * a.hidden_size * dense_bytes if a.tie_word_embeddings and t.method is Method.FULL else 0
+    peak_share = max(activations, grads + tied, at_step + step) if grows else grads + max(activations, tied, step)
+    allocated = weights + adapter + optimizer + peak_share + buffers
     return MemoryBreakdown(
         weights_bytes=int(weights), adapter_bytes=int(adapter), gradients_bytes=int(grads),
         optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,
         deepspeed_buffers_bytes=buffers, cuda_context_bytes=k.CUDA_CONTEXT_BYTES,
-        allocator_bytes=int(allocated * k.ALLOCATOR_OVERHEAD_FRACTION),
+        allocator_bytes=int(allocated * k.ALLOCATOR_OVERHEAD_FRACTION), optimizer_step_bytes=int(step),
+        gradients_grow_in_backward=grows, gradients_at_step_bytes=int(at_step), backward_end_bytes=tied,
     )
 
 

@@ -174,6 +174,7 @@ class ModelSpec:
     architecture: Architecture
     weights: str = ""
     source: str = ""
+    note: str = ""  # how the planner read it, when that is an approximation (shown with every answer)
 
 
 @dataclass(frozen=True)
@@ -351,6 +352,8 @@ class Hardware:
     provider: str = ""
     flavor: str = ""
     inter_node_bandwidth_bytes_per_s: float = 0.0
+    # False: no price on record for this hardware; hourly_usd_per_gpu is 0 and means unknown, not free
+    priced: bool = True
 
     def __post_init__(self) -> None:
         _positive("hardware.gpus_per_node", self.gpus_per_node)

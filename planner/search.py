@@ -11,7 +11,7 @@ from planner.catalog import Catalog
 from planner.estimate import Estimate, estimate
 from planner.fit import FitResult, fit, max_micro_batch
 from planner.memory import host_memory
-from planner.schema import Hardware, Method, ModelSpec, Offload, TrainingSpec, Workload
+from planner.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Precision, TrainingSpec, Workload
 
 GPU_COUNTS = (1, 2, 4, 8)
 
@@ -145,9 +145,17 @@ def _pareto(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
+def half_precision(gpu: GpuSpec) -> Precision:
+    """The precision a request that names none gets: bf16 mixed precision, or fp16 on GPUs without bf16 (T4, V100,
+    RTX 20xx)."""
+    return Precision.BF16 if gpu.supports_bf16 else Precision.FP16
+
+
 def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constraints: Constraints,
-              catalog: Catalog, limit: int = 10, should_stop: Callable[[], bool] = lambda: False) -> Recommendation:
-    """Every hardware option, ranked; `should_stop` is asked before each option (the caller may have left)."""
+              catalog: Catalog, limit: int = 10, should_stop: Callable[[], bool] = lambda: False,
+              auto_precision: bool = False) -> Recommendation:
+    """Every hardware option, ranked; `should_stop` is asked before each option (the caller may have left). With
+    `auto_precision` each option trains in its GPU's half precision (`half_precision`)."""
     methods = constraints.allowed_methods or (base.method,)
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
@@ -160,14 +168,15 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
             rejections.append(Rejection(label, hw.world_size, Rejected.NO_PRICE,
                                         "no price on record; pass hardware.hourly_usd_per_gpu to plan on it"))
             continue
-        if not hw.gpu.supports_bf16 and base.precision.value.startswith("bf16"):
+        option = replace(base, precision=half_precision(hw.gpu)) if auto_precision else base
+        if not hw.gpu.supports_bf16 and option.precision.value.startswith("bf16"):
             rejections.append(Rejection(label, hw.world_size, Rejected.UNSUPPORTED,
                                         f"{hw.gpu.display_name} has no bf16; request fp16 to include it"))
             continue
         found: Candidate | None = None
         why, detail = Rejected.DOES_NOT_FIT, ""
         for method in methods:
-            best, why, detail, n = _best_layout(model, replace(base, method=method), hw, workload, catalog)
+            best, why, detail, n = _best_layout(model, replace(option, method=method), hw, workload, catalog)
             evaluated += n
             if best is not None and (found is None or best.estimate.cost_usd < found.estimate.cost_usd):
                 found = best

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from google.protobuf import timestamp_pb2
-from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2
+from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
 from planner import convert
 from planner.catalog import Catalog
 from planner.errors import InvalidFieldError, NotFoundError
 from planner.estimate import estimate
-from planner.fit import fit
+from planner.fit import FitResult, fit
+from planner.inference import InferenceSpec, inference_fit
 from planner.plan import build_plan
-from planner.schema import Hardware, ModelSpec, TrainingSpec
-from planner.search import recommend
+from planner.schema import Hardware, ModelSpec, Precision, TrainingSpec
+from planner.search import half_precision, recommend
 
 DEFAULT_RECOMMEND_LIMIT = 10
 
@@ -23,22 +25,37 @@ class Planner:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
-    def _resolve(self, model: model_pb2.ModelRef, training: object, hardware: object) -> tuple[
-            ModelSpec, TrainingSpec, Hardware]:
+    def _resolve(self, model: model_pb2.ModelRef, training: training_pb2.TrainingSpec,
+                 hardware: hardware_pb2.HardwareSpec) -> tuple[ModelSpec, TrainingSpec, Hardware]:
         m = convert.model_from_proto(model, self.catalog)
         hw = convert.hardware_from_proto(hardware, self.catalog)
         t = convert.training_from_proto(training, hw.world_size)
+        if training.precision == training_pb2.PRECISION_UNSPECIFIED:
+            t = replace(t, precision=half_precision(hw.gpu))
         convert.validate_against_model(t, m)
         return m, t, hw
 
+    def _fit(self, m: ModelSpec, t: TrainingSpec, hw: Hardware, precision: int, margin_fraction: float) -> FitResult:
+        result = fit(m, t, hw, self.catalog, margin_fraction)
+        if precision == training_pb2.PRECISION_UNSPECIFIED and t.precision is Precision.FP16:
+            result = replace(result, notes=(f"{hw.gpu.display_name} has no bf16: planned fp16 mixed precision "
+                                            "(loss scaling)", *result.notes))
+        return result
+
     def fit(self, request: planner_pb2.FitRequest) -> planner_pb2.FitResponse:
         m, t, hw = self._resolve(request.model, request.training, request.hardware)
-        return planner_pb2.FitResponse(result=convert.fit_to_proto(fit(m, t, hw, self.catalog)))
+        if request.HasField("inference"):
+            spec = InferenceSpec(request.inference.batch_size, request.inference.context_tokens)
+            return planner_pb2.FitResponse(result=convert.fit_to_proto(
+                inference_fit(m, t, hw, self.catalog, spec, request.margin_fraction)))
+        result = self._fit(m, t, hw, request.training.precision, request.margin_fraction)
+        return planner_pb2.FitResponse(result=convert.fit_to_proto(result))
 
     def estimate(self, request: planner_pb2.EstimateRequest) -> planner_pb2.EstimateResponse:
         m, t, hw = self._resolve(request.model, request.training, request.hardware)
         workload = convert.workload_from_proto(request.workload)
-        return planner_pb2.EstimateResponse(fit=convert.fit_to_proto(fit(m, t, hw, self.catalog)),
+        result = self._fit(m, t, hw, request.training.precision, request.margin_fraction)
+        return planner_pb2.EstimateResponse(fit=convert.fit_to_proto(result),
                                             estimate=convert.estimate_to_proto(estimate(m, t, hw, workload)))
 
     def recommend(self, request: planner_pb2.RecommendRequest,
@@ -49,7 +66,8 @@ class Planner:
         workload = convert.workload_from_proto(request.workload)
         constraints = convert.constraints_from_proto(request.constraints, self.catalog)
         result = recommend(m, t, workload, constraints, self.catalog, request.limit or DEFAULT_RECOMMEND_LIMIT,
-                           should_stop)
+                           should_stop,
+                           auto_precision=request.training.precision == training_pb2.PRECISION_UNSPECIFIED)
         response = convert.recommendation_to_proto(result)
         if result.candidates:
             best = result.candidates[0]

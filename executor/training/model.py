@@ -13,11 +13,10 @@ from trl.trainer.utils import disable_dropout_in_model
 from executor.errors import HostError, PlanError
 from executor.run_config import RunConfig
 from executor.training.peft_config import lora_config
-from planner.schema import Attention, Method, Objective, Precision
+from planner.schema import Attention, Method, Objective, Precision, TrainingSpec
 
 _ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
-_DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16,
-          Precision.BF16_PURE: torch.bfloat16}
+_DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -133,10 +132,23 @@ def load_reference_model(cfg: RunConfig) -> Any:
 def load_model(cfg: RunConfig, host: Host) -> Any:
     """The model ready for deepspeed.initialize: weights in the plan's dtype, adapters attached, the rest frozen
     (a vision tower trains only with training.train_vision_tower)."""
-    t = cfg.training
     quantization = _quantization(cfg)
-    model = _pretrained(cfg, quantization)
-    if quantization is not None:
+    return prepare_model(_pretrained(cfg, quantization), cfg.training, quantized=quantization is not None)
+
+
+def from_config(config: Any, t: TrainingSpec) -> Any:
+    """The model a plan trains, built from its config with random weights (no weights read) as `_pretrained`
+    lays it out: same class, attention implementation and dtype. benchmarks/simulate.py builds it under fake
+    tensors to measure a full-size step."""
+    model: Any = _auto_class(config).from_config(config, attn_implementation=_ATTENTION[t.attention],
+                                                 dtype=_DTYPE[t.precision])
+    model.config.use_cache = False
+    return model
+
+
+def prepare_model(model: Any, t: TrainingSpec, quantized: bool = False) -> Any:
+    """Checkpointing, adapters, frozen parts and DPO's dropout, as every run of the plan wraps its model."""
+    if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs={"use_reentrant": False})
     elif t.gradient_checkpointing:

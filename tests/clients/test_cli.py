@@ -83,7 +83,11 @@ def test_estimate_and_recommend_print_tables() -> None:
     rec = tunefleet("recommend", "--model", "meta-llama/Llama-3.1-8B", "--method", "qlora", "--tokens", "10M",
                     "--limit", "3")
     assert rec.returncode == 0, rec.stderr
-    assert "plan" in rec.stdout and "Rejected" in rec.stdout
+    assert "plan" in rec.stdout
+    full = tunefleet("recommend", "--model", "meta-llama/Llama-3.1-8B", "--method", "full", "--tokens", "10M",
+                     "--limit", "3")
+    assert full.returncode == 0, full.stderr
+    assert "Rejected" in full.stdout and "host RAM too small" in full.stdout
 
 
 def test_help_teaches_with_examples() -> None:
@@ -100,3 +104,134 @@ def test_cli_refuses_numbers_that_are_not_finite_or_in_range(flag: str, value: s
     out = tunefleet("estimate", "--model", "Qwen/Qwen2.5-7B", "--gpu", "a100-80gb", "--tokens", "10M",
                     flag, value)
     assert out.returncode == 2 and words in out.stderr and flag in out.stderr and "Traceback" not in out.stderr
+
+
+def test_fit_and_estimate_exit_status_says_whether_it_fits(planner_address: str) -> None:
+    """0 fits, 3 does not fit, 2 bad input, 4 planner unreachable: a script can branch without parsing the table."""
+    base = ("--model", "meta-llama/Llama-3.1-8B", "--method", "full", "--micro-batch", "1", "--seq-len", "2048")
+    for command, extra in (("fit", ()), ("estimate", ("--tokens", "10M"))):
+        job = (*base, *extra)
+        fits = tunefleet(command, *job, "--gpu", "h100-sxm-80gb", "--gpus", "8", "--zero", "3")
+        too_big = tunefleet(command, *job, "--gpu", "rtx-4090")
+        bad = tunefleet(command, *job, "--gpu", "rtx-4090", "--zero", "7")
+        assert fits.returncode == 0 and "FITS" in fits.stdout, fits.stderr
+        assert too_big.returncode == 3 and "DOES NOT FIT" in too_big.stdout, too_big.stderr
+        assert bad.returncode == 2 and "zero" in bad.stderr.lower(), bad.stderr
+        remote = tunefleet(command, *job, "--gpu", "rtx-4090", address=planner_address)
+        assert remote.returncode == 3, remote.stderr
+    unreachable = tunefleet("fit", *base, "--gpu", "rtx-4090", address="127.0.0.1:1")
+    assert unreachable.returncode == 4 and "unavailable" in unreachable.stderr
+    assert "3 does not fit" in tunefleet("fit", "--help").stdout
+
+
+def test_cost_is_free_at_price_zero_and_unknown_without_a_price() -> None:
+    job = ("estimate", "--model", "Qwen/Qwen2.5-0.5B", "--method", "lora", "--tokens", "1M", "--json")
+    free = tunefleet(*job, "--gpu", "a100-80gb", "--price-per-hour", "0")
+    unpriced = tunefleet(*job, "--gpu", "rtx-2080-8gb")
+    assert free.returncode == 0, free.stderr
+    assert unpriced.returncode in (0, 3), unpriced.stderr
+    free_estimate, unpriced_estimate = json.loads(free.stdout)["estimate"], json.loads(unpriced.stdout)["estimate"]
+    assert free_estimate["priced"] is True and free_estimate.get("cost_usd", 0) == 0
+    assert unpriced_estimate.get("priced", False) is False
+    text = tunefleet(*job[:-1], "--gpu", "rtx-2080-8gb").stdout
+    assert "$0.00" not in text and "unknown: pass --price-per-hour" in text
+    negative = tunefleet(*job, "--gpu", "a100-80gb", "--price-per-hour", "-1")
+    assert negative.returncode == 2 and "--price-per-hour" in negative.stderr
+
+
+def test_a_table_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
+    reader = subprocess.Popen([sys.executable, "-m", "clients.cli", "hardware"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "TUNEFLEET_PLANNER": ""})
+    assert reader.stdout is not None
+    reader.stdout.close()  # the reader is gone before the table is written, like `| head -0`
+    _, stderr = reader.communicate(timeout=120)
+    assert reader.returncode == 0 and "BrokenPipeError" not in stderr and "Traceback" not in stderr
+
+
+def test_a_missing_model_folder_is_named_and_a_saved_plan_keeps_the_absolute_path(tmp_path: Path) -> None:
+    missing = tunefleet("fit", "--model", "./no-such-model", "--method", "lora", "--gpu", "a100-80gb")
+    assert missing.returncode == 2 and "./no-such-model does not exist" in missing.stderr
+    assert "unknown model" not in missing.stderr
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps(
+        {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+         "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 512}))
+    out = subprocess.run([sys.executable, "-m", "clients.cli", "recommend", "--model", "./tiny", "--method", "lora",
+                          "--seq-len", "256", "--tokens", "1M", "--json"], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "TUNEFLEET_PLANNER": "",
+                                            "PYTHONPATH": str(Path(__file__).parents[2])}, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["model"]["weights"] == str(tmp_path / "tiny")
+
+
+def test_an_instruct_variant_is_answered_under_its_own_name_with_its_base_shape() -> None:
+    base = json.loads(tunefleet("fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "a100-80gb", "--json").stdout)
+    out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "a100-80gb", "--json")
+    instruct = json.loads(out.stdout)
+    assert instruct["model"]["name"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert "same architecture as meta-llama/Llama-3.1-8B" in instruct["model"]["source"]
+    assert instruct["per_gpu"] == base["per_gpu"]
+
+
+def test_a_sequence_beyond_a_catalog_models_context_is_refused() -> None:
+    out = tunefleet("fit", "--model", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "a100-80gb", "--seq-len", "8192")
+    assert out.returncode == 2 and "context" in out.stderr and "4,096" in out.stderr
+
+
+def test_a_gpu_without_bf16_gets_fp16_unless_bf16_was_asked_for() -> None:
+    job = ("--model", "Qwen/Qwen2.5-0.5B", "--method", "lora", "--seq-len", "1024")
+    auto = tunefleet("fit", *job, "--gpu", "t4", "--json")
+    assert auto.returncode == 0, auto.stderr
+    result = json.loads(auto.stdout)
+    assert result["training"]["precision"] == "PRECISION_FP16"
+    assert any("no bf16: planned fp16" in note for note in result["notes"])
+    asked = tunefleet("fit", *job, "--gpu", "t4", "--precision", "bf16")
+    assert asked.returncode == 3 and "use --precision fp16" in asked.stdout
+    on_bf16_gpu = json.loads(tunefleet("fit", *job, "--gpu", "l4", "--json").stdout)
+    assert on_bf16_gpu["training"]["precision"] == "PRECISION_BF16"
+    rec = tunefleet("recommend", *job, "--tokens", "1M", "--allow-gpu", "t4", "--json")
+    plan = json.loads(rec.stdout)["plan"]
+    assert plan["hardware"]["gpu"].startswith("t4") and plan["training"]["precision"] == "PRECISION_FP16"
+
+
+def test_a_provider_typo_is_refused_with_a_suggestion_and_the_hardware_table_cites_sources() -> None:
+    typo = tunefleet("recommend", "--model", "Qwen/Qwen2.5-0.5B", "--tokens", "1M", "--provider", "hugingface")
+    assert typo.returncode == 2
+    assert "constraints.allowed_providers[0]" in typo.stderr and "Did you mean huggingface" in typo.stderr
+    table = tunefleet("hardware").stdout
+    assert "spec source" in table and "price source" in table and "(read 2026-11)" in table
+
+
+def test_fit_gives_a_likely_range_says_tight_and_honours_a_margin() -> None:
+    job = ("fit", "--model", "meta-llama/Llama-3.1-8B", "--method", "lora", "--seq-len", "2048", "--json")
+    roomy = json.loads(tunefleet(*job, "--gpu", "h100-sxm-80gb").stdout)
+    total = int(roomy["per_gpu"]["total_bytes"])
+    assert int(roomy["total_low_bytes"]) < total < int(roomy["total_high_bytes"])
+    assert "make bench-simulate" in roomy["band_basis"] and not roomy.get("tight", False)
+    longer = (*job[:5], "--seq-len", "2560")
+    close = tunefleet(*longer, "--gpu", "rtx-4090")  # 22.8 GiB planned on 24 GiB, likely up to ~25
+    assert close.returncode == 0 and close.stdout.startswith("FITS (tight)") and "likely range" in close.stdout
+    margin = tunefleet(*longer, "--gpu", "rtx-4090", "--margin", "15%")
+    assert margin.returncode == 3 and "15% margin" in margin.stdout
+    assert tunefleet(*job, "--gpu", "h100-sxm-80gb", "--margin", "15%").returncode == 0
+    bad = tunefleet(*job, "--gpu", "h100-sxm-80gb", "--margin", "150%")
+    assert bad.returncode == 2 and "--margin" in bad.stderr
+    quantised = json.loads(tunefleet(*job[:4], "qlora", *job[5:], "--gpu", "h100-sxm-80gb").stdout)
+    assert "bitsandbytes is not simulated" in quantised["band_basis"]
+
+
+def test_an_inference_fit_sizes_weights_and_the_kv_cache_of_a_batch(planner_address: str) -> None:
+    job = ("fit", "--inference", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "l4", "--seq-len", "8192", "--json")
+    two, eight = (json.loads(tunefleet(*job, "--micro-batch", n).stdout) for n in ("2", "8"))
+    # Llama-3.1-8B keeps 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB of cache a token
+    per_token = 2 * 32 * 8 * 128 * 2
+    assert int(eight["per_gpu"]["activations_bytes"]) - int(two["per_gpu"]["activations_bytes"]) >= \
+        6 * 8192 * per_token
+    assert two["inference"] and two["fits"] and not eight["fits"]
+    assert int(two["per_gpu"].get("gradients_bytes", 0)) == int(two["per_gpu"].get("optimizer_bytes", 0)) == 0
+    assert 2 <= two["max_micro_batch"] < 8 and any("KV cache" in n for n in two["notes"])
+    quantised = json.loads(tunefleet(*job, "--micro-batch", "2", "--method", "qlora").stdout)
+    # NF4 linears; the embedding and lm_head stay bf16
+    assert int(quantised["per_gpu"]["weights_bytes"]) < 0.4 * int(two["per_gpu"]["weights_bytes"])
+    remote = tunefleet(*job[:-1], "--micro-batch", "8", address=planner_address)
+    assert remote.returncode == 3 and "serving 8 sequence(s) of 8,192 tokens" in remote.stdout

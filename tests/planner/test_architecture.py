@@ -78,3 +78,21 @@ def test_malformed_config_json_names_the_problem() -> None:
         architecture_from_config(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
     with pytest.raises(UnsupportedError, match="model_type 'bert'"):
         architecture_from_config(json.dumps({"model_type": "bert"}))
+
+
+def test_an_unknown_model_type_in_the_llama_layout_is_answered_as_llama_with_a_note() -> None:
+    from planner.architecture import read_config
+    from planner.errors import UnsupportedError
+    from planner.schema import Family
+
+    qwen3_8b = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                "tie_word_embeddings": False}
+    arch, note = read_config(json.dumps(qwen3_8b))
+    assert arch.family is Family.LLAMA and "'qwen3' is not one the planner models" in note
+    # Qwen3-8B has 8,190,735,360 parameters: the Llama layout misses only its q/k norms (36 x 2 x 128)
+    assert parameter_counts(arch).total == 8_190_735_360 - 36 * 2 * 128
+    assert read_config(json.dumps({**qwen3_8b, "model_type": "llama"}))[1] == ""
+    for not_llama in ({"n_routed_experts": 256}, {"q_lora_rank": 1536}, {"num_experts": 128}):
+        with pytest.raises(UnsupportedError, match="is not supported"):
+            read_config(json.dumps({**qwen3_8b, "model_type": "something_new", **not_llama}))

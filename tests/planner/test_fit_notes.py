@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from planner.catalog import default_catalog
-from planner.fit import fit
-from planner.schema import Hardware, Method, TrainingSpec
+from planner.fit import BF16_PURE_NOTE, fit, suggestions
+from planner.schema import Hardware, Method, Precision, TrainingSpec
 
 
 def _kbit_notes(method: Method) -> list[str]:
@@ -24,3 +24,36 @@ def test_qlora_notes_the_fp32_residual_stream_of_the_peft_amp_recipe() -> None:
 
 def test_lora_has_no_such_note() -> None:
     assert _kbit_notes(Method.LORA) == []
+
+
+def test_bf16_pure_is_answered_with_a_note_that_the_executor_runs_bf16_instead() -> None:
+    catalog = default_catalog()
+    hw = Hardware(gpu=catalog.gpu("h100-sxm-80gb"))
+    result = fit(catalog.model("Qwen/Qwen2.5-0.5B"), TrainingSpec(method=Method.FULL, precision=Precision.BF16_PURE),
+                 hw, catalog)
+    assert BF16_PURE_NOTE in result.notes and "--precision bf16" in BF16_PURE_NOTE
+    mixed = fit(catalog.model("Qwen/Qwen2.5-0.5B"), TrainingSpec(method=Method.FULL), hw, catalog)
+    assert BF16_PURE_NOTE not in mixed.notes
+    assert result.per_gpu.optimizer_bytes < mixed.per_gpu.optimizer_bytes, "no fp32 master copy in bf16-pure"
+
+
+def test_suggestions_offer_the_strong_levers_and_the_smallest_gpu_that_runs_the_job() -> None:
+    catalog = default_catalog()
+    model = catalog.model("Qwen/Qwen2.5-1.5B")
+    # bf16 asked for on a T4: the precision is the problem, not memory; every suggestion that stays on the T4 must
+    # change it, and the smallest other GPU is a smaller card with bf16, not the next larger one
+    t4 = Hardware(gpu=catalog.gpu("t4"), host_memory_bytes=64 * 2**30)
+    on_t4 = fit(model, TrainingSpec(method=Method.LORA, sequence_length=2048), t4, catalog)
+    assert not on_t4.fits and on_t4.per_gpu.total_bytes < catalog.gpu("t4").memory_bytes
+    assert "--precision fp16" in [s.change for s in on_t4.suggestions]
+    for s in on_t4.suggestions:
+        assert s.hardware.gpu.name != "t4-16gb" or s.training.precision is Precision.FP16, s.change
+    elsewhere = [s for s in on_t4.suggestions if s.hardware.gpu.name != "t4-16gb"]
+    assert len(elsewhere) == 1 and elsewhere[0].hardware.gpu.supports_bf16
+    assert elsewhere[0].hardware.gpu.memory_bytes < catalog.gpu("t4").memory_bytes
+    # 27 GiB on a 24 GB card without checkpointing: a shorter sequence and fewer LoRA targets each make it fit
+    job = TrainingSpec(method=Method.LORA, sequence_length=4096, gradient_checkpointing=False)
+    card = Hardware(gpu=catalog.gpu("rtx-3090-24gb"), host_memory_bytes=64 * 2**30)
+    assert not fit(model, job, card, catalog).fits
+    fixes = {s.change for s in suggestions(model, job, card, catalog, 0) if s.fits}
+    assert {"--seq-len 2048", "--lora-targets q_proj,v_proj", "enable gradient checkpointing"} <= fixes

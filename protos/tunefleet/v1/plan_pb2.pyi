@@ -36,7 +36,7 @@ OVERSIZE_IMAGES_RESIZE: OversizeImages
 OVERSIZE_IMAGES_REFUSE: OversizeImages
 
 class MemoryBreakdown(_message.Message):
-    __slots__ = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "deepspeed_buffers_bytes", "cuda_context_bytes", "allocator_bytes", "overhead_bytes", "total_bytes")
+    __slots__ = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "deepspeed_buffers_bytes", "cuda_context_bytes", "allocator_bytes", "overhead_bytes", "total_bytes", "optimizer_step_bytes")
     WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_BYTES_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class MemoryBreakdown(_message.Message):
     ALLOCATOR_BYTES_FIELD_NUMBER: _ClassVar[int]
     OVERHEAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_STEP_BYTES_FIELD_NUMBER: _ClassVar[int]
     weights_bytes: int
     adapter_bytes: int
     gradients_bytes: int
@@ -59,7 +60,8 @@ class MemoryBreakdown(_message.Message):
     allocator_bytes: int
     overhead_bytes: int
     total_bytes: int
-    def __init__(self, weights_bytes: _Optional[int] = ..., adapter_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activations_bytes: _Optional[int] = ..., logits_bytes: _Optional[int] = ..., deepspeed_buffers_bytes: _Optional[int] = ..., cuda_context_bytes: _Optional[int] = ..., allocator_bytes: _Optional[int] = ..., overhead_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+    optimizer_step_bytes: int
+    def __init__(self, weights_bytes: _Optional[int] = ..., adapter_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activations_bytes: _Optional[int] = ..., logits_bytes: _Optional[int] = ..., deepspeed_buffers_bytes: _Optional[int] = ..., cuda_context_bytes: _Optional[int] = ..., allocator_bytes: _Optional[int] = ..., overhead_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., optimizer_step_bytes: _Optional[int] = ...) -> None: ...
 
 class HostMemory(_message.Message):
     __slots__ = ("offloaded_optimizer_bytes", "offloaded_parameters_bytes", "model_loading_bytes", "process_bytes", "total_bytes", "capacity_bytes", "fits")
@@ -114,7 +116,7 @@ class ResolvedHardware(_message.Message):
     def __init__(self, gpu: _Optional[_Union[_hardware_pb2.GpuSpec, _Mapping]] = ..., gpus_per_node: _Optional[int] = ..., nodes: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ..., hourly_usd_per_gpu: _Optional[float] = ..., spot: _Optional[bool] = ..., provider: _Optional[str] = ..., flavor: _Optional[str] = ..., inter_node_bandwidth_bytes_per_s: _Optional[float] = ...) -> None: ...
 
 class FitResult(_message.Message):
-    __slots__ = ("fits", "per_gpu", "host", "capacity_bytes", "headroom_bytes", "max_micro_batch", "suggestions", "notes", "model", "hardware", "training", "trainable_parameter_count")
+    __slots__ = ("fits", "per_gpu", "host", "capacity_bytes", "headroom_bytes", "max_micro_batch", "suggestions", "notes", "model", "hardware", "training", "trainable_parameter_count", "total_low_bytes", "total_high_bytes", "band_basis", "tight", "margin_fraction", "inference")
     FITS_FIELD_NUMBER: _ClassVar[int]
     PER_GPU_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +129,12 @@ class FitResult(_message.Message):
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LOW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_HIGH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BAND_BASIS_FIELD_NUMBER: _ClassVar[int]
+    TIGHT_FIELD_NUMBER: _ClassVar[int]
+    MARGIN_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_FIELD_NUMBER: _ClassVar[int]
     fits: bool
     per_gpu: MemoryBreakdown
     host: HostMemory
@@ -139,10 +147,16 @@ class FitResult(_message.Message):
     hardware: ResolvedHardware
     training: _training_pb2.TrainingSpec
     trainable_parameter_count: int
-    def __init__(self, fits: _Optional[bool] = ..., per_gpu: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., host: _Optional[_Union[HostMemory, _Mapping]] = ..., capacity_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., max_micro_batch: _Optional[int] = ..., suggestions: _Optional[_Iterable[_Union[Suggestion, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ..., model: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ..., hardware: _Optional[_Union[ResolvedHardware, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., trainable_parameter_count: _Optional[int] = ...) -> None: ...
+    total_low_bytes: int
+    total_high_bytes: int
+    band_basis: str
+    tight: bool
+    margin_fraction: float
+    inference: bool
+    def __init__(self, fits: _Optional[bool] = ..., per_gpu: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., host: _Optional[_Union[HostMemory, _Mapping]] = ..., capacity_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., max_micro_batch: _Optional[int] = ..., suggestions: _Optional[_Iterable[_Union[Suggestion, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ..., model: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ..., hardware: _Optional[_Union[ResolvedHardware, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., trainable_parameter_count: _Optional[int] = ..., total_low_bytes: _Optional[int] = ..., total_high_bytes: _Optional[int] = ..., band_basis: _Optional[str] = ..., tight: _Optional[bool] = ..., margin_fraction: _Optional[float] = ..., inference: _Optional[bool] = ...) -> None: ...
 
 class TimeEstimate(_message.Message):
-    __slots__ = ("flops_per_token", "model_flops_utilization", "compute_time_per_step_s", "communication_time_per_step_s", "offload_time_per_step_s", "step_time_s", "tokens_per_s", "total_steps", "total_tokens", "duration_s_low", "duration_s", "duration_s_high", "gpu_hours", "cost_usd_low", "cost_usd", "cost_usd_high", "hourly_usd")
+    __slots__ = ("flops_per_token", "model_flops_utilization", "compute_time_per_step_s", "communication_time_per_step_s", "offload_time_per_step_s", "step_time_s", "tokens_per_s", "total_steps", "total_tokens", "duration_s_low", "duration_s", "duration_s_high", "gpu_hours", "cost_usd_low", "cost_usd", "cost_usd_high", "hourly_usd", "priced")
     FLOPS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     MODEL_FLOPS_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_TIME_PER_STEP_S_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +174,7 @@ class TimeEstimate(_message.Message):
     COST_USD_FIELD_NUMBER: _ClassVar[int]
     COST_USD_HIGH_FIELD_NUMBER: _ClassVar[int]
     HOURLY_USD_FIELD_NUMBER: _ClassVar[int]
+    PRICED_FIELD_NUMBER: _ClassVar[int]
     flops_per_token: float
     model_flops_utilization: float
     compute_time_per_step_s: float
@@ -177,7 +192,8 @@ class TimeEstimate(_message.Message):
     cost_usd: float
     cost_usd_high: float
     hourly_usd: float
-    def __init__(self, flops_per_token: _Optional[float] = ..., model_flops_utilization: _Optional[float] = ..., compute_time_per_step_s: _Optional[float] = ..., communication_time_per_step_s: _Optional[float] = ..., offload_time_per_step_s: _Optional[float] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., total_steps: _Optional[int] = ..., total_tokens: _Optional[int] = ..., duration_s_low: _Optional[float] = ..., duration_s: _Optional[float] = ..., duration_s_high: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., cost_usd_low: _Optional[float] = ..., cost_usd: _Optional[float] = ..., cost_usd_high: _Optional[float] = ..., hourly_usd: _Optional[float] = ...) -> None: ...
+    priced: bool
+    def __init__(self, flops_per_token: _Optional[float] = ..., model_flops_utilization: _Optional[float] = ..., compute_time_per_step_s: _Optional[float] = ..., communication_time_per_step_s: _Optional[float] = ..., offload_time_per_step_s: _Optional[float] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., total_steps: _Optional[int] = ..., total_tokens: _Optional[int] = ..., duration_s_low: _Optional[float] = ..., duration_s: _Optional[float] = ..., duration_s_high: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., cost_usd_low: _Optional[float] = ..., cost_usd: _Optional[float] = ..., cost_usd_high: _Optional[float] = ..., hourly_usd: _Optional[float] = ..., priced: _Optional[bool] = ...) -> None: ...
 
 class DatasetRef(_message.Message):
     __slots__ = ("local_path", "hub_name", "format", "split", "packing", "oversize_images")

@@ -42,14 +42,26 @@ REJECTION_REASON_UNSUPPORTED: RejectionReason
 REJECTION_REASON_DOMINATED: RejectionReason
 
 class FitRequest(_message.Message):
-    __slots__ = ("model", "training", "hardware")
+    __slots__ = ("model", "training", "hardware", "margin_fraction", "inference")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    MARGIN_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_FIELD_NUMBER: _ClassVar[int]
     model: _model_pb2.ModelRef
     training: _training_pb2.TrainingSpec
     hardware: _hardware_pb2.HardwareSpec
-    def __init__(self, model: _Optional[_Union[_model_pb2.ModelRef, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., hardware: _Optional[_Union[_hardware_pb2.HardwareSpec, _Mapping]] = ...) -> None: ...
+    margin_fraction: float
+    inference: InferenceSpec
+    def __init__(self, model: _Optional[_Union[_model_pb2.ModelRef, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., hardware: _Optional[_Union[_hardware_pb2.HardwareSpec, _Mapping]] = ..., margin_fraction: _Optional[float] = ..., inference: _Optional[_Union[InferenceSpec, _Mapping]] = ...) -> None: ...
+
+class InferenceSpec(_message.Message):
+    __slots__ = ("batch_size", "context_tokens")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    context_tokens: int
+    def __init__(self, batch_size: _Optional[int] = ..., context_tokens: _Optional[int] = ...) -> None: ...
 
 class FitResponse(_message.Message):
     __slots__ = ("result",)
@@ -58,16 +70,18 @@ class FitResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_plan_pb2.FitResult, _Mapping]] = ...) -> None: ...
 
 class EstimateRequest(_message.Message):
-    __slots__ = ("model", "training", "hardware", "workload")
+    __slots__ = ("model", "training", "hardware", "workload", "margin_fraction")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    MARGIN_FRACTION_FIELD_NUMBER: _ClassVar[int]
     model: _model_pb2.ModelRef
     training: _training_pb2.TrainingSpec
     hardware: _hardware_pb2.HardwareSpec
     workload: _training_pb2.WorkloadSpec
-    def __init__(self, model: _Optional[_Union[_model_pb2.ModelRef, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., hardware: _Optional[_Union[_hardware_pb2.HardwareSpec, _Mapping]] = ..., workload: _Optional[_Union[_training_pb2.WorkloadSpec, _Mapping]] = ...) -> None: ...
+    margin_fraction: float
+    def __init__(self, model: _Optional[_Union[_model_pb2.ModelRef, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., hardware: _Optional[_Union[_hardware_pb2.HardwareSpec, _Mapping]] = ..., workload: _Optional[_Union[_training_pb2.WorkloadSpec, _Mapping]] = ..., margin_fraction: _Optional[float] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
     __slots__ = ("fit", "estimate")

@@ -1,0 +1,132 @@
+"""A live-bytes counter: every tensor storage an op allocates, counted from its creation until it is freed.
+
+A TorchDispatchMode sees every aten op's outputs; a storage seen for the first time is counted, and a weakref
+finalizer uncounts it when the last tensor on it dies. The same counter runs on real tensors and on fake ones
+(torch._subclasses.fake_tensor: shapes, dtypes and devices, no storage), so the peak of a fake full-size step is
+what the real step allocates — byte for byte at small scale (tests/benchmarks/test_simulate.py).
+
+Each storage is tagged where it was born: the phase the caller set (init / forward / backward / step), the aten
+op and the innermost module running (`ModuleStack`: forward hooks, so a checkpointed layer's recompute in
+backward is named too). torch.utils.module_tracker is not used: its backward hooks keep tensors alive across
+steps, which is exactly what must not be counted. At every new peak the live storages' sizes and tags
+are summarised (bytes per phase), and the op and module that raised it are kept.
+
+What it does not see, by construction: memory a C++ extension allocates outside aten (none on the executor's
+path: DeepSpeed's optimizers allocate their state with torch.zeros_like), and the CUDA caching allocator's
+rounding (512-byte blocks) and reserve — the planner's allocator term covers those.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+class ModuleStack:
+    """The qualified name of the innermost module whose forward is running (global forward hooks, removed on
+    exit)."""
+
+    def __init__(self, root: torch.nn.Module | None = None) -> None:
+        self.names: dict[int, str] = {}
+        self.stack: list[str] = []
+        self.handles: list[Any] = []
+        if root is not None:
+            self.name(root)
+
+    def name(self, root: torch.nn.Module) -> None:
+        self.names = {id(m): name for name, m in root.named_modules()}
+
+    def current(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+    def _enter(self, module: torch.nn.Module, args: Any) -> None:
+        self.stack.append(self.names.get(id(module), type(module).__name__))
+
+    def _exit(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self.stack:
+            self.stack.pop()
+
+    def __enter__(self) -> ModuleStack:
+        from torch.nn.modules import module as nn_module
+
+        self.handles = [nn_module.register_module_forward_pre_hook(self._enter),
+                        nn_module.register_module_forward_hook(self._exit, always_call=True)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.stack.clear()
+
+
+@dataclass(frozen=True)
+class Birth:
+    phase: str
+    op: str
+    module: str
+
+
+@dataclass
+class Peak:
+    bytes: int = 0
+    phase: str = ""
+    op: str = ""
+    module: str = ""
+    by_phase: dict[str, int] = field(default_factory=dict)  # live bytes at the peak by the phase they were born in
+
+
+class LiveBytes(TorchDispatchMode):
+    """Counts live tensor storage bytes; `peak` holds the highest count and what was alive then."""
+
+    def __init__(self, modules: ModuleStack | None = None) -> None:
+        super().__init__()
+        self.phase = "init"
+        self.live_bytes = 0
+        self.peak = Peak()
+        self.modules = modules
+        # storage key -> (bytes, birth); keys are the storages' data pointers' stand-in: id of the StorageImpl
+        # wrapper, which PyTorch preserves for as long as the storage lives
+        self._live: dict[int, tuple[int, Birth]] = {}
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+
+    def _module(self) -> str:
+        return self.modules.current() if self.modules is not None else ""
+
+    def _count(self, storage: torch.UntypedStorage, op: str) -> None:
+        key = id(storage)
+        if key in self._live:
+            return
+        nbytes = storage.nbytes()
+        if nbytes == 0:
+            return
+        birth = Birth(self.phase, op, self._module())
+        self._live[key] = (nbytes, birth)
+        self.live_bytes += nbytes
+        weakref.finalize(storage, self._free, key)
+        if self.live_bytes > self.peak.bytes:
+            by_phase: Counter[str] = Counter()
+            for size, b in self._live.values():
+                by_phase[b.phase] += size
+            self.peak = Peak(self.live_bytes, birth.phase, op, birth.module, dict(by_phase))
+
+    def _free(self, key: int) -> None:
+        size, _ = self._live.pop(key, (0, None))
+        self.live_bytes -= size
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
+        for t in tree_leaves(out):
+            # meta tensors hold no memory (DeepSpeed builds shape-only copies of the parameters with them); a fake
+            # tensor reports the device it stands for
+            if isinstance(t, torch.Tensor) and t.layout is torch.strided and t.device.type != "meta":
+                self._count(t.untyped_storage(), name)
+        return out

@@ -1,0 +1,474 @@
+"""The executor's own training step at full size on the CPU, under fake tensors: its peak allocated bytes.
+
+`simulate` builds the model from its config.json exactly as the executor lays it out
+(executor.training.model.from_config: class, attention implementation, dtype), wraps it with the executor's
+`prepare_model` (checkpointing, PEFT, frozen parts), builds the DeepSpeed engine from the planner's DeepSpeed
+config for the world size (a fake process group, so ZeRO partitions as on N ranks), and runs full steps —
+forward and loss (the executor's Sft objective), engine.backward, engine.step — while benchmarks.live_bytes
+counts every storage. With `fake=False` the same code runs on real tensors (small models only): the two peaks
+agree byte for byte (tests/benchmarks/test_simulate.py).
+
+CPU and CUDA paths differ in one place that changes what a step allocates — dropout's mask — and the step runs
+CUDA's way there (`_as_on_cuda`, which also says why SDPA and FusedAdam need nothing). What fake tensors cannot do
+(read a value, call a C++ kernel) gets a stand-in that allocates what the real path allocates (`_stand_ins`,
+`_Scalars`, `_swappable`).
+
+`make bench-simulate` runs the table (`python -m benchmarks.simulate --match TEXT` runs the rows whose label has
+TEXT); tests/benchmarks/test_simulate.py holds the harness to real tensors and keeps a few full-size rows as a
+regression test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import csv
+import gc
+import math
+import os
+import queue
+import statistics
+import sys
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from benchmarks.common import RESULTS  # noqa: E402
+from benchmarks.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
+from executor.training.measure import relative_error  # noqa: E402
+from planner.architecture import config_json  # noqa: E402
+from planner.deepspeed_config import deepspeed_config  # noqa: E402
+from planner.schema import ALL_LINEAR, Attention, Hardware, LoraSpec, Method, TrainingSpec  # noqa: E402
+
+GiB = 2**30
+UNDER_PREDICTION_LIMIT = -0.02
+RESULTS_CSV = RESULTS / "simulate.csv"
+
+PHASES = ("init", "forward", "backward", "step")
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """The peak of the steps run and where it happened."""
+
+    peak_bytes: int
+    phase: str
+    op: str
+    module: str
+    by_phase: dict[str, int]
+    step_peak_bytes: tuple[int, ...]  # the peak of each step (init excluded from none: live bytes carry over)
+    seconds: float
+
+
+def _inplace_adam(*args: Any, **kwargs: Any) -> None:
+    """DeepSpeed's multi_tensor_adam updates parameters and moments in place and allocates nothing; this stands in
+    for the C++ kernel under fake tensors (shapes only: there is nothing to update)."""
+
+
+def _all_ones(mask: torch.Tensor) -> bool:
+    """masking_utils.fast_all of the simulated batch's mask: the same ops (sum, eq), read as the True they are."""
+    _ = mask.sum() == mask.numel()
+    return True
+
+
+def _cuda_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+    """torch.nn.functional.dropout as CUDA runs it: the fused native_dropout, whose backward keeps a bool mask
+    (aten/src/ATen/native/Dropout.cpp: is_fused_kernel_acceptable is true for CUDA inputs with 0 < p < 1). The CPU
+    path multiplies by a noise tensor of the input's dtype, which it keeps instead: twice the bytes in bf16."""
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        return input * 0
+    return torch.ops.aten.native_dropout(input, p, True)[0]
+
+
+@contextlib.contextmanager
+def _as_on_cuda() -> Iterator[None]:
+    """The one place where the CPU and CUDA paths of the executor's step allocate differently, set to CUDA's:
+    - dropout: CUDA's fused kernel keeps a 1-byte bool mask, the CPU path a mask in the activations' dtype
+      (`_cuda_dropout`);
+    - SDPA: the CPU kernel (_scaled_dot_product_flash_attention_for_cpu) saves q, k, v, the output and an fp32
+      log-sum-exp per head and row, as CUDA's flash and memory-efficient kernels do (they add a seed and an
+      offset: 16 bytes), so it is left as is;
+    - DeepSpeed's FusedAdam: the CPU and CUDA kernels both update in place and allocate nothing."""
+    original = torch.nn.functional.dropout
+    torch.nn.functional.dropout = _cuda_dropout
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
+
+
+@contextlib.contextmanager
+def _stand_ins(fake: bool) -> Iterator[None]:
+    """Under fake tensors, what reads data gets a stand-in that allocates what the real path allocates:
+    - DeepSpeed's FusedAdam kernel (a C++ extension reading data pointers) -> `_inplace_adam`, which updates in
+      place and allocates nothing, as the kernel does (csrc/adam/multi_tensor_adam.cu);
+    - transformers' attention-mask shortcut: it reads an all-ones mask and drops it (SDPA then runs is_causal with
+      k/v unrepeated, masking_utils._ignore_causal_mask_sdpa), but treats a fake tensor as tracing and builds a
+      4-D mask. The simulated batch is unpadded by construction (`_batch`), so the mask reads as all ones."""
+    from deepspeed.ops.adam import fused_adam
+    from transformers import masking_utils
+
+    saved = (fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all)
+    original_all = masking_utils.fast_all
+    if fake:
+        fused_adam.multi_tensor_applier = _inplace_adam
+        masking_utils.is_tracing = lambda tensor=None: False
+        masking_utils.fast_all = lambda tensor: _all_ones(tensor) if isinstance(tensor, FakeTensor) \
+            else original_all(tensor)
+    try:
+        yield
+    finally:
+        fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all = saved
+
+
+class _Scalars(TorchDispatchMode):
+    """Under fake tensors a tensor's value cannot be read; DeepSpeed reads a few to decide its step (overflow flags,
+    the gradient norm). Each read of a fake tensor gets a fixed benign value: integers and flags 0 (no overflow,
+    no skipped step), floats 1.0 (a finite gradient norm, so the step runs; with gradient_clipping 1.0 the clip
+    coefficient 1/(1+1e-6) < 1, so clipping runs, as in a real step whose norm exceeds the clip)."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
+            return 1.0 if args[0].dtype.is_floating_point else 0
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _swappable(mode: FakeTensorMode) -> Iterator[None]:
+    """nn.Module.to() swaps a fake parameter for its converted copy (torch.utils.swap_tensors), which refuses a
+    tensor with weak references. Two kinds are on the way: fake mode's converter memo (a cache: the Parameter
+    constructor re-fakes its data) and weakref.finalize callbacks (DeepSpeed's parameter-name map,
+    deepspeed.utils.debug.WeakIdNameMap). Memo entries are dropped; finalizers are detached for the swap and
+    registered again on the same object after it (swap_tensors keeps each Python object, swapping contents)."""
+    original = torch.utils.swap_tensors
+    memo = mode.fake_tensor_converter.meta_converter.tensor_memo
+
+    def swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        collecting = gc.isenabled()
+        gc.disable()  # a collection here runs finalizers, which would change the dicts being read
+        try:
+            for key in [key for key, value in list(memo.items()) if value is t1 or value is t2]:
+                del memo[key]
+            held = [f for f, info in list(weakref.finalize._registry.items())  # type: ignore[attr-defined]
+                    if info.weakref() is t1 or info.weakref() is t2]
+        finally:
+            if collecting:
+                gc.enable()
+        callbacks = [f.detach() for f in held]
+        del held
+        original(t1, t2)
+        for detached in callbacks:
+            if detached is not None:
+                obj, func, args, kwargs = detached
+                weakref.finalize(obj, func, *args, **kwargs)
+
+    torch.utils.swap_tensors = swap
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = original
+
+
+@contextlib.contextmanager
+def _process_group(world_size: int) -> Iterator[None]:
+    """A fake process group of world_size ranks (this process is rank 0): collectives return at once, so ZeRO
+    partitions and buckets as on N ranks."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    launcher_env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}  # what DeepSpeed reads
+    outer_env = {name: os.environ.get(name) for name in launcher_env}
+    os.environ.update(launcher_env)
+    from deepspeed.comm import comm as ds_comm
+    from deepspeed.runtime.zero import partitioned_param_coordinator as coordinator
+    from deepspeed.utils import groups
+
+    # ZeRO-3 checks that every rank traced the same module order by exchanging it: a fake collective moves no data,
+    # and one process standing for N ranks has nothing to compare (the check allocates a few bytes per module)
+    check = coordinator.assert_ints_same_as_other_ranks
+    coordinator.assert_ints_same_as_other_ranks = lambda ints: None
+    # DeepSpeed caches the process groups it made in module globals; each simulation starts from import state
+    saved = {name: copy.copy(value) for name, value in vars(groups).items() if name.startswith("_") and name.isupper()}
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    ds_comm.init_distributed(dist_backend="fake", auto_mpi_discovery=False)  # as the rank's main() does, first
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        vars(groups).update(saved)
+        coordinator.assert_ints_same_as_other_ranks = check
+        for name, outer in outer_env.items():
+            if outer is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = outer
+        ds_comm.cdb = None
+
+
+def _batch(t: TrainingSpec, vocab_size: int) -> dict[str, torch.Tensor]:
+    """A full micro-batch as the executor collates it (objective.Sft): every sequence at the plan's length (the
+    planner sizes the longest batch), so the attention mask is all ones."""
+    shape = (t.micro_batch_size * t.sequences_per_example, t.sequence_length)
+    ids = torch.randint(0, vocab_size, shape)
+    return {"input_ids": ids, "labels": ids.clone(), "attention_mask": torch.ones(shape, dtype=torch.long)}
+
+
+def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, *, fake: bool = True,
+             steps: int = 2) -> Simulated:
+    """Run `steps` executor training steps of the model `config_json` (a config.json's dict) and count live bytes."""
+    import deepspeed
+    import transformers
+    from transformers.integrations import HfDeepSpeedConfig
+
+    from executor.training.model import from_config, prepare_model
+    from executor.training.objective import Batch, Sft
+
+    started = time.perf_counter()
+    config = transformers.AutoConfig.for_model(**config_json)
+    ds_config = deepspeed_config(t, world_size)
+    modules = ModuleStack()
+    counter = LiveBytes(modules)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = contextlib.ExitStack()
+    if fake:
+        fake_mode.enter_context(_swappable(mode))
+        fake_mode.enter_context(mode)
+        fake_mode.enter_context(_Scalars())
+    step_peaks = []
+    with _process_group(world_size), _as_on_cuda(), _stand_ins(fake), fake_mode, counter, modules:
+        torch.manual_seed(0)
+        zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
+        model = prepare_model(from_config(config, t), t)
+        engine, *_ = deepspeed.initialize(model=model, config=ds_config,
+                                          model_parameters=[p for p in model.parameters() if p.requires_grad])
+        del zero3_loading
+        modules.name(engine)
+        objective = Sft(pad_token_id=0, examples=[])
+        vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
+        for _ in range(steps):
+            counter.peak = Peak(counter.live_bytes)
+            tensors = _batch(t, vocab)
+            # Trainer._micro_step, phase by phase: its StepLoss (the loss and its graph's nodes) lives through step.
+            # Python's cyclic collector runs by object counts, which fake tensors (Python objects) inflate: it is
+            # off during a step and run between steps, on real and fake tensors alike, so a tensor a reference
+            # cycle held would be counted the same way in both.
+            gc.collect()
+            gc.disable()
+            try:
+                counter.set_phase("forward")
+                step = objective.loss(engine, Batch(tensors, tensors["input_ids"].numel()))
+                counter.set_phase("backward")
+                engine.backward(step.loss)
+                counter.set_phase("step")
+                engine.step()
+                del step, tensors
+            finally:
+                gc.enable()
+            counter.set_phase("init")
+            step_peaks.append(counter.peak)
+        del engine, model
+    peak = max(step_peaks, key=lambda p: p.bytes)
+    return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
+                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    training: TrainingSpec
+    world_size: int = 1
+
+    @property
+    def label(self) -> str:
+        t = self.training
+        targets = ",".join(t.lora.target_modules) if t.method.uses_adapters else ""
+        return (f"{self.model.split('/')[-1]} {t.method.value}{'[' + targets + ']' if targets else ''} "
+                f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
+                f"{t.attention.value} z{t.zero_stage} x{self.world_size}")
+
+
+def _rows() -> list[Row]:
+    """The configurations the planner is held to (issue 10): seven families, a 70B over 8 ranks; full / LoRA (q,v
+    and all-linear) / freeze; micro-batch 1-4; sequence 512-8192; checkpointing on and off; eager and SDPA;
+    ZeRO 0-3. Offload is not simulated: with the CPU accelerator, device and host memory are the same memory, so
+    the counter cannot tell what an offloaded step keeps on the GPU (and DeepSpeedCPUAdam is a C++ kernel that
+    needs real tensors)."""
+    every = LoraSpec(target_modules=(ALL_LINEAR,))
+    lora, full, freeze = Method.LORA, Method.FULL, Method.FREEZE
+    eager = Attention.EAGER
+
+    def spec(method: Method, mb: int, seq: int, *, ckpt: bool = True, attn: Attention = Attention.SDPA, zero: int = 0,
+             lora_spec: LoraSpec = every) -> TrainingSpec:
+        return TrainingSpec(method=method, micro_batch_size=mb, sequence_length=seq, gradient_checkpointing=ckpt,
+                            attention=attn, zero_stage=zero, lora=lora_spec,
+                            freeze_trainable_layers=2 if method is freeze else 0)
+
+    rows = []
+    for model in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "google/gemma-2-9b",
+                  "microsoft/Phi-3-mini-4k-instruct"):
+        # transformers 5 runs Gemma 2 with eager attention only (Gemma2PreTrainedModel: no SDPA support)
+        sdpa = eager if "gemma-2" in model else Attention.SDPA
+        # Phi-3 fuses q, k and v into one projection
+        qv = LoraSpec(target_modules=("qkv_proj",) if "Phi-3" in model else ("q_proj", "v_proj"))
+        rows += [Row(model, spec(lora, 1, 2048, lora_spec=qv, attn=sdpa)),
+                 Row(model, spec(lora, 2, 2048, attn=sdpa)),
+                 Row(model, spec(lora, 4, 512, ckpt=False, attn=sdpa)),
+                 Row(model, spec(lora, 1, 1024, ckpt=False, attn=eager, lora_spec=qv)),
+                 Row(model, spec(lora, 1, 4096, attn=eager)),
+                 Row(model, spec(lora, 1, 8192, attn=sdpa)),
+                 Row(model, spec(lora, 2, 2048, zero=2, attn=sdpa), 2),
+                 Row(model, spec(full, 1, 2048, zero=2, attn=sdpa), 4),
+                 Row(model, spec(full, 1, 2048, zero=3, attn=sdpa), 4),
+                 Row(model, spec(full, 2, 1024, zero=1, attn=sdpa), 8),
+                 Row(model, spec(freeze, 1, 2048, zero=0, attn=sdpa))]
+    rows += [Row("meta-llama/Llama-3.1-8B", spec(full, 1, 2048)),
+             Row("meta-llama/Llama-3.1-8B", spec(lora, 1, 2048, zero=3), 2),
+             Row("meta-llama/Llama-3.1-70B", spec(lora, 1, 2048, zero=3), 8),
+             Row("meta-llama/Llama-3.1-70B", spec(full, 1, 2048, zero=3), 8)]
+    return rows
+
+
+def planned_allocated_bytes(row: Row, catalog: Any) -> int:
+    """The planner's allocated prediction: Fit's total less the CUDA context and the allocator's slack."""
+    from planner.memory import per_gpu_memory
+
+    hardware = Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=row.world_size)
+    planned = per_gpu_memory(catalog.model(row.model), row.training, hardware)
+    return planned.total_bytes - planned.cuda_context_bytes - planned.allocator_bytes
+
+
+def _result(row: Row, simulated_bytes: int, peak_at: str, seconds: float, catalog: Any) -> dict[str, Any]:
+    allocated = planned_allocated_bytes(row, catalog)
+    return {"row": row.label, "simulated_bytes": simulated_bytes, "planned_bytes": allocated,
+            "error": relative_error(simulated_bytes, allocated), "peak_at": peak_at, "seconds": round(seconds, 1)}
+
+
+def run_row(row: Row, catalog: Any) -> dict[str, Any]:
+    """One row: the planner's allocated prediction against the simulated peak."""
+    simulated = simulate(config_json(catalog.model(row.model).architecture), row.training, row.world_size)
+    return _result(row, simulated.peak_bytes, f"{simulated.phase}:{simulated.op}", simulated.seconds, catalog)
+
+
+def _in_child(row: Row, results: Any) -> None:
+    from planner.catalog import default_catalog
+
+    results.put(run_row(row, default_catalog()))
+
+
+def _isolated(row: Row) -> dict[str, Any]:
+    """One row in a forked child (torch, transformers and DeepSpeed already imported): a crash or a leak of one
+    row's run cannot take the table with it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=_in_child, args=(row, results))
+    child.start()
+    while child.is_alive() or not results.empty():
+        try:
+            return dict(results.get(timeout=1))
+        except queue.Empty:
+            continue
+    child.join()
+    return {"row": row.label, "simulated_bytes": 0, "planned_bytes": 0, "error": math.nan,
+            "peak_at": f"failed: exit {child.exitcode}", "seconds": 0.0}
+
+
+def _preimport() -> None:
+    """Everything a row imports, imported once here before the rows fork: faster, and a row runs the code the table
+    started with even if the tree changes meanwhile."""
+    import importlib
+
+    for name in ("deepspeed", "transformers", "transformers.masking_utils", "transformers.integrations",
+                 "deepspeed.ops.adam.fused_adam", "deepspeed.runtime.zero.partitioned_param_coordinator",
+                 "deepspeed.utils.groups", "deepspeed.comm.comm", "torch.testing._internal.distributed.fake_pg",
+                 "executor.training.model", "executor.training.objective", "planner.catalog", "planner.memory"):
+        importlib.import_module(name)
+
+
+def _simulated_rows(match: str, only: set[str] | None = None) -> list[dict[str, Any]]:
+    _preimport()
+    rows = [r for r in _rows() if match in r.label and (only is None or r.label in only)]
+    results = []
+    for i, row in enumerate(rows, 1):
+        print(f"[{i}/{len(rows)}] {row.label}", file=sys.stderr, flush=True)
+        results.append(_isolated(row))
+        print(f"    {results[-1]['error']:+.1%} at {results[-1]['peak_at']} ({results[-1]['seconds']:.0f} s)",
+              file=sys.stderr, flush=True)
+    return results
+
+
+def _replanned(match: str) -> list[dict[str, Any]]:
+    """The last table's simulated peaks (they depend on the executor's code, not the planner's) against the
+    planner as it is now: seconds, not half an hour, after a change to the memory model."""
+    from planner.catalog import default_catalog
+
+    catalog = default_catalog()
+    by_label = {r.label: r for r in _rows()}
+    with RESULTS_CSV.open() as f:
+        stored = [r for r in csv.DictReader(f) if match in r["row"] and r["row"] in by_label]
+    return [_result(by_label[r["row"]], int(r["simulated_bytes"]), r["peak_at"], float(r["seconds"]), catalog)
+            if int(r["simulated_bytes"]) else {**r, "error": math.nan} for r in stored]
+
+
+def _table(results: list[dict[str, Any]], write: bool) -> int:
+    from benchmarks.common import print_table, write_csv
+
+    errors = [r["error"] for r in results if not math.isnan(r["error"])]
+    print_table("planner allocated prediction vs the executor's step simulated at full size (fake tensors)",
+                ["configuration", "simulated GiB", "planned GiB", "error", "peak at"],
+                [[r["row"], f"{int(r['simulated_bytes']) / GiB:.2f}", f"{int(r['planned_bytes']) / GiB:.2f}",
+                  f"{r['error']:+.1%}", r["peak_at"]] for r in results])
+    failed = len(results) - len(errors)
+    under = sum(e < UNDER_PREDICTION_LIMIT for e in errors)
+    print(f"{len(errors)} rows: median |error| {statistics.median(abs(e) for e in errors):.1%}, worst "
+          f"{max(errors, key=abs):+.1%}, under-predicted by more than {-UNDER_PREDICTION_LIMIT:.0%}: {under}"
+          f"{f', {failed} failed to run' if failed else ''} "
+          "(goal: median <= 1 %, worst <= 3 %, none under by more than 2 %)")
+    by_label = {r.label: r for r in _rows()}
+    for regime, wanted in (("ZeRO 0-2", lambda z: z < 3), ("ZeRO 3", lambda z: z == 3)):
+        found = [r["error"] for r in results if not math.isnan(r["error"]) and r["row"] in by_label
+                 and wanted(by_label[r["row"]].training.zero_stage)]
+        if found:  # planner/constants.py SIMULATED_ERROR_* are these figures
+            print(f"  {regime}: {len(found)} rows, truth above the plan by up to {max(0.0, -min(found)):.1%}, "
+                  f"below it by up to {max(0.0, max(found)):.1%}")
+    if write:
+        path = write_csv(RESULTS_CSV.name, list(results[0]), [list(r.values()) for r in results])
+        print(f"wrote {path}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="The planner's allocated-memory prediction against the executor's own "
+                                            "step simulated at full size under fake tensors (see the module doc).")
+    p.add_argument("--match", default="", help="run only the rows whose label contains this text "
+                                               "(e.g. 'Llama-3.1-8B lora')")
+    p.add_argument("--replan", action="store_true",
+                   help=f"compare the planner with the simulated peaks stored in {RESULTS_CSV} instead of "
+                        "simulating again (after a change to the planner only), and update its planned columns")
+    p.add_argument("--rerun-failed", action="store_true",
+                   help=f"simulate only the rows {RESULTS_CSV} records as failed or lacks, and update it")
+    a = p.parse_args(argv)
+    if a.replan:
+        return _table(_replanned(a.match), write=not a.match)
+    if a.rerun_failed:
+        stored = {r["row"]: r for r in _replanned("")}
+        todo = {r.label for r in _rows() if r.label not in stored or math.isnan(float(stored[r.label]["error"]))}
+        again = {r["row"]: r for r in _simulated_rows("", todo)}
+        return _table([again.get(r.label) or stored[r.label] for r in _rows()], write=True)
+    return _table(_simulated_rows(a.match), write=not a.match)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

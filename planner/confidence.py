@@ -1,0 +1,43 @@
+"""How sure Fit is: the range the per-GPU peak is likely in, from the benchmarks' measured error.
+
+Two parts are uncertain in different ways. What PyTorch allocates is checked against the executor's own step
+simulated at full size (make bench-simulate): its worst error for the regime bounds that part. What nvidia-smi
+adds on top — the CUDA context and the caching allocator's slack — is not in the simulation; its range comes from
+the third-party rows (planner/constants.py). Pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner import constants as k
+from planner.memory import MemoryBreakdown
+from planner.schema import Method, TrainingSpec
+
+
+@dataclass(frozen=True)
+class Band:
+    low_bytes: int
+    high_bytes: int
+    basis: str
+
+
+def allocated_error(t: TrainingSpec) -> tuple[tuple[float, float], str]:
+    """How far the allocated part has been found under and over the truth for the regime, and where from."""
+    if t.method in (Method.QLORA, Method.LORA_8BIT):
+        return k.THIRD_PARTY_ERROR_QUANTISED, "worst third-party quantised rows: bitsandbytes is not simulated"
+    if t.zero_stage == 3:
+        return k.SIMULATED_ERROR_ZERO3, "worst simulated ZeRO-3 rows, make bench-simulate"
+    return k.SIMULATED_ERROR_ZERO0_TO_2, "worst simulated rows of ZeRO 0-2, make bench-simulate"
+
+
+def band(b: MemoryBreakdown, t: TrainingSpec) -> Band:
+    allocated = b.total_bytes - b.cuda_context_bytes - b.allocator_bytes
+    (under, over), source = allocated_error(t)
+    low, high = allocated * (1 - over), allocated * (1 + under)
+    slack_low, slack_high = k.ALLOCATOR_OVERHEAD_RANGE
+    context_low, context_high = k.CUDA_CONTEXT_RANGE_BYTES
+    basis = (f"allocated -{over:.1%}/+{under:.1%} ({source}); CUDA context "
+             f"{context_low / k.MiB:.0f}-{context_high / k.MiB:.0f} MiB and allocator slack "
+             f"{slack_low:.0%}-{slack_high:.0%} of allocated (third-party nvidia-smi rows)")
+    return Band(int(low * (1 + slack_low) + context_low), int(high * (1 + slack_high) + context_high), basis)
