@@ -182,6 +182,22 @@ def _swappable(mode: FakeTensorMode) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _functional_restored() -> Iterator[None]:
+    """ZeRO-3's zero.Init swaps torch.nn.functional.linear for its memory-efficient zero3_linear_wrap (which saves
+    the input of every linear, frozen or not) and leaves it so for the process (partition_parameters.py:
+    _enable_mem_efficient_linear, "This will persist unless manually reset"). An executor rank is one run, so that
+    is what its ZeRO-3 step runs; a simulation is one of many in a process, so torch.nn.functional is put back."""
+    functional = vars(torch.nn.functional)
+    saved = dict(functional)
+    try:
+        yield
+    finally:
+        for name in [name for name in functional if name not in saved]:
+            del functional[name]
+        functional.update(saved)
+
+
+@contextlib.contextmanager
 def _process_group(world_size: int) -> Iterator[None]:
     """A fake process group of world_size ranks (this process is rank 0): collectives return at once, so ZeRO
     partitions and buckets as on N ranks."""
@@ -246,7 +262,8 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         fake_mode.enter_context(mode)
         fake_mode.enter_context(_Scalars())
     step_peaks = []
-    with _process_group(world_size), _as_on_cuda(), _stand_ins(fake), fake_mode, counter, modules:
+    with _functional_restored(), _process_group(world_size), _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
+            modules:
         torch.manual_seed(0)
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
         model = prepare_model(from_config(config, t), t)
