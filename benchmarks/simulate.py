@@ -469,8 +469,9 @@ def _table(results: list[dict[str, Any]], write: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="The planner's allocated-memory prediction against the executor's own "
                                             "step simulated at full size under fake tensors (see the module doc).")
-    p.add_argument("--match", default="", help="run only the rows whose label contains this text "
-                                               "(e.g. 'Llama-3.1-8B lora')")
+    p.add_argument("--match", default="", help="simulate only the rows whose label contains this text (e.g. "
+                                               "'Llama-3.1-8B lora' or ' z3 '); the others keep their results in "
+                                               f"{RESULTS_CSV}, compared with the planner as it is now")
     p.add_argument("--replan", action="store_true",
                    help=f"compare the planner with the simulated peaks stored in {RESULTS_CSV} instead of "
                         "simulating again (after a change to the planner only), and update its planned columns")
@@ -479,13 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.replan:
         return _table(_replanned(a.match), write=not a.match)
-    if a.rerun_failed:
-        stored = {r["row"]: r for r in _replanned("")}
-        todo = {r.label for r in _rows() if r.label not in stored or math.isnan(float(stored[r.label]["error"]))}
-        again = {r["row"]: r for r in _simulated_rows("", todo)}
-        return _table([again.get(r.label) or stored[r.label] for r in _rows()], write=True)
-    return _table(_simulated_rows(a.match), write=not a.match)
-
+    if not a.match and not a.rerun_failed:
+        return _table(_simulated_rows(""), write=True)
+    stored = {r["row"]: r for r in _replanned("")} if RESULTS_CSV.exists() else {}
+    todo = {r.label for r in _rows() if (a.match and a.match in r.label) or r.label not in stored
+            or math.isnan(float(stored[r.label]["error"]))}
+    fresh = {r["row"]: r for r in _simulated_rows("", todo)}
+    return _table([fresh.get(r.label) or stored[r.label] for r in _rows()], write=True)
 
 if __name__ == "__main__":
     sys.exit(main())

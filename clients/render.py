@@ -67,7 +67,10 @@ def fit_text(r: plan_pb2.FitResult) -> str:
                f"method {training_pb2.Method.Name(t.method).removeprefix('METHOD_').lower()}, "
                f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, ZeRO {t.zero_stage}, "
                f"grad-ckpt {'on' if t.gradient_checkpointing else 'off'}"))
-    rows = [("weights", gib(g.weights_bytes)), ("adapters", gib(g.adapter_bytes)),
+    rows = [("weights", gib(g.weights_bytes)),
+            *([("  gathered by ZeRO-3 (forward, backward)", gib(g.gathered_parameters_bytes))]
+              if g.gathered_parameters_bytes else []),
+            ("adapters", gib(g.adapter_bytes)),
             ("gradients", gib(g.gradients_bytes)), ("optimizer states", gib(g.optimizer_bytes)),
             ("activations", gib(g.activations_bytes)), ("  of which logits/loss", gib(g.logits_bytes)),
             *([("optimizer step (after backward)", gib(g.optimizer_step_bytes))] if g.optimizer_step_bytes else []),
