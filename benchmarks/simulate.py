@@ -351,6 +351,7 @@ def _rows() -> list[Row]:
                  Row(model, spec(freeze, 1, 2048, zero=0, attn=sdpa))]
     rows += [Row("meta-llama/Llama-3.1-8B", spec(full, 1, 2048)),
              Row("meta-llama/Llama-3.1-8B", spec(lora, 1, 2048, zero=3), 2),
+             Row("meta-llama/Llama-3.2-1B", spec(lora, 1, 2048, zero=3), 2),
              Row("meta-llama/Llama-3.1-70B", spec(lora, 1, 2048, zero=3), 8),
              Row("meta-llama/Llama-3.1-70B", spec(full, 1, 2048, zero=3), 8)]
     return rows

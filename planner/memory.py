@@ -265,10 +265,13 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     else:
         # q, k and v repeated to every head, the fp32 softmax and (below fp32) its cast back; Gemma 2's
         # logit soft-capping saves its tanh output. The output's transpose().contiguous() copy is the o_proj
-        # input counted above.
+        # input counted above. Without grouped heads repeat_kv returns v itself, and with one sequence matmul folds
+        # the batch into a view of it: in Phi-3 a slice that keeps the whole fused qkv output alive.
         cast = b if b != 4 else 0
         softcap = b if a.family is Family.GEMMA2 else 0
-        core = b * 3 * q + (4 + cast + softcap) * heads * seq_len
+        one_sequence = t.micro_batch_size * t.sequences_per_example == 1
+        v_storage = q + 2 * kv if a.family is Family.PHI3 and kv == q and one_sequence else q
+        core = b * (2 * q + v_storage) + (4 + cast + softcap) * heads * seq_len
 
     if a.num_experts:
         e, top_k = a.num_experts, a.experts_per_token
@@ -350,6 +353,10 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     embeddings_train = t.method is Method.FULL
     gemma = a.family in (Family.GEMMA, Family.GEMMA2)
     ids = (2 if embeddings_train else 1) * k.TOKEN_ID_BYTES * tokens
+    if t.micro_batch_size * t.sequences_per_example == 1:
+        # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
+        # single sequence, whose slice is contiguous already: the padded tensor is what stays
+        ids += k.TOKEN_ID_BYTES
     rope = 0 if a.family is Family.GPT2 else 2 * b * a.resolved_head_dim * t.sequence_length
     final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0

@@ -33,9 +33,11 @@ class Saved:
 
 
 def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout: float, ckpt: bool) -> object:
-    config = CONFIGS[family](num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                             num_key_value_heads=2, vocab_size=256, tie_word_embeddings=False,
-                             attn_implementation=attention, pad_token_id=0)
+    """`family`, with `-mha` for as many key/value heads as query heads (no repeat_kv copy)."""
+    base, *variant = family.split("-")
+    config = CONFIGS[base](num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                           num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256, tie_word_embeddings=False,
+                           attn_implementation=attention, pad_token_id=0)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     if method == "lora":
@@ -48,7 +50,12 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     return model
 
 
-def _measure(model: torch.nn.Module) -> Saved:
+def _batch(family: str) -> int:
+    """The micro-batch: 1 for a `-b1` family (matmul then folds the batch into a view, copying nothing)."""
+    return 1 if "b1" in family.split("-") else MICRO_BATCH
+
+
+def _measure(model: torch.nn.Module, batch: int = MICRO_BATCH) -> Saved:
     """Unique storages saved for backward (parameters excluded), by where they were first saved."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     layers = model.get_decoder().layers
@@ -64,7 +71,7 @@ def _measure(model: torch.nn.Module) -> Saved:
             first_seen.setdefault(storage.data_ptr(), (storage.nbytes(), where["layer"]))
         return t
 
-    ids = torch.randint(0, 256, (MICRO_BATCH, SEQ))
+    ids = torch.randint(0, 256, (batch, SEQ))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(input_ids=ids, labels=ids).loss.backward()
     middle = sum(n for n, layer in first_seen.values() if layer == 1)
@@ -77,10 +84,10 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
     a = architecture_from_config(json.dumps(model.config.to_dict()))
     t = TrainingSpec(method=Method.FULL if method == "full" else Method.LORA, precision=precision,
                      attention=Attention.EAGER if attention == "eager" else Attention.SDPA,
-                     micro_batch_size=MICRO_BATCH, sequence_length=SEQ, gradient_checkpointing=ckpt,
+                     micro_batch_size=_batch(family), sequence_length=SEQ, gradient_checkpointing=ckpt,
                      lora=LoraSpec(rank=4, alpha=8, dropout=dropout))
     split = parameter_split(a, t.method, t.lora, False, 0)
-    tokens = MICRO_BATCH * SEQ
+    tokens = _batch(family) * SEQ
     per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
     outside = outside_layers_saved_bytes(a, t, split, tokens)
     if dropout:
@@ -88,7 +95,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
         # q/k/v adapters keep none (their input needs no gradient).
         h, extra = a.hidden_size, t.precision.activation_bytes - 1
-        qkv_adapters, gate_up_adapters = (1, 1) if family == "phi3" else (3, 2)
+        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 2)
         widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + a.intermediate_size
         per_layer += extra * widths * tokens
         outside -= extra * qkv_adapters * h * tokens
@@ -105,6 +112,10 @@ CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3") 
          for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1)) if (f, attn) != ("phi3", "sdpa")]
 CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
+# As many key/value heads as query heads: eager attention's matmul reads k and v themselves, not repeated copies; with
+# one sequence it folds the batch into a view, so Phi-3's v, a slice of the fused qkv output, keeps all of it alive
+CASES += [(f, "eager", m, "bf16", d) for f in ("llama-mha", "phi3-mha", "llama-mha-b1", "phi3-mha-b1")
+          for m, d in (("full", 0.0), ("lora", 0.1))]
 
 
 @pytest.mark.parametrize(("family", "attention", "method", "precision", "dropout"), CASES,
@@ -113,7 +124,7 @@ def test_saved_activations_match_the_model(family: str, attention: str, method: 
                                            dropout: float) -> None:
     dtype, prec = (torch.bfloat16, Precision.BF16) if precision == "bf16" else (torch.float32, Precision.FP32)
     model = _model(family, attention, method, dtype, dropout, ckpt=False)
-    measured = _measure(model)
+    measured = _measure(model, _batch(family))
     planned = _planned(model, family, attention, method, prec, dropout, ckpt=False)
     assert planned.per_layer == measured.per_layer
     assert planned.outside + _SCALARS_BYTES == measured.outside
