@@ -333,7 +333,7 @@ def _rows() -> list[Row]:
 
     rows = []
     for model in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "google/gemma-2-9b",
-                  "microsoft/Phi-3-mini-4k-instruct"):
+                  "microsoft/Phi-3-mini-4k-instruct", "Qwen/Qwen3-8B"):
         # transformers 5 runs Gemma 2 with eager attention only (Gemma2PreTrainedModel: no SDPA support)
         sdpa = eager if "gemma-2" in model else Attention.SDPA
         # Phi-3 fuses q, k and v into one projection

@@ -74,7 +74,8 @@ def _norm_params(a: Architecture) -> int:
     if a.family is Family.GPT2:  # LayerNorm weight + bias: ln_1, ln_2 per layer, ln_f
         return 2 * h * (2 * a.num_layers + 1)
     per_layer = 4 if a.family is Family.GEMMA2 else 2  # Gemma 2 adds pre/post feed-forward norms
-    return h * (per_layer * a.num_layers + 1)
+    qk_norms = 2 * a.resolved_head_dim if a.family is Family.QWEN3 else 0  # Qwen3's q_norm, k_norm per head
+    return h * (per_layer * a.num_layers + 1) + qk_norms * a.num_layers
 
 
 def _expert_params(a: Architecture) -> int:
@@ -153,7 +154,7 @@ def largest_layer_params(a: Architecture) -> int:
 _FAMILY_BY_MODEL_TYPE = {
     "llama": Family.LLAMA, "mistral": Family.MISTRAL, "mixtral": Family.MIXTRAL,
     "qwen2": Family.QWEN2, "qwen2_vl": Family.QWEN2_VL, "gemma": Family.GEMMA,
-    "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2,
+    "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
 }
 
 

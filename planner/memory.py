@@ -203,6 +203,15 @@ def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
     return 4 * h + 4 + normalised
 
 
+def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, k: bool = True) -> float:
+    """Bytes Qwen3's q_norm and k_norm (RMSNorm over each head) save per token: the fp32 upcast, the fp32 rstd per
+    head and, when the weight trains, the normalised input to its multiply, as `_norm_bytes` for one row per head."""
+    if a.family is not Family.QWEN3:
+        return 0.0
+    widths = [(a.q_dim, a.num_attention_heads)] * q + [(a.kv_dim, a.num_key_value_heads)] * k
+    return sum(4 * width + 4 * heads + (b * width if weight_trains else 0) for width, heads in widths)
+
+
 def _qkv_names(a: Architecture) -> tuple[str, ...]:
     """The linears that read the attention input: Phi-3 fuses them into one."""
     return ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
@@ -248,7 +257,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
                   _Linear(("mlp.c_proj",), i)]
     else:
         norm_count = 4 if a.family is Family.GEMMA2 else 2
-        norms = norm_count * _norm_bytes(a, b, full)
+        norms = norm_count * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
         qkv = _qkv_names(a)
         gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
         groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like), _Linear(gate_up, h),
@@ -363,9 +372,11 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     first_layer = 0.0
     if not embeddings_train and not t.gradient_checkpointing:
         first_layer = _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
+        adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
         if t.applies_lora_dropout:
-            adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
             first_layer += sum(n in adapted for n in _qkv_names(a)) * k.DROPOUT_MASK_BYTES * h * tokens
+        if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
+            first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
     return ids + rope + final + softcap + scale - first_layer
 

@@ -15,6 +15,7 @@ class Family(enum.Enum):
     MIXTRAL = "mixtral"
     QWEN2 = "qwen2"
     QWEN2_VL = "qwen2_vl"
+    QWEN3 = "qwen3"
     GEMMA = "gemma"
     GEMMA2 = "gemma2"
     PHI3 = "phi3"

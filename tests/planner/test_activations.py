@@ -22,7 +22,7 @@ MICRO_BATCH, SEQ = 2, 16
 LAYERS = 3
 CONFIGS = {
     "llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config,
-    "phi3": transformers.Phi3Config, "gemma2": transformers.Gemma2Config,
+    "phi3": transformers.Phi3Config, "gemma2": transformers.Gemma2Config, "qwen3": transformers.Qwen3Config,
 }
 
 
@@ -108,7 +108,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
 _SCALARS_BYTES = 4
 # Phi-3 under SDPA is left out: its partial-rotary cat makes q head-major, and the CPU flash kernel then
 # returns a head-major output that o_proj must copy, which CUDA's kernels (output sequence-major) do not.
-CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3") for attn in ("eager", "sdpa")
+CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3", "qwen3") for attn in ("eager", "sdpa")
          for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1)) if (f, attn) != ("phi3", "sdpa")]
 CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]

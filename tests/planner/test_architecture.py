@@ -22,7 +22,8 @@ from tests.fixtures.hf_configs import hf_config  # noqa: E402
 CATALOG_MODELS = [
     "meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3",
     "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2-VL-2B-Instruct",
-    "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2",
+    "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2", "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-8B",
 ]
 
 
@@ -59,6 +60,7 @@ def test_config_json_round_trip_gives_the_same_architecture_count(name: str) -> 
     ("microsoft/Phi-3-mini-4k-instruct", ("qkv_proj", "o_proj"), 32),
     ("openai-community/gpt2", ("c_attn",), 8),
     ("google/gemma-2-2b", ("all-linear",), 16),
+    ("Qwen/Qwen3-0.6B", ("all-linear",), 16),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
@@ -89,8 +91,10 @@ def test_an_unknown_model_type_in_the_llama_layout_is_answered_as_llama_with_a_n
                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                 "tie_word_embeddings": False}
     arch, note = read_config(json.dumps(qwen3_8b))
-    assert arch.family is Family.LLAMA and "'qwen3' is not one the planner models" in note
-    # Qwen3-8B has 8,190,735,360 parameters: the Llama layout misses only its q/k norms (36 x 2 x 128)
+    assert arch.family is Family.QWEN3 and note == "" and parameter_counts(arch).total == 8_190_735_360
+    arch, note = read_config(json.dumps({**qwen3_8b, "model_type": "acme_lm"}))
+    assert arch.family is Family.LLAMA and "'acme_lm' is not one the planner models" in note
+    # the Llama layout misses only Qwen3's q/k norms (36 x 2 x 128)
     assert parameter_counts(arch).total == 8_190_735_360 - 36 * 2 * 128
     assert read_config(json.dumps({**qwen3_8b, "model_type": "llama"}))[1] == ""
     for not_llama in ({"n_routed_experts": 256}, {"q_lora_rank": 1536}, {"num_experts": 128}):
