@@ -15,6 +15,7 @@ from planner import constants as k
 from planner.architecture import (
     LinearLayer,
     largest_layer_params,
+    linear_layers,
     lora_parameter_count,
     lora_targets,
     parameter_counts,
@@ -426,6 +427,24 @@ def stage3_gathered_elements(a: Architecture, total_params: int) -> int:
     return min(max(k.STAGE3_MAX_LIVE_PARAMETERS, largest_layer_params(a)), total_params)
 
 
+def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method: Method) -> int:
+    """Elements of the trainable parameters larger than the reduce bucket. ZeRO 1-2 with overlap_comm and
+    contiguous_gradients copy each gradient into the bucket buffer as backward makes it and free its own storage,
+    except a parameter larger than the bucket, whose gradient keeps its storage; ZeRO 1 (which does not partition
+    gradients) keeps it until the step (stage_1_and_2.reduce_independent_p_g_buckets_and_remove_grads,
+    reduce_ipg_grads). Adapters are never that large."""
+    if method not in (Method.FULL, Method.FREEZE):
+        return 0
+    layers = split.trainable_decoder_layers
+    sizes = [(layer.in_features * layer.out_features, layers) for layer in linear_layers(a) if layer.part == "decoder"]
+    if a.num_experts:  # fused expert tensors: gate_up (E x 2I x H) and down (E x H x I) per layer
+        sizes += [(a.num_experts * 2 * a.intermediate_size * a.hidden_size, layers),
+                  (a.num_experts * a.hidden_size * a.intermediate_size, layers)]
+    if method is Method.FULL:
+        sizes += [(a.vocab_size * a.hidden_size, 1 if a.tie_word_embeddings else 2)]
+    return sum(size * count for size, count in sizes if size > k.REDUCE_BUCKET_ELEMENTS)
+
+
 def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: int) -> int:
     """Gradient reduce buckets (double-buffered with overlap_comm) and the all-gather bucket.
     ZeRO-3's parameter prefetch bucket is the gathered working set, counted under weights."""
@@ -458,6 +477,10 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
         adapter = 0
 
     grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
+    if t.zero_stage == 1 and n > 1:
+        # backward moves each gradient into the reduce bucket and, once reduced, the rank's own into its partition;
+        # gradients larger than the bucket keep their storage until the step
+        grads = (oversized_trainable_elements(a, split, t.method) + split.trainable / n) * dense_bytes
     optimizer = split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
     if t.offload is not Offload.NONE:
         optimizer = 0
@@ -469,9 +492,9 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
     # not run (torch optimizers whose foreach step allocates temporaries as large as the gradients, which stay):
     # it keeps the additive model its third-party rows were measured with (benchmarks/accuracy.py)
     grows = t.zero_stage <= 1 and t.precision is not Precision.BF16_PURE
-    # ZeRO 1 reduces the gradients into the rank's partition at the end of backward and frees the rest (simulated:
-    # its peak is the end of backward); ZeRO 0's step flattens every gradient
-    at_step = grads if t.zero_stage == 0 else grads / n
+    # ZeRO 0's step flattens every gradient; ZeRO 1's step first frees the gradients outside the rank's partition
+    # (stage_1_and_2.step: free_grad_in_param_list(params_not_in_partition)), the oversized ones among them
+    at_step = grads if t.zero_stage == 0 else split.trainable * dense_bytes / n
     # a tied embedding gets two gradients (lm_head's, then the embedding lookup's) and their sum, all full-size, as
     # backward ends (simulated: Gemma 2's peak at the `add`)
     tied = 2 * a.vocab_size * a.hidden_size * dense_bytes if a.tie_word_embeddings and t.method is Method.FULL else 0

@@ -63,8 +63,9 @@ def test_a_fake_step_peaks_at_the_same_bytes_as_the_real_step(config: dict, meth
 # A handful of the benchmark's rows at a size the suite can afford (make bench-simulate runs the full-size table):
 # the planner's allocated prediction against the executor's own step, simulated. Each row exercises one part of
 # the memory model: the logits peak, the ZeRO-0 step transient, a ZeRO-2 partition over 4 ranks, eager
-# attention's softmax backward under checkpointing, Gemma 2's eager attention and soft-capping, and the parameters
-# ZeRO-3 holds gathered (for a 1B model on 2 ranks, 80 % of them: a third of the peak).
+# attention's softmax backward under checkpointing, Gemma 2's eager attention and soft-capping, the parameters
+# ZeRO-3 holds gathered (for a 1B model on 2 ranks, 80 % of them: a third of the peak), and ZeRO-1 over several
+# ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage.
 REGRESSION_ROWS = [
     Row("Qwen/Qwen2.5-0.5B", TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=1024)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024)),
@@ -74,6 +75,7 @@ REGRESSION_ROWS = [
     Row("google/gemma-2-2b", TrainingSpec(method=Method.LORA, sequence_length=1024, attention=Attention.EAGER,
                                           gradient_checkpointing=False)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.LORA, sequence_length=1024, zero_stage=3), 2),
+    Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024, zero_stage=1), 4),
 ]
 
 
