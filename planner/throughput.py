@@ -33,7 +33,8 @@ class StepTime:
 def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     """Training FLOPs per token (Kaplan et al. 2020: 2N forward, 4N backward; attention 2·L·S·d
     forward for causal masks). Frozen weights skip their weight-gradient half of backward;
-    gradient checkpointing re-runs the forward."""
+    gradient checkpointing re-runs the forward. Freezing all but the top layers keeps the frozen ones out of the
+    graph (executor.training.model.prepare_model): backward and the re-run cover the lm_head and the top layers."""
     a = model.architecture
     counts = parameter_counts(a)
     # The embedding lookup is no matmul, unless it is tied and doubles as the output projection.
@@ -41,9 +42,14 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     attention_fwd = 2 * a.num_layers * t.sequence_length * a.q_dim
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     forward = 2 * matmul_params + attention_fwd
-    # backward: activation grads everywhere (1x forward) plus weight grads (1x forward when all weights train)
-    backward = 2 * forward if t.method is Method.FULL else forward + 2 * split.trainable
-    recompute = forward if t.gradient_checkpointing else 0
+    # the part of the forward that backward goes through
+    through: float = forward
+    if t.method is Method.FREEZE:
+        head = 2 * a.vocab_size * a.hidden_size
+        through = head + (forward - head) * split.trainable_decoder_layers / a.num_layers
+    # backward: activation grads (1x what it goes through) plus weight grads (1x forward when all weights train)
+    backward = 2 * forward if t.method is Method.FULL else through + 2 * split.trainable
+    recompute = through if t.gradient_checkpointing else 0
     total = forward + backward + recompute
     if t.objective is Objective.DPO and not t.dpo.precompute_reference:
         total += forward  # reference log-probs: one extra forward without grad (precomputed: once, before step 1)

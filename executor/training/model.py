@@ -162,6 +162,12 @@ def prepare_model(model: Any, t: TrainingSpec, quantized: bool = False) -> Any:
         model.requires_grad_(False)
         for layer in _decoder_layers(model, t.freeze_trainable_layers)[-t.freeze_trainable_layers:]:
             layer.requires_grad_(True)
+        if t.gradient_checkpointing:
+            # transformers makes the embeddings' output require grad for checkpointing
+            # (activation_checkpointing_enable), which puts every frozen layer in the graph: its input kept, its
+            # backward run. With use_reentrant=False the trainable top layers need nothing from below, so the frozen
+            # layers stay out
+            model.disable_input_require_grads()
     if t.objective is Objective.DPO:
         disable_dropout_in_model(model)  # TRL's DPOConfig.disable_dropout default: policy and reference agree
     return model
