@@ -1,0 +1,38 @@
+"""How the executor wraps a model for a plan (executor.training.model.prepare_model)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from executor.training.model import prepare_model  # noqa: E402
+from planner.schema import Method, TrainingSpec  # noqa: E402
+
+LAYERS, TRAINABLE = 4, 1
+
+
+@pytest.mark.parametrize("checkpointing", [True, False], ids=["ckpt", "nockpt"])
+def test_freeze_keeps_the_frozen_layers_out_of_the_graph(checkpointing: bool) -> None:
+    """Only the top layers train, so nothing below them needs a gradient: their inputs do not require one (with
+    checkpointing transformers makes the embeddings' output require grad, which would keep every layer's input and
+    run its backward), and the trainable layers still get theirs."""
+    config = transformers.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=32, intermediate_size=64,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    torch.manual_seed(0)
+    model = prepare_model(transformers.AutoModelForCausalLM.from_config(config),
+                          TrainingSpec(method=Method.FREEZE, freeze_trainable_layers=TRAINABLE,
+                                       gradient_checkpointing=checkpointing))
+    model.train()
+    input_needs_grad: list[bool] = []
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda m, args, kwargs: input_needs_grad.append(
+            kwargs.get("hidden_states", args[0] if args else None).requires_grad), with_kwargs=True)
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+
+    assert input_needs_grad[:LAYERS] == [False] * LAYERS
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(p.grad is not None for p in trainable)
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
