@@ -349,9 +349,16 @@ def _rows() -> list[Row]:
                  Row(model, spec(full, 1, 2048, zero=3, attn=sdpa), 4),
                  Row(model, spec(full, 2, 1024, zero=1, attn=sdpa), 8),
                  Row(model, spec(freeze, 1, 2048, zero=0, attn=sdpa))]
+    q_v = LoraSpec(target_modules=("q_proj", "v_proj"))
     rows += [Row("meta-llama/Llama-3.1-8B", spec(full, 1, 2048)),
              Row("meta-llama/Llama-3.1-8B", spec(lora, 1, 2048, zero=3), 2),
              Row("meta-llama/Llama-3.2-1B", spec(lora, 1, 2048, zero=3), 2),
+             # a mixture of experts: all-linear adapts the attention (the experts are 3-D tensors, not linears)
+             Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 1, 2048, lora_spec=q_v)),
+             Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 2, 2048)),
+             Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 4, 512, ckpt=False)),
+             Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 1, 4096, zero=3), 8),
+             Row("mistralai/Mixtral-8x7B-v0.1", spec(full, 1, 2048, zero=3), 8),
              Row("meta-llama/Llama-3.1-70B", spec(lora, 1, 2048, zero=3), 8),
              Row("meta-llama/Llama-3.1-70B", spec(full, 1, 2048, zero=3), 8)]
     return rows

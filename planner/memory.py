@@ -261,8 +261,9 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         norms = norm_count * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
         qkv = _qkv_names(a)
         gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
-        groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like), _Linear(gate_up, h),
-                  _Linear(("down_proj",), i)]
+        groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like)]
+        if not a.num_experts:  # a mixture of experts' feed-forward is counted with its experts below
+            groups += [_Linear(gate_up, h), _Linear(("down_proj",), i)]
     linears = sum(input_bytes(g) for g in groups)
 
     heads = a.num_attention_heads
@@ -284,8 +285,15 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         core = b * (2 * q + v_storage) + (4 + cast + softcap) * heads * seq_len
 
     if a.num_experts:
+        # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
+        # (the gate's view keeps all of it), the activation and the down output (for the routing-weight multiply),
+        # three int64 permutations, the fp32 routing weight; per token the router's fp32 softmax, its top-k (int64
+        # indices, fp32 values) and their sum. Trained experts also save the grouped matmuls' inputs, and a trained
+        # router its input.
         e, top_k = a.num_experts, a.experts_per_token
-        mlp: float = top_k * (3 * b * i + b * i + 2 * b * h) + 4 * e  # per routed expert: act, mul, dispatch copies
+        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + 4) + 4 * e + top_k * (8 + 4) + 4
+        if full:
+            mlp += top_k * (b * h + b * i) + b * h
     elif a.family is not Family.GPT2:
         mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
     else:
@@ -298,7 +306,7 @@ def _decoder_layer_fixed_bytes(a: Architecture) -> int:
     vector per norm that the multiply saves."""
     if a.family in (Family.GEMMA, Family.GEMMA2):
         return (4 if a.family is Family.GEMMA2 else 2) * 4 * a.hidden_size
-    return 0
+    return 4 * a.num_experts  # a mixture of experts' int32 group offsets
 
 
 def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:

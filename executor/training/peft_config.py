@@ -22,6 +22,11 @@ def linear_module_names(model: Any) -> set[str]:
     return names
 
 
+def _has_experts(model: Any) -> bool:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return bool(getattr(config, "num_local_experts", 0) or getattr(config, "num_experts", 0))
+
+
 # A vision-language model's vision tower and merger (Qwen2-VL: model.visual), left out of LoRA while it is frozen.
 VISION_MODULES = r".*\bvisual\..*"
 
@@ -30,8 +35,13 @@ def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> Lora
     """LoraConfig for the plan; a target module the model lacks is a PlanError naming the ones it has. A frozen
     vision tower gets no adapters, as the planner counts it (planner.memory.parameter_split)."""
     available = linear_module_names(model)
-    if spec.target_modules == (ALL_LINEAR,):
-        targets: str | list[str] = ALL_LINEAR
+    if spec.target_modules == (ALL_LINEAR,) and _has_experts(model):
+        # PEFT reads all-linear on a mixture of experts as its attention linears and its 3-D expert tensors too
+        # (utils/transformers_weight_conversion.py), whose ParamWrapper refuses dropout; the planner adapts the
+        # linear modules (planner.architecture: lora_targets), and so does this
+        targets: str | list[str] = sorted(available)
+    elif spec.target_modules == (ALL_LINEAR,):
+        targets = ALL_LINEAR
     else:
         missing = sorted(set(spec.target_modules) - available)
         if missing:

@@ -20,6 +20,8 @@ TINY_LLAMA = dict(model_type="llama", vocab_size=128, hidden_size=64, intermedia
 TINY_GEMMA2 = dict(model_type="gemma2", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
                    sliding_window=16)
+# a mixture of experts (transformers' grouped_mm experts: every shape static, whatever the routing)
+TINY_MIXTRAL = {**TINY_LLAMA, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
 QV = LoraSpec(target_modules=("q_proj", "v_proj"), dropout=0.0)
 ALL = LoraSpec(target_modules=(ALL_LINEAR,))  # dropout 0.05: a dropout mask per adapter
 
@@ -36,6 +38,8 @@ MATRIX = [
     (TINY_LLAMA, Method.FULL, 3, 2, True, Attention.EAGER, ALL),
     (TINY_GEMMA2, Method.LORA, 0, 1, False, Attention.EAGER, ALL),
     (TINY_GEMMA2, Method.FULL, 2, 2, True, Attention.EAGER, ALL),  # transformers runs Gemma 2 eager only
+    (TINY_MIXTRAL, Method.LORA, 0, 1, True, Attention.SDPA, ALL),
+    (TINY_MIXTRAL, Method.FULL, 3, 2, False, Attention.SDPA, ALL),
 ]
 
 

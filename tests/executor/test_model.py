@@ -36,3 +36,23 @@ def test_freeze_keeps_the_frozen_layers_out_of_the_graph(checkpointing: bool) ->
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert trainable and all(p.grad is not None for p in trainable)
     assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+
+
+def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts() -> None:
+    """PEFT would read all-linear on Mixtral as its 3-D expert tensors too (a ParamWrapper, which refuses the plan's
+    dropout); the executor adapts the linear modules, as many parameters as the planner counts."""
+    import json
+
+    from planner.architecture import architecture_from_config, lora_parameter_count, lora_targets
+    from planner.schema import ALL_LINEAR, LoraSpec
+
+    config = transformers.MixtralConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                                        num_local_experts=4, num_experts_per_tok=2)
+    lora = LoraSpec(target_modules=(ALL_LINEAR,))
+    assert lora.dropout > 0
+    model = prepare_model(transformers.AutoModelForCausalLM.from_config(config), TrainingSpec(method=Method.LORA,
+                                                                                              lora=lora))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    arch = architecture_from_config(json.dumps(config.to_dict()))
+    assert trainable == lora_parameter_count(lora_targets(arch, (ALL_LINEAR,), "t"), lora.rank)

@@ -23,6 +23,7 @@ LAYERS = 3
 CONFIGS = {
     "llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config,
     "phi3": transformers.Phi3Config, "gemma2": transformers.Gemma2Config, "qwen3": transformers.Qwen3Config,
+    "mixtral": lambda **kw: transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **kw),
 }
 
 
@@ -41,7 +42,10 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     if method == "lora":
-        lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear")
+        # all-linear as the executor resolves it: a mixture of experts' linear modules (its attention), not its 3-D
+        # expert tensors (executor.training.peft_config)
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj"] if base == "mixtral" else "all-linear"
+        lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets)
         model = peft.get_peft_model(model, lora).to(dtype)  # DeepSpeed casts adapters to the training dtype too
     if ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -95,8 +99,8 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
         # q/k/v adapters keep none (their input needs no gradient).
         h, extra = a.hidden_size, t.precision.activation_bytes - 1
-        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 2)
-        widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + a.intermediate_size
+        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 0) if a.num_experts else (3, 2)
+        widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + (0 if a.num_experts else a.intermediate_size)
         per_layer += extra * widths * tokens
         outside -= extra * qkv_adapters * h * tokens
     if ckpt:
@@ -111,6 +115,7 @@ _SCALARS_BYTES = 4
 CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3", "qwen3") for attn in ("eager", "sdpa")
          for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1)) if (f, attn) != ("phi3", "sdpa")]
 CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0))]
+CASES += [("mixtral", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
 # As many key/value heads as query heads: eager attention's matmul reads k and v themselves, not repeated copies; with
 # one sequence it folds the batch into a view, so Phi-3's v, a slice of the fused qkv output, keeps all of it alive
