@@ -58,6 +58,10 @@ class MemoryBreakdown:
     # ZeRO-3: full copies of the parameters gathered for the module running and the prefetch, during forward and
     # backward only (released before the optimizer step)
     gathered_parameters_bytes: int = 0
+    # ZeRO-3, in forward: the flat all-gather buffer of the largest module beside the copies made from it, with the
+    # activations kept as forward ends (the loss not yet computed)
+    fetch_buffer_bytes: int = 0
+    forward_end_bytes: int = 0
 
     @property
     def overhead_bytes(self) -> int:
@@ -69,10 +73,16 @@ class MemoryBreakdown:
                        self.gradients_at_step_bytes + self.optimizer_step_bytes)
         return max(self.backward_end_bytes + self.gathered_parameters_bytes, self.optimizer_step_bytes)
 
+    def _during_backward_bytes(self) -> int:
+        """The peak while the step's forward and backward run: at the start of backward, or (ZeRO-3) while forward
+        fetches its largest module."""
+        return self.gathered_parameters_bytes + max(self.activations_bytes,
+                                                    self.forward_end_bytes + self.fetch_buffer_bytes)
+
     @property
     def activations_decide_peak(self) -> bool:
         """Whether the start of backward (activations) is the peak, so a longer or bigger batch needs more."""
-        return self.activations_bytes + self.gathered_parameters_bytes >= self._after_backward_bytes()
+        return self._during_backward_bytes() >= self._after_backward_bytes()
 
     @property
     def total_bytes(self) -> int:
@@ -83,7 +93,7 @@ class MemoryBreakdown:
         forward and backward, not in the step."""
         persistent = self.weights_bytes + self.adapter_bytes + self.optimizer_bytes + self.overhead_bytes
         return persistent + (0 if self.gradients_grow_in_backward else self.gradients_bytes) + \
-            max(self.activations_bytes + self.gathered_parameters_bytes, self._after_backward_bytes())
+            max(self._during_backward_bytes(), self._after_backward_bytes())
 
 
 @dataclass(frozen=True)
@@ -397,6 +407,13 @@ def outside_layers_saved_bytes(a: Architecture, t: TrainingSpec, split: Paramete
 
 def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
     """(all saved activations including logits, the logits part) for one micro-batch on one GPU."""
+    total, logits, _ = _activation_terms(a, t, split)
+    return total, logits
+
+
+def _activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int, int]:
+    """activation_bytes and what is kept as the forward ends, before the loss: checkpointed layers' inputs (or
+    every layer's saved tensors) and what is saved outside them."""
     b = t.precision.activation_bytes
     tokens = t.micro_batch_size * t.sequence_length * t.sequences_per_example
     per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
@@ -422,7 +439,8 @@ def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         vision = (a.vision.depth * b * a.vision.embed_dim * patches + block) if t.gradient_checkpointing \
             else a.vision.depth * block
     total = int(body + logits_term + vision)
-    return total, logits if not t.gradient_checkpointing else int(min(logits, body))
+    forward_end = (layers * b * h * tokens + outside) if t.gradient_checkpointing else body
+    return total, logits if not t.gradient_checkpointing else int(min(logits, body)), int(forward_end + vision)
 
 
 def stage3_gathered_elements(a: Architecture, total_params: int) -> int:
@@ -475,9 +493,12 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
     if t.uses_reference_model:
         weights *= 2  # a frozen reference copy stored like the policy's base weights
     adapter: float = split.adapter * dense_bytes
-    gathered = 0
+    gathered = fetch_buffer = 0
     if t.zero_stage == 3:
         gathered = stage3_gathered_elements(a, split.total) * dense_bytes
+        # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
+        # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
+        fetch_buffer = min(largest_layer_params(a), split.total) * dense_bytes
         weights = 0 if t.offload is Offload.ALL else weights / n
         adapter = adapter / n
     if t.method in (Method.FULL, Method.FREEZE):
@@ -494,7 +515,7 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
         optimizer = 0
 
     step = optimizer_step_bytes(t, split.trainable, n)
-    activations, logits = activation_bytes(a, t, split)
+    activations, logits, forward_end = _activation_terms(a, t, split)
     buffers = _deepspeed_buffer_bytes(t, split, n)
     # DeepSpeed frees the gradients at every step under ZeRO 0-1 (simulated). bf16-pure is a recipe DeepSpeed does
     # not run (torch optimizers whose foreach step allocates temporaries as large as the gradients, which stay):
@@ -511,7 +532,8 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
         optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,
         deepspeed_buffers_bytes=buffers, cuda_context_bytes=k.CUDA_CONTEXT_BYTES, allocator_bytes=0,
         optimizer_step_bytes=int(step), gradients_grow_in_backward=grows, gradients_at_step_bytes=int(at_step),
-        backward_end_bytes=tied, gathered_parameters_bytes=int(gathered),
+        backward_end_bytes=tied, gathered_parameters_bytes=int(gathered), fetch_buffer_bytes=int(fetch_buffer),
+        forward_end_bytes=forward_end if fetch_buffer else 0,
     )
     allocated = breakdown.total_bytes - k.CUDA_CONTEXT_BYTES
     return replace(breakdown, allocator_bytes=int(allocated * k.ALLOCATOR_OVERHEAD_FRACTION))
