@@ -155,6 +155,8 @@ _FAMILY_BY_MODEL_TYPE = {
     "llama": Family.LLAMA, "mistral": Family.MISTRAL, "mixtral": Family.MIXTRAL,
     "qwen2": Family.QWEN2, "qwen2_vl": Family.QWEN2_VL, "gemma": Family.GEMMA,
     "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
+    # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
+    "smollm3": Family.LLAMA,
 }
 
 

@@ -53,6 +53,17 @@ def test_config_json_round_trip_gives_the_same_architecture_count(name: str) -> 
     assert parameter_counts(parsed).total == parameter_counts(arch).total
 
 
+@pytest.mark.parametrize(("model_type", "shape"), [
+    ("smollm3", dict(num_hidden_layers=36, hidden_size=2048, intermediate_size=11008, num_attention_heads=16,
+                     num_key_value_heads=4, vocab_size=128256, tie_word_embeddings=True)),  # SmolLM3-3B
+    ("qwen3", dict(num_hidden_layers=28, hidden_size=1024, intermediate_size=3072, num_attention_heads=16,
+                   num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)),  # Qwen3-0.6B
+])
+def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_type: str, shape: dict) -> None:
+    config = transformers.AutoConfig.for_model(model_type, **shape)
+    assert parameter_counts(architecture_from_config(config.to_json_string())).total == numel(meta_model(config))
+
+
 @pytest.mark.parametrize(("name", "targets", "rank"), [
     ("meta-llama/Llama-3.1-8B", ("q_proj", "v_proj"), 16),
     ("meta-llama/Llama-3.1-8B", ("all-linear",), 8),
