@@ -353,6 +353,12 @@ def _rows() -> list[Row]:
     rows += [Row("meta-llama/Llama-3.1-8B", spec(full, 1, 2048)),
              Row("meta-llama/Llama-3.1-8B", spec(lora, 1, 2048, zero=3), 2),
              Row("meta-llama/Llama-3.2-1B", spec(lora, 1, 2048, zero=3), 2),
+             Row("allenai/OLMo-2-1124-7B", spec(lora, 1, 2048, lora_spec=q_v)),
+             Row("allenai/OLMo-2-1124-7B", spec(lora, 2, 2048)),
+             Row("allenai/OLMo-2-1124-7B", spec(lora, 1, 1024, ckpt=False, attn=Attention.EAGER)),
+             Row("allenai/OLMo-2-1124-7B", spec(full, 1, 2048, zero=3), 4),
+             Row("HuggingFaceTB/SmolLM3-3B", spec(lora, 2, 4096)),
+             Row("HuggingFaceTB/SmolLM3-3B", spec(full, 1, 4096, zero=2), 2),
              # a mixture of experts: all-linear adapts the attention (the experts are 3-D tensors, not linears)
              Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 1, 2048, lora_spec=q_v)),
              Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 2, 2048)),

@@ -74,7 +74,11 @@ def _norm_params(a: Architecture) -> int:
     if a.family is Family.GPT2:  # LayerNorm weight + bias: ln_1, ln_2 per layer, ln_f
         return 2 * h * (2 * a.num_layers + 1)
     per_layer = 4 if a.family is Family.GEMMA2 else 2  # Gemma 2 adds pre/post feed-forward norms
-    qk_norms = 2 * a.resolved_head_dim if a.family is Family.QWEN3 else 0  # Qwen3's q_norm, k_norm per head
+    qk_norms = 0
+    if a.family is Family.QWEN3:  # q_norm, k_norm over each head
+        qk_norms = 2 * a.resolved_head_dim
+    elif a.family is Family.OLMO2:  # q_norm, k_norm over the whole projection
+        qk_norms = a.q_dim + a.kv_dim
     return h * (per_layer * a.num_layers + 1) + qk_norms * a.num_layers
 
 
@@ -157,6 +161,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
     # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
     "smollm3": Family.LLAMA,
+    "olmo2": Family.OLMO2,
 }
 
 

@@ -200,6 +200,10 @@ def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int) -> fl
     return partition * k.ZERO_STEP_GRAD_BYTES
 
 
+# Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
+_FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.OLMO2)
+
+
 def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
     """Bytes one norm saves for backward, per token.
 
@@ -210,17 +214,23 @@ def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
     h = a.hidden_size
     if a.family is Family.GPT2:
         return b * h + 8
-    normalised = (4 if a.family in (Family.GEMMA, Family.GEMMA2) else b) * h if weight_trains else 0
+    normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY else b) * h if weight_trains else 0
     return 4 * h + 4 + normalised
 
 
 def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, k: bool = True) -> float:
-    """Bytes Qwen3's q_norm and k_norm (RMSNorm over each head) save per token: the fp32 upcast, the fp32 rstd per
-    head and, when the weight trains, the normalised input to its multiply, as `_norm_bytes` for one row per head."""
-    if a.family is not Family.QWEN3:
+    """Bytes the q_norm and k_norm of Qwen3 (RMSNorm over each head) and OLMo 2 (over the whole projection) save per
+    token: the fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply
+    (fp32 in OLMo 2, which multiplies in fp32), as `_norm_bytes`."""
+    if a.family is Family.QWEN3:
+        rows_q, rows_k = a.num_attention_heads, a.num_key_value_heads
+    elif a.family is Family.OLMO2:
+        rows_q = rows_k = 1
+    else:
         return 0.0
-    widths = [(a.q_dim, a.num_attention_heads)] * q + [(a.kv_dim, a.num_key_value_heads)] * k
-    return sum(4 * width + 4 * heads + (b * width if weight_trains else 0) for width, heads in widths)
+    normalised = 4 if a.family in _FP32_WEIGHT_MULTIPLY else b
+    widths = [(a.q_dim, rows_q)] * q + [(a.kv_dim, rows_k)] * k
+    return sum(4 * width + 4 * rows + (normalised * width if weight_trains else 0) for width, rows in widths)
 
 
 def _qkv_names(a: Architecture) -> tuple[str, ...]:
@@ -385,12 +395,15 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
         # single sequence, whose slice is contiguous already: the padded tensor is what stays
         ids += k.TOKEN_ID_BYTES
-    rope = 0 if a.family is Family.GPT2 else 2 * b * a.resolved_head_dim * t.sequence_length
+    # RoPE's cos and sin, in the activations' dtype (OLMo 2 keeps them in fp32)
+    rope_bytes = 4 if a.family is Family.OLMO2 else b
+    rope = 0 if a.family is Family.GPT2 else 2 * rope_bytes * a.resolved_head_dim * t.sequence_length
     final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0
     if not embeddings_train and not t.gradient_checkpointing:
-        first_layer = _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
+        # the first layer's input norm (OLMo 2 has none: its norms read the attention and MLP outputs)
+        first_layer = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
         adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
         if t.applies_lora_dropout:
             first_layer += sum(n in adapted for n in _qkv_names(a)) * k.DROPOUT_MASK_BYTES * h * tokens

@@ -16,6 +16,7 @@ class Family(enum.Enum):
     QWEN2 = "qwen2"
     QWEN2_VL = "qwen2_vl"
     QWEN3 = "qwen3"
+    OLMO2 = "olmo2"
     GEMMA = "gemma"
     GEMMA2 = "gemma2"
     PHI3 = "phi3"

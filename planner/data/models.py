@@ -62,6 +62,8 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("Qwen/Qwen3-8B", F.QWEN3, 36, 4096, 12288, 32, 8, 151936, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-14B", F.QWEN3, 40, 5120, 17408, 40, 8, 151936, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-32B", F.QWEN3, 64, 5120, 25600, 64, 8, 151936, head_dim=128, positions=40960),
+    _m("allenai/OLMo-2-1124-7B", F.OLMO2, 32, 4096, 11008, 32, 32, 100352, positions=4096),
+    _m("allenai/OLMo-2-1124-13B", F.OLMO2, 40, 5120, 13824, 40, 40, 100352, positions=4096),
     # SmolLM3 (model_type smollm3) is the Llama layout, RoPE left out of every 4th layer
     _m("HuggingFaceTB/SmolLM3-3B", F.LLAMA, 36, 2048, 11008, 16, 4, 128256, tie=True, positions=65536),
     _m("google/gemma-2-2b", F.GEMMA2, 26, 2304, 9216, 8, 4, 256000, tie=True, head_dim=256, positions=8192),
@@ -100,6 +102,8 @@ ALIASES: dict[str, str] = {
     "Qwen/Qwen2-VL-2B": "Qwen/Qwen2-VL-2B-Instruct",
     **{f"Qwen/Qwen3-{size}-Base": f"Qwen/Qwen3-{size}" for size in ("0.6B", "1.7B", "4B", "8B", "14B")},
     "HuggingFaceTB/SmolLM3-3B-Base": "HuggingFaceTB/SmolLM3-3B",
+    "allenai/OLMo-2-1124-7B-Instruct": "allenai/OLMo-2-1124-7B",
+    "allenai/OLMo-2-1124-13B-Instruct": "allenai/OLMo-2-1124-13B",
     "Qwen/Qwen2-VL-7B": "Qwen/Qwen2-VL-7B-Instruct",
     "google/gemma-2-2b-it": "google/gemma-2-2b",
     "google/gemma-2-9b-it": "google/gemma-2-9b",
