@@ -75,7 +75,7 @@ def _norm_params(a: Architecture) -> int:
         return 2 * h * (2 * a.num_layers + 1)
     per_layer = 4 if a.family is Family.GEMMA2 else 2  # Gemma 2 adds pre/post feed-forward norms
     qk_norms = 0
-    if a.family is Family.QWEN3:  # q_norm, k_norm over each head
+    if a.family in (Family.QWEN3, Family.QWEN3_MOE):  # q_norm, k_norm over each head
         qk_norms = 2 * a.resolved_head_dim
     elif a.family is Family.OLMO2:  # q_norm, k_norm over the whole projection
         qk_norms = a.q_dim + a.kv_dim
@@ -161,7 +161,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
     # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
     "smollm3": Family.LLAMA,
-    "olmo2": Family.OLMO2,
+    "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE,
 }
 
 
@@ -179,7 +179,11 @@ def config_json(a: Architecture) -> dict[str, Any]:
         text["head_dim"] = a.head_dim
     if a.max_position_embeddings:
         text["max_position_embeddings"] = a.max_position_embeddings
-    if a.num_experts:
+    if a.family is Family.QWEN3_MOE:  # every layer sparse, the routing weights normalised (as Qwen3-MoE ships)
+        text.update(num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                    moe_intermediate_size=a.intermediate_size, norm_topk_prob=True, decoder_sparse_step=1,
+                    mlp_only_layers=[])
+    elif a.num_experts:
         text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
     if a.vision is not None:
         v = a.vision
@@ -290,11 +294,17 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         )
     heads = _int(text_cfg, "num_attention_heads")
     tie_default = family in (Family.GEMMA, Family.GEMMA2)
+    intermediate = _int(text_cfg, "intermediate_size")
+    if family is Family.QWEN3_MOE:
+        if text_cfg.get("mlp_only_layers") or _int(text_cfg, "decoder_sparse_step", default=1) != 1:
+            raise UnsupportedError(_CONFIG, "dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step "
+                                            "other than 1) are not modelled; every released Qwen3-MoE is all sparse")
+        intermediate = _int(text_cfg, "moe_intermediate_size")
     return Architecture(
         family=family,
         num_layers=_int(text_cfg, "num_hidden_layers"),
         hidden_size=_int(text_cfg, "hidden_size"),
-        intermediate_size=_int(text_cfg, "intermediate_size"),
+        intermediate_size=intermediate,
         num_attention_heads=heads,
         num_key_value_heads=_int(text_cfg, "num_key_value_heads", default=heads) or heads,
         head_dim=_int(text_cfg, "head_dim", default=0),
@@ -302,7 +312,7 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", _bool(text_cfg, "tie_word_embeddings", tie_default)),
         attention_bias=_bool(text_cfg, "attention_bias", False),
         mlp_bias=_bool(text_cfg, "mlp_bias", False),
-        num_experts=_int(text_cfg, "num_local_experts", default=0),
+        num_experts=_int(text_cfg, "num_local_experts", "num_experts", default=0),
         experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
         max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
         vision=vision,

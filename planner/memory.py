@@ -222,7 +222,7 @@ def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = Tr
     """Bytes the q_norm and k_norm of Qwen3 (RMSNorm over each head) and OLMo 2 (over the whole projection) save per
     token: the fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply
     (fp32 in OLMo 2, which multiplies in fp32), as `_norm_bytes`."""
-    if a.family is Family.QWEN3:
+    if a.family in (Family.QWEN3, Family.QWEN3_MOE):
         rows_q, rows_k = a.num_attention_heads, a.num_key_value_heads
     elif a.family is Family.OLMO2:
         rows_q = rows_k = 1
@@ -307,11 +307,13 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     if a.num_experts:
         # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
         # (the gate's view keeps all of it), the activation and the down output (for the routing-weight multiply),
-        # three int64 permutations, the fp32 routing weight; per token the router's fp32 softmax, its top-k (int64
-        # indices, fp32 values) and their sum. Trained experts also save the grouped matmuls' inputs, and a trained
-        # router its input.
+        # three int64 permutations, the routing weight (fp32; Qwen3-MoE casts it to the activations' dtype); per
+        # token the router's fp32 softmax, its top-k (int64 indices, fp32 values) and their sum (the weights are
+        # normalised: Mixtral always, Qwen3-MoE as it ships, norm_topk_prob). Trained experts also save the grouped
+        # matmuls' inputs, and a trained router its input.
         e, top_k = a.num_experts, a.experts_per_token
-        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + 4) + 4 * e + top_k * (8 + 4) + 4
+        weight = b if a.family is Family.QWEN3_MOE else 4
+        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * (8 + 4) + 4
         if full:
             mlp += top_k * (b * h + b * i) + b * h
     elif a.family is not Family.GPT2:

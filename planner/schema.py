@@ -17,6 +17,7 @@ class Family(enum.Enum):
     QWEN2_VL = "qwen2_vl"
     QWEN3 = "qwen3"
     OLMO2 = "olmo2"
+    QWEN3_MOE = "qwen3_moe"
     GEMMA = "gemma"
     GEMMA2 = "gemma2"
     PHI3 = "phi3"

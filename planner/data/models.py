@@ -62,6 +62,11 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("Qwen/Qwen3-8B", F.QWEN3, 36, 4096, 12288, 32, 8, 151936, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-14B", F.QWEN3, 40, 5120, 17408, 40, 8, 151936, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-32B", F.QWEN3, 64, 5120, 25600, 64, 8, 151936, head_dim=128, positions=40960),
+    # intermediate: the experts' (moe_intermediate_size); every layer is sparse
+    _m("Qwen/Qwen3-30B-A3B", F.QWEN3_MOE, 48, 2048, 768, 32, 4, 151936, head_dim=128, experts=128, top_k=8,
+       positions=40960),
+    _m("Qwen/Qwen3-235B-A22B", F.QWEN3_MOE, 94, 4096, 1536, 64, 4, 151936, head_dim=128, experts=128, top_k=8,
+       positions=40960),
     _m("allenai/OLMo-2-1124-7B", F.OLMO2, 32, 4096, 11008, 32, 32, 100352, positions=4096),
     _m("allenai/OLMo-2-1124-13B", F.OLMO2, 40, 5120, 13824, 40, 40, 100352, positions=4096),
     # SmolLM3 (model_type smollm3) is the Llama layout, RoPE left out of every 4th layer
@@ -103,6 +108,7 @@ ALIASES: dict[str, str] = {
     **{f"Qwen/Qwen3-{size}-Base": f"Qwen/Qwen3-{size}" for size in ("0.6B", "1.7B", "4B", "8B", "14B")},
     "HuggingFaceTB/SmolLM3-3B-Base": "HuggingFaceTB/SmolLM3-3B",
     "allenai/OLMo-2-1124-7B-Instruct": "allenai/OLMo-2-1124-7B",
+    "Qwen/Qwen3-30B-A3B-Base": "Qwen/Qwen3-30B-A3B",
     "allenai/OLMo-2-1124-13B-Instruct": "allenai/OLMo-2-1124-13B",
     "Qwen/Qwen2-VL-7B": "Qwen/Qwen2-VL-7B-Instruct",
     "google/gemma-2-2b-it": "google/gemma-2-2b",

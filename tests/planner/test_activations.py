@@ -27,6 +27,8 @@ CONFIGS = {
     # SmolLM3 is the Llama layout with RoPE left out of some layers: here the middle one, which the test measures
     "smollm3": lambda **kw: transformers.SmolLM3Config(no_rope_layers=[1, 0, 1], **kw),
     "olmo2": transformers.Olmo2Config,
+    "qwen3_moe": lambda intermediate_size, **kw: transformers.Qwen3MoeConfig(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
 }
 
 
@@ -47,7 +49,7 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     if method == "lora":
         # all-linear as the executor resolves it: a mixture of experts' linear modules (its attention), not its 3-D
         # expert tensors (executor.training.peft_config)
-        targets = ["q_proj", "k_proj", "v_proj", "o_proj"] if base == "mixtral" else "all-linear"
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj"] if base in ("mixtral", "qwen3_moe") else "all-linear"
         lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets)
         model = peft.get_peft_model(model, lora).to(dtype)  # DeepSpeed casts adapters to the training dtype too
     if ckpt:
@@ -121,6 +123,7 @@ CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora",
 CASES += [("olmo2", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.0),
                                                                                     ("lora", 0.1))]
 CASES += [("smollm3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
+CASES += [("qwen3_moe", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("mixtral", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
 # As many key/value heads as query heads: eager attention's matmul reads k and v themselves, not repeated copies; with
