@@ -33,7 +33,7 @@ import sys
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -48,7 +48,16 @@ from benchmarks.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
 from planner.architecture import config_json  # noqa: E402
 from planner.deepspeed_config import deepspeed_config  # noqa: E402
-from planner.schema import ALL_LINEAR, Attention, Hardware, LoraSpec, Method, TrainingSpec  # noqa: E402
+from planner.schema import (  # noqa: E402
+    ALL_LINEAR,
+    Attention,
+    DpoSpec,
+    Hardware,
+    LoraSpec,
+    Method,
+    Objective,
+    TrainingSpec,
+)
 
 GiB = 2**30
 UNDER_PREDICTION_LIMIT = -0.02
@@ -233,11 +242,37 @@ def _process_group(world_size: int) -> Iterator[None]:
 
 
 def _batch(t: TrainingSpec, vocab_size: int) -> dict[str, torch.Tensor]:
-    """A full micro-batch as the executor collates it (objective.Sft): every sequence at the plan's length (the
-    planner sizes the longest batch), so the attention mask is all ones."""
+    """A full micro-batch as the executor collates it: every sequence at the plan's length (the planner sizes the
+    longest batch), so the attention mask is all ones. SFT (objective.Sft) brings labels; DPO (objective.Dpo, TRL's
+    DataCollatorForPreference) chosen rows then rejected rows, a completion mask and, when they were computed
+    before the first step, the reference log-probs."""
     shape = (t.micro_batch_size * t.sequences_per_example, t.sequence_length)
     ids = torch.randint(0, vocab_size, shape)
-    return {"input_ids": ids, "labels": ids.clone(), "attention_mask": torch.ones(shape, dtype=torch.long)}
+    batch = {"input_ids": ids, "attention_mask": torch.ones(shape, dtype=torch.long)}
+    if t.objective is not Objective.DPO:
+        return {**batch, "labels": ids.clone()}
+    batch["completion_mask"] = torch.ones(shape, dtype=torch.long)
+    if t.dpo.precompute_reference:
+        batch["ref_chosen_logps"] = torch.zeros(t.micro_batch_size)
+        batch["ref_rejected_logps"] = torch.zeros(t.micro_batch_size)
+    return batch
+
+
+def _objective(t: TrainingSpec, engine: Any, config: Any, ds_config: dict[str, Any]) -> Any:
+    """The executor's objective for the plan, with its DPO reference as executor.training.recipe builds it: the
+    policy with its adapter off, or a separate frozen copy built like the policy."""
+    from executor.training import dpo
+    from executor.training.model import from_config
+    from executor.training.objective import Dpo, Sft
+
+    if t.objective is not Objective.DPO:
+        return Sft(pad_token_id=0, examples=[])
+    plain = Dpo(0, t.sequence_length, t.dpo, [])
+    if t.dpo.precompute_reference:
+        return plain
+    if t.method.uses_adapters and not t.dpo_reference_model:
+        return replace(plain, reference=dpo.adapter_disabled(engine))
+    return replace(plain, reference=dpo.frozen_copy(from_config(config, t), ds_config))
 
 
 def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, *, fake: bool = True,
@@ -248,7 +283,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     from transformers.integrations import HfDeepSpeedConfig
 
     from executor.training.model import from_config, prepare_model
-    from executor.training.objective import Batch, Sft
+    from executor.training.objective import Batch
 
     started = time.perf_counter()
     config = transformers.AutoConfig.for_model(**config_json)
@@ -269,9 +304,9 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         model = prepare_model(from_config(config, t), t)
         engine, *_ = deepspeed.initialize(model=model, config=ds_config,
                                           model_parameters=[p for p in model.parameters() if p.requires_grad])
+        objective = _objective(t, engine, config, ds_config)
         del zero3_loading
         modules.name(engine)
-        objective = Sft(pad_token_id=0, examples=[])
         vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
         for _ in range(steps):
             counter.peak = Peak(counter.live_bytes)
@@ -310,7 +345,12 @@ class Row:
     def label(self) -> str:
         t = self.training
         targets = ",".join(t.lora.target_modules) if t.method.uses_adapters else ""
-        return (f"{self.model.split('/')[-1]} {t.method.value}{'[' + targets + ']' if targets else ''} "
+        objective = ""
+        if t.objective is Objective.DPO:
+            reference = "precomputed" if t.dpo.precompute_reference else "copy" if t.uses_reference_model else \
+                "adapter-off"
+            objective = f"dpo({reference}) "
+        return (f"{self.model.split('/')[-1]} {objective}{t.method.value}{'[' + targets + ']' if targets else ''} "
                 f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
                 f"{t.attention.value} z{t.zero_stage} x{self.world_size}")
 
@@ -350,9 +390,20 @@ def _rows() -> list[Row]:
                  Row(model, spec(full, 2, 1024, zero=1, attn=sdpa), 8),
                  Row(model, spec(freeze, 1, 2048, zero=0, attn=sdpa))]
     q_v = LoraSpec(target_modules=("q_proj", "v_proj"))
+
+    def dpo(t: TrainingSpec, precompute: bool = False) -> TrainingSpec:
+        return replace(t, objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute))
+
     rows += [Row("meta-llama/Llama-3.1-8B", spec(full, 1, 2048)),
              Row("meta-llama/Llama-3.1-8B", spec(lora, 1, 2048, zero=3), 2),
              Row("meta-llama/Llama-3.2-1B", spec(lora, 1, 2048, zero=3), 2),
+             # DPO: chosen and rejected in one forward; the reference the adapter off, a frozen copy, or precomputed
+             Row("meta-llama/Llama-3.1-8B", dpo(spec(lora, 1, 2048))),
+             Row("meta-llama/Llama-3.1-8B", dpo(spec(lora, 2, 1024, ckpt=False))),
+             Row("meta-llama/Llama-3.1-8B", dpo(spec(lora, 1, 2048), precompute=True)),
+             Row("meta-llama/Llama-3.1-8B", replace(dpo(spec(lora, 1, 2048)), dpo_reference_model=True)),
+             Row("meta-llama/Llama-3.1-8B", dpo(spec(full, 1, 2048, zero=3)), 4),
+             Row("Qwen/Qwen2.5-7B", dpo(spec(lora, 1, 4096))),
              Row("Qwen/Qwen3-30B-A3B", spec(lora, 1, 4096)),
              Row("Qwen/Qwen3-30B-A3B", spec(lora, 2, 2048, zero=3), 4),
              Row("Qwen/Qwen3-30B-A3B", spec(full, 1, 2048, zero=3), 8),

@@ -13,7 +13,15 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from benchmarks.simulate import Row, planned_allocated_bytes, simulate  # noqa: E402
 from planner.architecture import config_json  # noqa: E402
 from planner.catalog import default_catalog  # noqa: E402
-from planner.schema import ALL_LINEAR, Attention, LoraSpec, Method, TrainingSpec  # noqa: E402
+from planner.schema import (  # noqa: E402
+    ALL_LINEAR,
+    Attention,
+    DpoSpec,
+    LoraSpec,
+    Method,
+    Objective,
+    TrainingSpec,
+)
 
 TINY_LLAMA = dict(model_type="llama", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
@@ -62,6 +70,26 @@ def test_a_fake_step_peaks_at_the_same_bytes_as_the_real_step(config: dict, meth
     # the count is of the step: weights and the optimizer's state alone are less than the peak
     assert fake.by_phase["init"] < fake.peak_bytes
     assert sum(fake.by_phase.values()) == fake.peak_bytes
+
+
+# DPO as the executor runs it: chosen and rejected rows in one forward, the reference the policy with its adapter off,
+# a separate frozen copy (partitioned under ZeRO-3), or log-probs computed before the first step
+DPO_MATRIX = [(Method.LORA, False, False, 0, 1), (Method.LORA, False, True, 2, 2), (Method.FULL, False, False, 3, 2),
+              (Method.LORA, True, False, 2, 2)]
+
+
+@pytest.mark.parametrize(("method", "precompute", "separate", "zero", "ranks"), DPO_MATRIX,
+                         ids=[f"{m.value}-{'precomputed' if p else 'copy' if s or m is Method.FULL else 'adapter-off'}"
+                              f"-zero{z}x{r}" for m, p, s, z, r in DPO_MATRIX])
+def test_a_fake_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method, precompute: bool, separate: bool,
+                                                                  zero: int, ranks: int) -> None:
+    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, zero_stage=zero, lora=ALL,
+                     objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute),
+                     dpo_reference_model=separate)
+    real = simulate(TINY_LLAMA, t, ranks, fake=False)
+    fake = simulate(TINY_LLAMA, t, ranks, fake=True)
+    assert fake.step_peak_bytes == real.step_peak_bytes
+    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
 
 
 # A handful of the benchmark's rows at a size the suite can afford (make bench-simulate runs the full-size table):
