@@ -24,7 +24,7 @@ CUDA_CONTEXT_RANGE_BYTES = (500 * MiB, 700 * MiB)
 ALLOCATOR_OVERHEAD_RANGE = (0.12, 0.20)
 # How far the truth has been found above and below the planner's allocated prediction (under, over), by regime:
 # the executor's step simulated at full size (make bench-simulate, its "truth above/below the plan" lines,
-# benchmarks/results/simulate.csv, 2026-11-24: 70 rows of ZeRO 0-2 and 15 of ZeRO 3).
+# benchmarks/results/simulate.csv, 2026-11-24: 75 rows of ZeRO 0-2 and 16 of ZeRO 3).
 SIMULATED_ERROR_ZERO0_TO_2 = (0.014, 0.022)
 SIMULATED_ERROR_ZERO3 = (0.016, 0.007)
 # QLoRA / 8-bit: bitsandbytes kernels cannot run under fake tensors; the third-party quantised rows bound them
@@ -70,6 +70,10 @@ STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
 # with .float(); the bf16 logits and the upcast are freed before backward). Counted by the fake-tensor
 # simulation of the executor's step (benchmarks/simulate.py).
 LOGITS_FP32_COPIES = 3
+# DPO (executor/training/dpo.py: TRL's selective_log_softmax over logits[:, :-1].float()): at the peak, in the
+# backward of its gather, the saved fp32 logits, the gather's scattered gradient, logsumexp's gradient and their sum
+# (simulated, as above: 4 copies over every position but each row's last).
+DPO_LOGITS_FP32_COPIES = 4
 # Eager attention's softmax backward: the saved fp32 probabilities, the fp32 upcast of their incoming gradient and
 # the gradient of the scores (aten _softmax_backward_data) alive together (simulated: benchmarks/simulate.py).
 EAGER_SOFTMAX_BACKWARD_FP32_COPIES = 3

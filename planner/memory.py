@@ -29,6 +29,7 @@ from planner.schema import (
     Loss,
     Method,
     ModelSpec,
+    Objective,
     Offload,
     Optimizer,
     Precision,
@@ -352,6 +353,9 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     then: the executor keeps only the loss of the model output (objective.Sft), and neither is saved for backward
     (simulated: benchmarks/simulate.py, peak at _log_softmax_backward_data)."""
     b = t.precision.activation_bytes
+    if t.objective is Objective.DPO:  # chosen and rejected rows; the last position of each has no next token
+        rows = t.micro_batch_size * t.sequences_per_example
+        return (tokens - rows) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
     fp32_copies = k.LOGITS_FP32_COPIES * 4
     if t.loss is Loss.CHUNKED:
         return int(min(tokens, k.CHUNKED_LOSS_TOKENS) * a.vocab_size * (b + fp32_copies))
