@@ -411,6 +411,8 @@ def _rows() -> list[Row]:
              Row("allenai/OLMo-2-1124-7B", spec(lora, 2, 2048)),
              Row("allenai/OLMo-2-1124-7B", spec(lora, 1, 1024, ckpt=False, attn=Attention.EAGER)),
              Row("allenai/OLMo-2-1124-7B", spec(full, 1, 2048, zero=3), 4),
+             Row("google/gemma-3-1b-pt", spec(lora, 4, 2048)),
+             Row("google/gemma-3-1b-pt", spec(full, 2, 1024, ckpt=False, attn=Attention.EAGER)),
              Row("HuggingFaceTB/SmolLM3-3B", spec(lora, 2, 4096)),
              Row("HuggingFaceTB/SmolLM3-3B", spec(full, 1, 4096, zero=2), 2),
              # a mixture of experts: all-linear adapts the attention (the experts are 3-D tensors, not linears)

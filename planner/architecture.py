@@ -73,9 +73,9 @@ def _norm_params(a: Architecture) -> int:
     h = a.hidden_size
     if a.family is Family.GPT2:  # LayerNorm weight + bias: ln_1, ln_2 per layer, ln_f
         return 2 * h * (2 * a.num_layers + 1)
-    per_layer = 4 if a.family is Family.GEMMA2 else 2  # Gemma 2 adds pre/post feed-forward norms
+    per_layer = 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2  # Gemma 2, 3: pre/post feed-forward norms
     qk_norms = 0
-    if a.family in (Family.QWEN3, Family.QWEN3_MOE):  # q_norm, k_norm over each head
+    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):  # q_norm, k_norm over each head
         qk_norms = 2 * a.resolved_head_dim
     elif a.family is Family.OLMO2:  # q_norm, k_norm over the whole projection
         qk_norms = a.q_dim + a.kv_dim
@@ -161,7 +161,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
     # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
     "smollm3": Family.LLAMA,
-    "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE,
+    "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3,
 }
 
 
@@ -293,7 +293,7 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
             max_position_embeddings=_int(cfg, "n_positions"),
         )
     heads = _int(text_cfg, "num_attention_heads")
-    tie_default = family in (Family.GEMMA, Family.GEMMA2)
+    tie_default = family in (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
     intermediate = _int(text_cfg, "intermediate_size")
     if family is Family.QWEN3_MOE:
         if text_cfg.get("mlp_only_layers") or _int(text_cfg, "decoder_sparse_step", default=1) != 1:

@@ -46,7 +46,8 @@ FAMILY = {Family.LLAMA: model_pb2.MODEL_FAMILY_LLAMA, Family.MISTRAL: model_pb2.
           Family.QWEN2_VL: model_pb2.MODEL_FAMILY_QWEN2_VL, Family.GEMMA: model_pb2.MODEL_FAMILY_GEMMA,
           Family.GEMMA2: model_pb2.MODEL_FAMILY_GEMMA2, Family.PHI3: model_pb2.MODEL_FAMILY_PHI3,
           Family.GPT2: model_pb2.MODEL_FAMILY_GPT2, Family.QWEN3: model_pb2.MODEL_FAMILY_QWEN3,
-          Family.OLMO2: model_pb2.MODEL_FAMILY_OLMO2, Family.QWEN3_MOE: model_pb2.MODEL_FAMILY_QWEN3_MOE}
+          Family.OLMO2: model_pb2.MODEL_FAMILY_OLMO2, Family.QWEN3_MOE: model_pb2.MODEL_FAMILY_QWEN3_MOE,
+          Family.GEMMA3: model_pb2.MODEL_FAMILY_GEMMA3}
 METHOD = {Method.FULL: training_pb2.METHOD_FULL, Method.LORA: training_pb2.METHOD_LORA,
           Method.QLORA: training_pb2.METHOD_QLORA, Method.LORA_8BIT: training_pb2.METHOD_LORA_8BIT,
           Method.FREEZE: training_pb2.METHOD_FREEZE}

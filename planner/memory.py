@@ -202,7 +202,9 @@ def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int) -> fl
 
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
-_FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.OLMO2)
+_FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO2)
+# Norms that multiply by (1 + weight), a new fp32 vector each call that the multiply saves
+_GEMMA_NORMS = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
 
 
 def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
@@ -223,7 +225,7 @@ def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = Tr
     """Bytes the q_norm and k_norm of Qwen3 (RMSNorm over each head) and OLMo 2 (over the whole projection) save per
     token: the fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply
     (fp32 in OLMo 2, which multiplies in fp32), as `_norm_bytes`."""
-    if a.family in (Family.QWEN3, Family.QWEN3_MOE):
+    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):
         rows_q, rows_k = a.num_attention_heads, a.num_key_value_heads
     elif a.family is Family.OLMO2:
         rows_q = rows_k = 1
@@ -278,7 +280,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
                   _Linear(("mlp.c_proj",), i)]
     else:
-        norm_count = 4 if a.family is Family.GEMMA2 else 2
+        norm_count = 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2
         norms = norm_count * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
         qkv = _qkv_names(a)
         gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
@@ -327,6 +329,8 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 def _decoder_layer_fixed_bytes(a: Architecture) -> int:
     """Per-layer bytes independent of the batch: Gemma's norms multiply by (1 + weight) in fp32, a new
     vector per norm that the multiply saves."""
+    if a.family is Family.GEMMA3:  # and its q/k norms' (1 + weight) over a head
+        return 4 * 4 * a.hidden_size + 2 * 4 * a.resolved_head_dim
     if a.family in (Family.GEMMA, Family.GEMMA2):
         return (4 if a.family is Family.GEMMA2 else 2) * 4 * a.hidden_size
     return 4 * a.num_experts  # a mixture of experts' int32 group offsets
@@ -395,7 +399,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     b, h = t.precision.activation_bytes, a.hidden_size
     full = t.method in (Method.FULL, Method.FREEZE)
     embeddings_train = t.method is Method.FULL
-    gemma = a.family in (Family.GEMMA, Family.GEMMA2)
+    gemma = a.family in _GEMMA_NORMS
     ids = (2 if embeddings_train else 1) * k.TOKEN_ID_BYTES * tokens
     if t.micro_batch_size * t.sequences_per_example == 1:
         # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a

@@ -18,6 +18,7 @@ class Family(enum.Enum):
     QWEN3 = "qwen3"
     OLMO2 = "olmo2"
     QWEN3_MOE = "qwen3_moe"
+    GEMMA3 = "gemma3_text"
     GEMMA = "gemma"
     GEMMA2 = "gemma2"
     PHI3 = "phi3"

@@ -71,6 +71,8 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("allenai/OLMo-2-1124-13B", F.OLMO2, 40, 5120, 13824, 40, 40, 100352, positions=4096),
     # SmolLM3 (model_type smollm3) is the Llama layout, RoPE left out of every 4th layer
     _m("HuggingFaceTB/SmolLM3-3B", F.LLAMA, 36, 2048, 11008, 16, 4, 128256, tie=True, positions=65536),
+    # the text-only Gemma 3 (gemma3_text); the larger sizes are vision-language models (gemma3)
+    _m("google/gemma-3-1b-pt", F.GEMMA3, 26, 1152, 6912, 4, 1, 262144, tie=True, head_dim=256, positions=32768),
     _m("google/gemma-2-2b", F.GEMMA2, 26, 2304, 9216, 8, 4, 256000, tie=True, head_dim=256, positions=8192),
     _m("google/gemma-2-9b", F.GEMMA2, 42, 3584, 14336, 16, 8, 256000, tie=True, head_dim=256, positions=8192),
     _m("google/gemma-2-27b", F.GEMMA2, 46, 4608, 36864, 32, 16, 256000, tie=True, head_dim=128, positions=8192),
@@ -112,6 +114,7 @@ ALIASES: dict[str, str] = {
     "allenai/OLMo-2-1124-13B-Instruct": "allenai/OLMo-2-1124-13B",
     "Qwen/Qwen2-VL-7B": "Qwen/Qwen2-VL-7B-Instruct",
     "google/gemma-2-2b-it": "google/gemma-2-2b",
+    "google/gemma-3-1b-it": "google/gemma-3-1b-pt",
     "google/gemma-2-9b-it": "google/gemma-2-9b",
     "google/gemma-2-27b-it": "google/gemma-2-27b",
     "gpt2": "openai-community/gpt2",

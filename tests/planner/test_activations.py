@@ -27,6 +27,7 @@ CONFIGS = {
     # SmolLM3 is the Llama layout with RoPE left out of some layers: here the middle one, which the test measures
     "smollm3": lambda **kw: transformers.SmolLM3Config(no_rope_layers=[1, 0, 1], **kw),
     "olmo2": transformers.Olmo2Config,
+    "gemma3": transformers.Gemma3TextConfig,
     "qwen3_moe": lambda intermediate_size, **kw: transformers.Qwen3MoeConfig(
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
 }
@@ -120,6 +121,8 @@ _SCALARS_BYTES = 4
 CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3", "qwen3") for attn in ("eager", "sdpa")
          for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1)) if (f, attn) != ("phi3", "sdpa")]
 CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0))]
+CASES += [("gemma3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.0),
+                                                                                     ("lora", 0.1))]
 CASES += [("olmo2", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.0),
                                                                                     ("lora", 0.1))]
 CASES += [("smollm3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]

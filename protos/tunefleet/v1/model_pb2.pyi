@@ -21,6 +21,7 @@ class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_FAMILY_QWEN3: _ClassVar[ModelFamily]
     MODEL_FAMILY_OLMO2: _ClassVar[ModelFamily]
     MODEL_FAMILY_QWEN3_MOE: _ClassVar[ModelFamily]
+    MODEL_FAMILY_GEMMA3: _ClassVar[ModelFamily]
 MODEL_FAMILY_UNSPECIFIED: ModelFamily
 MODEL_FAMILY_LLAMA: ModelFamily
 MODEL_FAMILY_MISTRAL: ModelFamily
@@ -34,6 +35,7 @@ MODEL_FAMILY_GPT2: ModelFamily
 MODEL_FAMILY_QWEN3: ModelFamily
 MODEL_FAMILY_OLMO2: ModelFamily
 MODEL_FAMILY_QWEN3_MOE: ModelFamily
+MODEL_FAMILY_GEMMA3: ModelFamily
 
 class VisionTower(_message.Message):
     __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size")
