@@ -109,7 +109,10 @@ def _as_on_cuda() -> Iterator[None]:
     - SDPA: the CPU kernel (_scaled_dot_product_flash_attention_for_cpu) saves q, k, v, the output and an fp32
       log-sum-exp per head and row, as CUDA's flash and memory-efficient kernels do (they add a seed and an
       offset: 16 bytes), so it is left as is;
-    - DeepSpeed's FusedAdam: the CPU and CUDA kernels both update in place and allocate nothing."""
+    - DeepSpeed's FusedAdam: the CPU and CUDA kernels both update in place and allocate nothing;
+    - left as is: LayerNorm (GPT-2, Phi) keeps its mean and rstd in the input's dtype on the CPU, fp32 on CUDA (4
+      bytes a token a norm less here), and SDPA after a partial-rotary cat (Phi) returns a head-major output on the
+      CPU that the output projection copies (its rows run eager attention)."""
     original = torch.nn.functional.dropout
     torch.nn.functional.dropout = _cuda_dropout
     try:
@@ -411,6 +414,9 @@ def _rows() -> list[Row]:
              Row("allenai/OLMo-2-1124-7B", spec(lora, 2, 2048)),
              Row("allenai/OLMo-2-1124-7B", spec(lora, 1, 1024, ckpt=False, attn=Attention.EAGER)),
              Row("allenai/OLMo-2-1124-7B", spec(full, 1, 2048, zero=3), 4),
+             Row("microsoft/phi-2", spec(lora, 2, 2048, attn=Attention.EAGER)),
+             Row("microsoft/phi-2", spec(lora, 1, 1024, ckpt=False, attn=Attention.EAGER)),
+             Row("microsoft/phi-2", spec(full, 1, 2048, zero=2, attn=Attention.EAGER), 2),
              Row("google/gemma-3-1b-pt", spec(lora, 4, 2048)),
              Row("google/gemma-3-1b-pt", spec(full, 2, 1024, ckpt=False, attn=Attention.EAGER)),
              Row("HuggingFaceTB/SmolLM3-3B", spec(lora, 2, 4096)),

@@ -39,6 +39,9 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool]]:
     if a.family is Family.GPT2:
         return [("c_attn", h, 3 * h, True), ("c_proj", h, h, True),
                 ("c_fc", h, i, True), ("mlp.c_proj", i, h, True)]
+    if a.family is Family.PHI:  # every projection biased; "dense" is the attention output
+        return [("q_proj", h, q, True), ("k_proj", h, kv, True), ("v_proj", h, kv, True), ("dense", q, h, True),
+                ("fc1", h, i, True), ("fc2", i, h, True)]
     if a.family is Family.PHI3:
         return [("qkv_proj", h, q + 2 * kv, False), ("o_proj", q, h, False),
                 ("gate_up_proj", h, 2 * i, False), ("down_proj", i, h, False)]
@@ -65,7 +68,7 @@ def linear_layers(a: Architecture) -> tuple[LinearLayer, ...]:
     if a.vision is not None:
         out += [LinearLayer(n, i, o, b, c, "vision") for n, i, o, b, c in _vision_linears(a.vision)]
     if not a.tie_word_embeddings:
-        out.append(LinearLayer("lm_head", a.hidden_size, a.vocab_size, False, 1, "head"))
+        out.append(LinearLayer("lm_head", a.hidden_size, a.vocab_size, a.family is Family.PHI, 1, "head"))
     return tuple(out)
 
 
@@ -73,6 +76,8 @@ def _norm_params(a: Architecture) -> int:
     h = a.hidden_size
     if a.family is Family.GPT2:  # LayerNorm weight + bias: ln_1, ln_2 per layer, ln_f
         return 2 * h * (2 * a.num_layers + 1)
+    if a.family is Family.PHI:  # LayerNorm weight + bias: one per layer (attention and MLP read it), the final
+        return 2 * h * (a.num_layers + 1)
     per_layer = 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2  # Gemma 2, 3: pre/post feed-forward norms
     qk_norms = 0
     if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):  # q_norm, k_norm over each head
@@ -119,7 +124,7 @@ def parameter_counts(a: Architecture) -> ParameterCounts:
     decoder_linear = sum(layer.params for layer in linear_layers(a) if layer.part == "decoder")
     per_layer = (decoder_linear + _expert_params(a)) // a.num_layers + _norm_params(a) // a.num_layers
     vision = _vision_params(a.vision) if a.vision else 0
-    lm_head = 0 if a.tie_word_embeddings else a.vocab_size * a.hidden_size
+    lm_head = 0 if a.tie_word_embeddings else a.vocab_size * (a.hidden_size + (a.family is Family.PHI))
     total = embedding + decoder_linear + _expert_params(a) + _norm_params(a) + vision + lm_head
     active = total
     if a.num_experts:
@@ -161,7 +166,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
     # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
     "smollm3": Family.LLAMA,
-    "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3,
+    "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3, "phi": Family.PHI,
 }
 
 
@@ -179,6 +184,9 @@ def config_json(a: Architecture) -> dict[str, Any]:
         text["head_dim"] = a.head_dim
     if a.max_position_embeddings:
         text["max_position_embeddings"] = a.max_position_embeddings
+    if a.family is Family.PHI:
+        text.update(partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim,
+                    resid_pdrop=a.residual_dropout)
     if a.family is Family.QWEN3_MOE:  # every layer sparse, the routing weights normalised (as Qwen3-MoE ships)
         text.update(num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
                     moe_intermediate_size=a.intermediate_size, norm_topk_prob=True, decoder_sparse_step=1,
@@ -224,6 +232,15 @@ def _bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise InvalidFieldError(_CONFIG, f"'{key}' must be true or false, got {echo(value)}")
     return value
+
+
+def _fraction(cfg: Mapping[str, Any], key: str, default: float) -> float:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise InvalidFieldError(_CONFIG, f"'{key}' must be a number in [0, 1], got {echo(value)}")
+    return float(value)
 
 
 def _object(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -294,6 +311,15 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         )
     heads = _int(text_cfg, "num_attention_heads")
     tie_default = family in (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
+    rotary_dims, residual_dropout = 0, 0.0
+    if family is Family.PHI:  # transformers' PhiConfig defaults: half of each head turned, no dropout
+        head_dim = _int(text_cfg, "head_dim", default=0) or _int(text_cfg, "hidden_size") // heads
+        rope = _object(text_cfg, "rope_parameters")
+        factor = _fraction(text_cfg, "partial_rotary_factor", _fraction(rope, "partial_rotary_factor", 0.5))
+        rotary_dims = int(head_dim * factor)
+        residual_dropout = _fraction(text_cfg, "resid_pdrop", 0.0)
+        if residual_dropout >= 1.0:
+            raise InvalidFieldError(_CONFIG, f"'resid_pdrop' must be below 1, got {residual_dropout}")
     intermediate = _int(text_cfg, "intermediate_size")
     if family is Family.QWEN3_MOE:
         if text_cfg.get("mlp_only_layers") or _int(text_cfg, "decoder_sparse_step", default=1) != 1:
@@ -315,5 +341,5 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         num_experts=_int(text_cfg, "num_local_experts", "num_experts", default=0),
         experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
         max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
-        vision=vision,
+        vision=vision, rotary_dims=rotary_dims, residual_dropout=residual_dropout,
     )

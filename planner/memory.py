@@ -212,10 +212,10 @@ def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
 
     RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd; when its weight trains,
     the normalised input to the weight multiply is saved too (fp32 in Gemma, which multiplies in fp32).
-    GPT-2's LayerNorm saves its input, mean and rstd whether or not its weight trains.
+    GPT-2's and Phi's LayerNorm saves its input, mean and rstd whether or not its weight trains.
     """
     h = a.hidden_size
-    if a.family is Family.GPT2:
+    if a.family in (Family.GPT2, Family.PHI):
         return b * h + 8
     normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY else b) * h if weight_trains else 0
     return 4 * h + 4 + normalised
@@ -234,6 +234,11 @@ def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = Tr
     normalised = 4 if a.family in _FP32_WEIGHT_MULTIPLY else b
     widths = [(a.q_dim, rows_q)] * q + [(a.kv_dim, rows_k)] * k
     return sum(4 * width + 4 * rows + (normalised * width if weight_trains else 0) for width, rows in widths)
+
+
+def _first_linears(a: Architecture) -> tuple[str, ...]:
+    """The linears that read a layer's input norm: q, k and v, and in Phi's parallel block fc1 too."""
+    return ("q_proj", "k_proj", "v_proj", "fc1") if a.family is Family.PHI else _qkv_names(a)
 
 
 def _qkv_names(a: Architecture) -> tuple[str, ...]:
@@ -279,6 +284,11 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         norms = 2 * _norm_bytes(a, b, full)
         groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
                   _Linear(("mlp.c_proj",), i)]
+    elif a.family is Family.PHI:
+        # one LayerNorm, whose output the attention and the MLP both read (a parallel block); each of their outputs
+        # goes through the residual dropout, which keeps its mask
+        norms = _norm_bytes(a, b, full) + (2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0)
+        groups = [_Linear(_first_linears(a), h), _Linear(("dense",), q, flash_like), _Linear(("fc2",), i)]
     else:
         norm_count = 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2
         norms = norm_count * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
@@ -319,10 +329,10 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * (8 + 4) + 4
         if full:
             mlp += top_k * (b * h + b * i) + b * h
-    elif a.family is not Family.GPT2:
+    elif a.family not in (Family.GPT2, Family.PHI):
         mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
     else:
-        mlp = 4 * b * i  # GPT-2 gelu_new saves input, tanh output and both product operands
+        mlp = 4 * b * i  # gelu_new (GPT-2, Phi) saves its input, the tanh output and both product operands
     return norms + linears + core + mlp
 
 
@@ -407,7 +417,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         ids += k.TOKEN_ID_BYTES
     # RoPE's cos and sin, in the activations' dtype (OLMo 2 keeps them in fp32)
     rope_bytes = 4 if a.family is Family.OLMO2 else b
-    rope = 0 if a.family is Family.GPT2 else 2 * rope_bytes * a.resolved_head_dim * t.sequence_length
+    rope = 0 if a.family is Family.GPT2 else 2 * rope_bytes * a.resolved_rotary_dims * t.sequence_length
     final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0
@@ -416,7 +426,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         first_layer = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
         adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
         if t.applies_lora_dropout:
-            first_layer += sum(n in adapted for n in _qkv_names(a)) * k.DROPOUT_MASK_BYTES * h * tokens
+            first_layer += sum(n in adapted for n in _first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
         if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
             first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor

@@ -19,6 +19,7 @@ class Family(enum.Enum):
     OLMO2 = "olmo2"
     QWEN3_MOE = "qwen3_moe"
     GEMMA3 = "gemma3_text"
+    PHI = "phi"
     GEMMA = "gemma"
     GEMMA2 = "gemma2"
     PHI3 = "phi3"
@@ -132,9 +133,13 @@ class Architecture:
     experts_per_token: int = 0
     max_position_embeddings: int = 0
     vision: VisionTower | None = None
+    rotary_dims: int = 0  # dimensions of each head RoPE turns (Phi: partial_rotary_factor); 0 means all
+    residual_dropout: float = 0.0  # dropout on the attention and MLP outputs while training (Phi: resid_pdrop)
 
     def __post_init__(self) -> None:
         prefix = "model.architecture"
+        if not 0.0 <= self.residual_dropout < 1.0:
+            raise InvalidFieldError(f"{prefix}.residual_dropout", f"must be in [0, 1), got {self.residual_dropout}")
         for name in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                      "num_key_value_heads", "vocab_size"):
             _positive(f"{prefix}.{name}", getattr(self, name))
@@ -162,6 +167,10 @@ class Architecture:
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def resolved_rotary_dims(self) -> int:
+        return self.rotary_dims or self.resolved_head_dim
 
     @property
     def q_dim(self) -> int:

@@ -13,11 +13,12 @@ F = Family
 
 def _m(name: str, family: Family, layers: int, hidden: int, inter: int, heads: int, kv: int, vocab: int,
        tie: bool = False, head_dim: int = 0, experts: int = 0, top_k: int = 0, positions: int = 0,
-       vision: VisionTower | None = None) -> ModelSpec:
+       vision: VisionTower | None = None, rotary_dims: int = 0, residual_dropout: float = 0.0) -> ModelSpec:
     arch = Architecture(family=family, num_layers=layers, hidden_size=hidden, intermediate_size=inter,
                         num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
                         tie_word_embeddings=tie, head_dim=head_dim, num_experts=experts,
-                        experts_per_token=top_k, max_position_embeddings=positions, vision=vision)
+                        experts_per_token=top_k, max_position_embeddings=positions, vision=vision,
+                        rotary_dims=rotary_dims, residual_dropout=residual_dropout)
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
@@ -76,6 +77,10 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("google/gemma-2-2b", F.GEMMA2, 26, 2304, 9216, 8, 4, 256000, tie=True, head_dim=256, positions=8192),
     _m("google/gemma-2-9b", F.GEMMA2, 42, 3584, 14336, 16, 8, 256000, tie=True, head_dim=256, positions=8192),
     _m("google/gemma-2-27b", F.GEMMA2, 46, 4608, 36864, 32, 16, 256000, tie=True, head_dim=128, positions=8192),
+    # Phi-1.5 / Phi-2: a parallel block, partial rotary (0.5 / 0.4 of each head), Phi-2 with resid_pdrop 0.1
+    _m("microsoft/phi-1_5", F.PHI, 24, 2048, 8192, 32, 32, 51200, positions=2048, rotary_dims=32),
+    _m("microsoft/phi-2", F.PHI, 32, 2560, 10240, 32, 32, 51200, positions=2048, rotary_dims=32,
+       residual_dropout=0.1),
     _m("microsoft/Phi-3-mini-4k-instruct", F.PHI3, 32, 3072, 8192, 32, 32, 32064, positions=4096),
     _m("microsoft/Phi-3-medium-4k-instruct", F.PHI3, 40, 5120, 17920, 40, 10, 32064, positions=4096),
     _m("openai-community/gpt2", F.GPT2, 12, 768, 3072, 12, 12, 50257, tie=True, positions=1024),

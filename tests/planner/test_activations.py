@@ -28,6 +28,8 @@ CONFIGS = {
     "smollm3": lambda **kw: transformers.SmolLM3Config(no_rope_layers=[1, 0, 1], **kw),
     "olmo2": transformers.Olmo2Config,
     "gemma3": transformers.Gemma3TextConfig,
+    # Phi-2's shape: partial rotary, residual dropout on the attention and MLP outputs
+    "phi": lambda **kw: transformers.PhiConfig(partial_rotary_factor=0.4, resid_pdrop=0.1, **kw),
     "qwen3_moe": lambda intermediate_size, **kw: transformers.Qwen3MoeConfig(
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
 }
@@ -105,10 +107,19 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
         # q/k/v adapters keep none (their input needs no gradient).
         h, extra = a.hidden_size, t.precision.activation_bytes - 1
-        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 0) if a.num_experts else (3, 2)
+        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 0) if a.num_experts else \
+            (4, 0) if family == "phi" else (3, 2)  # Phi: q, k, v and fc1 read the layer's input norm
         widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + (0 if a.num_experts else a.intermediate_size)
         per_layer += extra * widths * tokens
         outside -= extra * qkv_adapters * h * tokens
+    if a.residual_dropout:  # the model's own dropout, on the attention and MLP outputs: the same CPU/CUDA mask
+        per_layer += (t.precision.activation_bytes - 1) * 2 * a.hidden_size * tokens
+    if family == "phi":
+        # LayerNorm's saved mean and rstd: fp32 on CUDA (layer_norm_cuda: the accumulate type), which the planner
+        # models, the input's dtype on the CPU (layer_norm_cpu); the layer's norm and the final one
+        cpu_less = (8 - 2 * t.precision.activation_bytes) * tokens
+        per_layer -= cpu_less
+        outside -= cpu_less if method == "full" else 0  # LoRA's first layer norm saves nothing
     if ckpt:
         outside -= 2 * t.precision.activation_bytes * a.resolved_head_dim * SEQ  # RoPE cos/sin: held, not saved
     return Saved(per_layer=per_layer, outside=outside)
@@ -116,11 +127,12 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
 
 # Outside the layers the loss also saves a 4-byte fp32 scalar (nll_loss's total weight); nothing else differs.
 _SCALARS_BYTES = 4
-# Phi-3 under SDPA is left out: its partial-rotary cat makes q head-major, and the CPU flash kernel then
-# returns a head-major output that o_proj must copy, which CUDA's kernels (output sequence-major) do not.
+# Phi-3 and Phi under SDPA are left out: their partial-rotary cat makes q head-major, and the CPU flash kernel then
+# returns a head-major output that o_proj (Phi: dense) must copy, which CUDA's kernels (output sequence-major) do not.
 CASES = [(f, attn, m, "bf16", d) for f in ("llama", "mistral", "qwen2", "phi3", "qwen3") for attn in ("eager", "sdpa")
          for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1)) if (f, attn) != ("phi3", "sdpa")]
 CASES += [("gemma2", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0))]
+CASES += [("phi", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1))]
 CASES += [("gemma3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.0),
                                                                                      ("lora", 0.1))]
 CASES += [("olmo2", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.0),

@@ -24,7 +24,7 @@ CATALOG_MODELS = [
     "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2-VL-2B-Instruct",
     "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2", "Qwen/Qwen3-0.6B",
     "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B", "Qwen/Qwen3-30B-A3B",
-    "google/gemma-3-1b-pt",
+    "google/gemma-3-1b-pt", "microsoft/phi-2",
 ]
 
 
@@ -73,6 +73,7 @@ def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_
     ("openai-community/gpt2", ("c_attn",), 8),
     ("google/gemma-2-2b", ("all-linear",), 16),
     ("Qwen/Qwen3-0.6B", ("all-linear",), 16),
+    ("microsoft/phi-2", ("all-linear",), 16),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
