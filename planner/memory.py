@@ -254,6 +254,31 @@ class _Linear:
     input_already_saved: bool = False
 
 
+def _group_input_bytes(group: _Linear, t: TrainingSpec, split: ParameterSplit) -> float:
+    """Inputs saved by a group of linears that share one input tensor, and their adapters' outputs, per token."""
+    b = t.precision.activation_bytes
+    if t.method in (Method.FULL, Method.FREEZE):
+        return 0.0 if group.input_already_saved else b * group.width
+    lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
+    hits = sum(1 for n in group.names if n in lora_names)
+    if not hits:
+        return 0.0
+    lora_out = hits * b * t.lora.rank  # lora_A's output, saved by lora_B
+    if t.applies_lora_dropout:  # each adapter draws its own dropout: a new tensor plus its mask
+        return hits * (b + k.DROPOUT_MASK_BYTES) * group.width + lora_out
+    return (0.0 if group.input_already_saved else b * group.width) + lora_out
+
+
+def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> float:
+    """What a recomputed layer still holds when backward reaches its eager attention scores (the MLP and the
+    output projection done): its input norm, the q/k/v inputs and adapters, q/k norms, q and k (repeated) as the
+    scores' matmul saves them."""
+    b, full = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE)
+    norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full)
+    qkv = _group_input_bytes(_Linear(_first_linears(a), a.hidden_size), t, split)
+    return norm + _head_norms_bytes(a, b, full) + qkv + 2 * b * a.q_dim
+
+
 def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
                                    seq_len: int) -> float:
     """Bytes one decoder layer saves for backward, per token of the micro-batch.
@@ -264,21 +289,10 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     b = t.precision.activation_bytes
     h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
     full = t.method in (Method.FULL, Method.FREEZE)
-    lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
-    dropout = t.applies_lora_dropout
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
     def input_bytes(group: _Linear) -> float:
-        """Inputs saved by a group of linears that share one input tensor, and their adapters' outputs."""
-        if full:
-            return 0.0 if group.input_already_saved else b * group.width
-        hits = sum(1 for n in group.names if n in lora_names)
-        if not hits:
-            return 0.0
-        lora_out = hits * b * t.lora.rank  # lora_A's output, saved by lora_B
-        if dropout:  # each adapter draws its own dropout: a new tensor plus its mask
-            return hits * (b + k.DROPOUT_MASK_BYTES) * group.width + lora_out
-        return (0.0 if group.input_already_saved else b * group.width) + lora_out
+        return _group_input_bytes(group, t, split)
 
     if a.family is Family.GPT2:
         norms = 2 * _norm_bytes(a, b, full)
@@ -457,7 +471,9 @@ def _activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) -
     eager = _eager_softmax_backward_bytes(a, t, tokens)
     if t.gradient_checkpointing:
         # each layer keeps its input; backward recomputes one layer at a time, and its attention backward (eager)
-        # holds the softmax's fp32 S x S tensors
+        # holds the softmax's fp32 S x S tensors beside what the layer saved before its scores
+        if eager:
+            eager += int(_before_scores_bytes_per_token(a, t, split) * tokens)
         body = layers * b * h * tokens + max(per_layer, eager, logits) + outside
         logits_term = 0
     else:
