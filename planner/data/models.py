@@ -83,6 +83,9 @@ MODELS: tuple[ModelSpec, ...] = (
        residual_dropout=0.1),
     _m("microsoft/Phi-3-mini-4k-instruct", F.PHI3, 32, 3072, 8192, 32, 32, 32064, positions=4096),
     _m("microsoft/Phi-3-medium-4k-instruct", F.PHI3, 40, 5120, 17920, 40, 10, 32064, positions=4096),
+    # Phi-3.5-mini and Phi-4 are the phi3 layout (model_type phi3)
+    _m("microsoft/Phi-3.5-mini-instruct", F.PHI3, 32, 3072, 8192, 32, 32, 32064, positions=131072),
+    _m("microsoft/phi-4", F.PHI3, 40, 5120, 17920, 40, 10, 100352, positions=16384),
     _m("openai-community/gpt2", F.GPT2, 12, 768, 3072, 12, 12, 50257, tie=True, positions=1024),
 )
 
