@@ -407,6 +407,8 @@ def _rows() -> list[Row]:
              Row("meta-llama/Llama-3.1-8B", replace(dpo(spec(lora, 1, 2048)), dpo_reference_model=True)),
              Row("meta-llama/Llama-3.1-8B", dpo(spec(full, 1, 2048, zero=3)), 4),
              Row("Qwen/Qwen2.5-7B", dpo(spec(lora, 1, 4096))),
+             Row("Qwen/Qwen1.5-MoE-A2.7B", spec(lora, 2, 2048)),
+             Row("Qwen/Qwen1.5-MoE-A2.7B", spec(full, 1, 4096, zero=3), 4),
              Row("Qwen/Qwen3-30B-A3B", spec(lora, 1, 4096)),
              Row("Qwen/Qwen3-30B-A3B", spec(lora, 2, 2048, zero=3), 4),
              Row("Qwen/Qwen3-30B-A3B", spec(full, 1, 2048, zero=3), 8),

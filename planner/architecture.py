@@ -45,10 +45,15 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool]]:
     if a.family is Family.PHI3:
         return [("qkv_proj", h, q + 2 * kv, False), ("o_proj", q, h, False),
                 ("gate_up_proj", h, 2 * i, False), ("down_proj", i, h, False)]
-    qkv_bias = a.attention_bias or a.family in (Family.QWEN2, Family.QWEN2_VL)
-    o_bias = a.attention_bias and a.family not in (Family.QWEN2, Family.QWEN2_VL)
+    qwen2 = a.family in (Family.QWEN2, Family.QWEN2_VL, Family.QWEN2_MOE)
+    qkv_bias = a.attention_bias or qwen2
+    o_bias = a.attention_bias and not qwen2
     layers = [("q_proj", h, q, qkv_bias), ("k_proj", h, kv, qkv_bias),
               ("v_proj", h, kv, qkv_bias), ("o_proj", q, h, o_bias)]
+    s = a.shared_expert_intermediate_size
+    if s:  # the shared expert (an MLP) and its per-token gate, the only linears of a Qwen2-MoE feed-forward
+        layers += [("gate_proj", h, s, False), ("up_proj", h, s, False), ("down_proj", s, h, False),
+                   ("shared_expert_gate", h, 1, False)]
     if a.num_experts == 0:
         layers += [("gate_proj", h, i, a.mlp_bias), ("up_proj", h, i, a.mlp_bias),
                    ("down_proj", i, h, a.mlp_bias)]
@@ -167,6 +172,7 @@ _FAMILY_BY_MODEL_TYPE = {
     # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
     "smollm3": Family.LLAMA,
     "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3, "phi": Family.PHI,
+    "qwen2_moe": Family.QWEN2_MOE,
 }
 
 
@@ -187,10 +193,13 @@ def config_json(a: Architecture) -> dict[str, Any]:
     if a.family is Family.PHI:
         text.update(partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim,
                     resid_pdrop=a.residual_dropout)
-    if a.family is Family.QWEN3_MOE:  # every layer sparse, the routing weights normalised (as Qwen3-MoE ships)
+    if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
+        # every layer sparse, the routing weights normalised as each ships (Qwen3-MoE yes, Qwen2-MoE no)
         text.update(num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
-                    moe_intermediate_size=a.intermediate_size, norm_topk_prob=True, decoder_sparse_step=1,
-                    mlp_only_layers=[])
+                    moe_intermediate_size=a.intermediate_size, norm_topk_prob=a.family is Family.QWEN3_MOE,
+                    decoder_sparse_step=1, mlp_only_layers=[])
+        if a.family is Family.QWEN2_MOE:
+            text.update(shared_expert_intermediate_size=a.shared_expert_intermediate_size)
     elif a.num_experts:
         text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
     if a.vision is not None:
@@ -321,10 +330,14 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         if residual_dropout >= 1.0:
             raise InvalidFieldError(_CONFIG, f"'resid_pdrop' must be below 1, got {residual_dropout}")
     intermediate = _int(text_cfg, "intermediate_size")
-    if family is Family.QWEN3_MOE:
+    shared = 0
+    if family is Family.QWEN2_MOE:
+        shared = _int(text_cfg, "shared_expert_intermediate_size")
+    if family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
         if text_cfg.get("mlp_only_layers") or _int(text_cfg, "decoder_sparse_step", default=1) != 1:
             raise UnsupportedError(_CONFIG, "dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step "
-                                            "other than 1) are not modelled; every released Qwen3-MoE is all sparse")
+                                            "other than 1) are not modelled; the released Qwen2/3-MoE models are all "
+                                            "sparse")
         intermediate = _int(text_cfg, "moe_intermediate_size")
     return Architecture(
         family=family,
@@ -342,4 +355,5 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
         max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
         vision=vision, rotary_dims=rotary_dims, residual_dropout=residual_dropout,
+        shared_expert_intermediate_size=shared,
     )

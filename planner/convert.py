@@ -47,7 +47,8 @@ FAMILY = {Family.LLAMA: model_pb2.MODEL_FAMILY_LLAMA, Family.MISTRAL: model_pb2.
           Family.GEMMA2: model_pb2.MODEL_FAMILY_GEMMA2, Family.PHI3: model_pb2.MODEL_FAMILY_PHI3,
           Family.GPT2: model_pb2.MODEL_FAMILY_GPT2, Family.QWEN3: model_pb2.MODEL_FAMILY_QWEN3,
           Family.OLMO2: model_pb2.MODEL_FAMILY_OLMO2, Family.QWEN3_MOE: model_pb2.MODEL_FAMILY_QWEN3_MOE,
-          Family.GEMMA3: model_pb2.MODEL_FAMILY_GEMMA3, Family.PHI: model_pb2.MODEL_FAMILY_PHI}
+          Family.GEMMA3: model_pb2.MODEL_FAMILY_GEMMA3, Family.PHI: model_pb2.MODEL_FAMILY_PHI,
+          Family.QWEN2_MOE: model_pb2.MODEL_FAMILY_QWEN2_MOE}
 METHOD = {Method.FULL: training_pb2.METHOD_FULL, Method.LORA: training_pb2.METHOD_LORA,
           Method.QLORA: training_pb2.METHOD_QLORA, Method.LORA_8BIT: training_pb2.METHOD_LORA_8BIT,
           Method.FREEZE: training_pb2.METHOD_FREEZE}
@@ -104,6 +105,7 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
         mlp_bias=p.mlp_bias, num_experts=p.num_experts, experts_per_token=p.experts_per_token,
         max_position_embeddings=p.max_position_embeddings, vision=vision, rotary_dims=p.rotary_dims,
         residual_dropout=round(p.residual_dropout, 6),
+        shared_expert_intermediate_size=p.shared_expert_intermediate_size,
     )
 
 
@@ -152,7 +154,7 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
         tie_word_embeddings=a.tie_word_embeddings, attention_bias=a.attention_bias, mlp_bias=a.mlp_bias,
         num_experts=a.num_experts, experts_per_token=a.experts_per_token,
         max_position_embeddings=a.max_position_embeddings, rotary_dims=a.rotary_dims,
-        residual_dropout=a.residual_dropout)
+        residual_dropout=a.residual_dropout, shared_expert_intermediate_size=a.shared_expert_intermediate_size)
     if a.vision:
         v = a.vision
         p.vision.CopyFrom(model_pb2.VisionTower(

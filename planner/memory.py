@@ -311,6 +311,9 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like)]
         if not a.num_experts:  # a mixture of experts' feed-forward is counted with its experts below
             groups += [_Linear(gate_up, h), _Linear(("down_proj",), i)]
+        elif a.shared_expert_intermediate_size:  # Qwen2-MoE's shared expert and its gate read the MLP's input
+            groups += [_Linear(("gate_proj", "up_proj", "shared_expert_gate"), h),
+                       _Linear(("down_proj",), a.shared_expert_intermediate_size)]
     linears = sum(input_bytes(g) for g in groups)
 
     heads = a.num_attention_heads
@@ -334,15 +337,21 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     if a.num_experts:
         # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
         # (the gate's view keeps all of it), the activation and the down output (for the routing-weight multiply),
-        # three int64 permutations, the routing weight (fp32; Qwen3-MoE casts it to the activations' dtype); per
-        # token the router's fp32 softmax, its top-k (int64 indices, fp32 values) and their sum (the weights are
-        # normalised: Mixtral always, Qwen3-MoE as it ships, norm_topk_prob). Trained experts also save the grouped
-        # matmuls' inputs, and a trained router its input.
+        # three int64 permutations, the routing weight (fp32; Qwen2/3-MoE cast it to the activations' dtype); per
+        # token the router's fp32 softmax, its top-k indices (int64) and, where the weights are normalised
+        # (Mixtral always, Qwen3-MoE as it ships, not Qwen2-MoE: norm_topk_prob), the top-k values and their sum
+        # (fp32). Trained experts also save the grouped matmuls' inputs, and a trained router its input (which a
+        # shared expert's group counts).
         e, top_k = a.num_experts, a.experts_per_token
-        weight = b if a.family is Family.QWEN3_MOE else 4
-        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * (8 + 4) + 4
+        weight = b if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE) else 4
+        normalised = top_k * 4 + 4 if a.family is not Family.QWEN2_MOE else 0
+        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised
         if full:
-            mlp += top_k * (b * h + b * i) + b * h
+            mlp += top_k * (b * h + b * i) + (0 if a.shared_expert_intermediate_size else b * h)
+        if a.shared_expert_intermediate_size:
+            # its MLP (activation input and output, up output), the gate's sigmoid output and the shared output
+            # (the gate multiply saves both)
+            mlp += 3 * b * a.shared_expert_intermediate_size + b + b * h
     elif a.family not in (Family.GPT2, Family.PHI):
         mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
     else:

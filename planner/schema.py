@@ -20,6 +20,7 @@ class Family(enum.Enum):
     QWEN3_MOE = "qwen3_moe"
     GEMMA3 = "gemma3_text"
     PHI = "phi"
+    QWEN2_MOE = "qwen2_moe"
     GEMMA = "gemma"
     GEMMA2 = "gemma2"
     PHI3 = "phi3"
@@ -135,6 +136,7 @@ class Architecture:
     vision: VisionTower | None = None
     rotary_dims: int = 0  # dimensions of each head RoPE turns (Phi: partial_rotary_factor); 0 means all
     residual_dropout: float = 0.0  # dropout on the attention and MLP outputs while training (Phi: resid_pdrop)
+    shared_expert_intermediate_size: int = 0  # a mixture of experts' always-on expert (Qwen2-MoE); 0 for none
 
     def __post_init__(self) -> None:
         prefix = "model.architecture"

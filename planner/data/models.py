@@ -13,12 +13,14 @@ F = Family
 
 def _m(name: str, family: Family, layers: int, hidden: int, inter: int, heads: int, kv: int, vocab: int,
        tie: bool = False, head_dim: int = 0, experts: int = 0, top_k: int = 0, positions: int = 0,
-       vision: VisionTower | None = None, rotary_dims: int = 0, residual_dropout: float = 0.0) -> ModelSpec:
+       vision: VisionTower | None = None, rotary_dims: int = 0, residual_dropout: float = 0.0,
+       shared: int = 0) -> ModelSpec:
     arch = Architecture(family=family, num_layers=layers, hidden_size=hidden, intermediate_size=inter,
                         num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
                         tie_word_embeddings=tie, head_dim=head_dim, num_experts=experts,
                         experts_per_token=top_k, max_position_embeddings=positions, vision=vision,
-                        rotary_dims=rotary_dims, residual_dropout=residual_dropout)
+                        rotary_dims=rotary_dims, residual_dropout=residual_dropout,
+                        shared_expert_intermediate_size=shared)
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
@@ -63,7 +65,11 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("Qwen/Qwen3-8B", F.QWEN3, 36, 4096, 12288, 32, 8, 151936, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-14B", F.QWEN3, 40, 5120, 17408, 40, 8, 151936, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-32B", F.QWEN3, 64, 5120, 25600, 64, 8, 151936, head_dim=128, positions=40960),
-    # intermediate: the experts' (moe_intermediate_size); every layer is sparse
+    # intermediate: the experts' (moe_intermediate_size); every layer is sparse; Qwen2-MoE adds a shared expert
+    _m("Qwen/Qwen1.5-MoE-A2.7B", F.QWEN2_MOE, 24, 2048, 1408, 16, 16, 151936, experts=60, top_k=4, positions=8192,
+       shared=5632),
+    _m("Qwen/Qwen2-57B-A14B", F.QWEN2_MOE, 28, 3584, 2560, 28, 4, 151936, experts=64, top_k=8, positions=131072,
+       shared=20480),
     _m("Qwen/Qwen3-30B-A3B", F.QWEN3_MOE, 48, 2048, 768, 32, 4, 151936, head_dim=128, experts=128, top_k=8,
        positions=40960),
     _m("Qwen/Qwen3-235B-A22B", F.QWEN3_MOE, 94, 4096, 1536, 64, 4, 151936, head_dim=128, experts=128, top_k=8,

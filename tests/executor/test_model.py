@@ -38,17 +38,21 @@ def test_freeze_keeps_the_frozen_layers_out_of_the_graph(checkpointing: bool) ->
     assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
 
 
-def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts() -> None:
-    """PEFT would read all-linear on Mixtral as its 3-D expert tensors too (a ParamWrapper, which refuses the plan's
-    dropout); the executor adapts the linear modules, as many parameters as the planner counts."""
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model_type: str) -> None:
+    """PEFT would read all-linear on a mixture of experts as its 3-D expert tensors too (a ParamWrapper, which
+    refuses the plan's dropout); the executor adapts the linear modules (Qwen2-MoE: its shared expert's too), as
+    many parameters as the planner counts."""
     import json
 
     from planner.architecture import architecture_from_config, lora_parameter_count, lora_targets
     from planner.schema import ALL_LINEAR, LoraSpec
 
-    config = transformers.MixtralConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
-                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
-                                        num_local_experts=4, num_experts_per_tok=2)
+    shape = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=64, num_experts_per_tok=2)
+    config = transformers.MixtralConfig(num_local_experts=4, **shape) if model_type == "mixtral" else \
+        transformers.Qwen2MoeConfig(num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                                    **shape)
     lora = LoraSpec(target_modules=(ALL_LINEAR,))
     assert lora.dropout > 0
     model = prepare_model(transformers.AutoModelForCausalLM.from_config(config), TrainingSpec(method=Method.LORA,

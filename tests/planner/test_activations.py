@@ -30,6 +30,9 @@ CONFIGS = {
     "gemma3": transformers.Gemma3TextConfig,
     # Phi-2's shape: partial rotary, residual dropout on the attention and MLP outputs
     "phi": lambda **kw: transformers.PhiConfig(partial_rotary_factor=0.4, resid_pdrop=0.1, **kw),
+    "qwen2_moe": lambda intermediate_size, **kw: transformers.Qwen2MoeConfig(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size,
+        shared_expert_intermediate_size=2 * intermediate_size, **kw),
     "qwen3_moe": lambda intermediate_size, **kw: transformers.Qwen3MoeConfig(
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
 }
@@ -52,7 +55,11 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     if method == "lora":
         # all-linear as the executor resolves it: a mixture of experts' linear modules (its attention), not its 3-D
         # expert tensors (executor.training.peft_config)
-        targets = ["q_proj", "k_proj", "v_proj", "o_proj"] if base in ("mixtral", "qwen3_moe") else "all-linear"
+        # (Qwen2-MoE: and its shared expert with the expert's gate)
+        moe_linears = {"mixtral": [], "qwen3_moe": [], "qwen2_moe": ["gate_proj", "up_proj", "down_proj",
+                                                                     "shared_expert_gate"]}
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", *moe_linears[base]] if base in moe_linears else \
+            "all-linear"
         lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets)
         model = peft.get_peft_model(model, lora).to(dtype)  # DeepSpeed casts adapters to the training dtype too
     if ckpt:
@@ -107,9 +114,11 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
         # q/k/v adapters keep none (their input needs no gradient).
         h, extra = a.hidden_size, t.precision.activation_bytes - 1
-        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 0) if a.num_experts else \
-            (4, 0) if family == "phi" else (3, 2)  # Phi: q, k, v and fc1 read the layer's input norm
-        widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + (0 if a.num_experts else a.intermediate_size)
+        # Phi: q, k, v and fc1 read the layer's input norm; Qwen2-MoE: its shared expert's gate/up and gate
+        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 3) if family == "qwen2_moe" \
+            else (3, 0) if a.num_experts else (4, 0) if family == "phi" else (3, 2)
+        down = a.shared_expert_intermediate_size if a.num_experts else a.intermediate_size
+        widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + down
         per_layer += extra * widths * tokens
         outside -= extra * qkv_adapters * h * tokens
     if a.residual_dropout:  # the model's own dropout, on the attention and MLP outputs: the same CPU/CUDA mask
@@ -138,6 +147,7 @@ CASES += [("gemma3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d 
 CASES += [("olmo2", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.0),
                                                                                     ("lora", 0.1))]
 CASES += [("smollm3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
+CASES += [("qwen2_moe", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("qwen3_moe", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("mixtral", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]

@@ -24,7 +24,7 @@ CATALOG_MODELS = [
     "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2-VL-2B-Instruct",
     "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2", "Qwen/Qwen3-0.6B",
     "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B", "Qwen/Qwen3-30B-A3B",
-    "google/gemma-3-1b-pt", "microsoft/phi-2",
+    "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B",
 ]
 
 
