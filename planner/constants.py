@@ -24,7 +24,7 @@ CUDA_CONTEXT_RANGE_BYTES = (500 * MiB, 700 * MiB)
 ALLOCATOR_OVERHEAD_RANGE = (0.12, 0.20)
 # How far the truth has been found above and below the planner's allocated prediction (under, over), by regime:
 # the executor's step simulated at full size (make bench-simulate, its "truth above/below the plan" lines,
-# benchmarks/results/simulate.csv, 2026-11-24: 80 rows of ZeRO 0-2 and 16 of ZeRO 3).
+# benchmarks/results/simulate.csv, 2026-11-24: 81 rows of ZeRO 0-2 and 17 of ZeRO 3).
 SIMULATED_ERROR_ZERO0_TO_2 = (0.005, 0.022)
 SIMULATED_ERROR_ZERO3 = (0.016, 0.007)
 # QLoRA / 8-bit: bitsandbytes kernels cannot run under fake tensors; the third-party quantised rows bound them
