@@ -183,7 +183,7 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
 
 def predicted_bytes(c: Case, figure: str) -> float:
     m = per_gpu_memory(c.model, c.training, c.hardware)
-    return m.total_bytes - (m.cuda_context_bytes + m.allocator_bytes if figure == "allocated" else 0)
+    return m.allocated_bytes if figure == "allocated" else m.total_bytes
 
 
 OURS_UNDER_PREDICTION_LIMIT = -0.05

@@ -8,8 +8,8 @@ what the real step allocates — byte for byte at small scale (tests/benchmarks/
 Each storage is tagged where it was born: the phase the caller set (init / forward / backward / step), the aten
 op and the innermost module running (`ModuleStack`: forward hooks, so a checkpointed layer's recompute in
 backward is named too). torch.utils.module_tracker is not used: its backward hooks keep tensors alive across
-steps, which is exactly what must not be counted. At every new peak the live storages' sizes and tags
-are summarised (bytes per phase), and the op and module that raised it are kept.
+steps, which is exactly what must not be counted. Live bytes are kept per birth phase as storages
+come and go, so every new peak records them (bytes per phase) with the op and module that raised it.
 
 What it does not see, by construction: memory a C++ extension allocates outside aten (none on the executor's
 path: DeepSpeed's optimizers allocate their state with torch.zeros_like), and the CUDA caching allocator's
@@ -93,6 +93,7 @@ class LiveBytes(TorchDispatchMode):
         # storage key -> (bytes, birth); keys are the storages' data pointers' stand-in: id of the StorageImpl
         # wrapper, which PyTorch preserves for as long as the storage lives
         self._live: dict[int, tuple[int, Birth]] = {}
+        self._by_phase: Counter[str] = Counter()  # live bytes by the phase they were born in, kept as they change
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -110,16 +111,18 @@ class LiveBytes(TorchDispatchMode):
         birth = Birth(self.phase, op, self._module())
         self._live[key] = (nbytes, birth)
         self.live_bytes += nbytes
+        self._by_phase[birth.phase] += nbytes
         weakref.finalize(storage, self._free, key)
         if self.live_bytes > self.peak.bytes:
-            by_phase: Counter[str] = Counter()
-            for size, b in self._live.values():
-                by_phase[b.phase] += size
-            self.peak = Peak(self.live_bytes, birth.phase, op, birth.module, dict(by_phase))
+            by_phase = {phase: size for phase, size in self._by_phase.items() if size}
+            self.peak = Peak(self.live_bytes, birth.phase, op, birth.module, by_phase)
 
     def _free(self, key: int) -> None:
-        size, _ = self._live.pop(key, (0, None))
+        if key not in self._live:
+            return
+        size, birth = self._live.pop(key)
         self.live_bytes -= size
+        self._by_phase[birth.phase] -= size
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))

@@ -227,8 +227,7 @@ def _prediction(g: Group, micro_batch: int, seq: int) -> tuple[int, int, float]:
     model, hw = catalog.model(g.model), Hardware(gpu=catalog.gpu(g.gpu), host_memory_bytes=2**40)
     t = training_spec(g, micro_batch, seq)
     m = per_gpu_memory(model, t, hw)
-    allocated = m.total_bytes - m.cuda_context_bytes - m.allocator_bytes
-    return m.total_bytes, allocated, step_time(model, t, hw).step_s
+    return m.total_bytes, m.allocated_bytes, step_time(model, t, hw).step_s
 
 
 def _selection(text: str, count: int) -> set[int]:

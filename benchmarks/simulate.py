@@ -249,7 +249,7 @@ def _batch(t: TrainingSpec, vocab_size: int) -> dict[str, torch.Tensor]:
     longest batch), so the attention mask is all ones. SFT (objective.Sft) brings labels; DPO (objective.Dpo, TRL's
     DataCollatorForPreference) chosen rows then rejected rows, a completion mask and, when they were computed
     before the first step, the reference log-probs."""
-    shape = (t.micro_batch_size * t.sequences_per_example, t.sequence_length)
+    shape = (t.sequences_per_micro_batch, t.sequence_length)
     ids = torch.randint(0, vocab_size, shape)
     batch = {"input_ids": ids, "attention_mask": torch.ones(shape, dtype=torch.long)}
     if t.objective is not Objective.DPO:
@@ -440,7 +440,7 @@ def planned_allocated_bytes(row: Row, catalog: Any) -> int:
 
     hardware = Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=row.world_size)
     planned = per_gpu_memory(catalog.model(row.model), row.training, hardware)
-    return planned.total_bytes - planned.cuda_context_bytes - planned.allocator_bytes
+    return planned.allocated_bytes
 
 
 def _result(row: Row, simulated_bytes: int, peak_at: str, seconds: float, catalog: Any) -> dict[str, Any]:

@@ -125,6 +125,10 @@ def _add_margin_arg(p: argparse.ArgumentParser) -> None:
                         "(the output also gives the likely range and says 'tight' when the GPU is inside it)")
 
 
+_MODEL_FORMS = ("give the model's folder (with its config.json), the config.json itself, or a catalog name "
+                "('tunefleet models')")
+
+
 def _looks_local(text: str) -> bool:
     """A path a user typed (./tiny, ../m, /models/x, ~/m, C:\\m), as opposed to a hub id such as org/name."""
     return text.startswith((".", "/", "~", "\\")) or (len(text) > 1 and text[1] == ":") or text.endswith(".json")
@@ -137,16 +141,14 @@ def model_ref(text: str) -> model_pb2.ModelRef:
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
-            raise BadInputError(f"--model: folder {text} has no config.json; give the model's folder (with its "
-                             "config.json), the config.json itself, or a catalog name ('tunefleet models')")
+            raise BadInputError(f"--model: folder {text} has no config.json; {_MODEL_FORMS}")
     if path.is_file():
         try:
             return model_pb2.ModelRef(config_json=path.read_text(), weights=str(path.parent.resolve()))
         except OSError as exc:
             raise BadInputError(f"--model: cannot read {path}: {exc.strerror}") from None
     if _looks_local(text):
-        raise BadInputError(f"--model: {text} does not exist (looked in {Path.cwd()}); give the model's folder "
-                         "(with its config.json), the config.json itself, or a catalog name ('tunefleet models')")
+        raise BadInputError(f"--model: {text} does not exist (looked in {Path.cwd()}); {_MODEL_FORMS}")
     return model_pb2.ModelRef(catalog_name=text)
 
 

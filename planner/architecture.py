@@ -77,19 +77,30 @@ def linear_layers(a: Architecture) -> tuple[LinearLayer, ...]:
     return tuple(out)
 
 
+def norms_per_layer(a: Architecture) -> int:
+    """The hidden-size norms of a decoder layer: one in Phi's parallel block, four in Gemma 2 and 3 (pre/post
+    feed-forward norms too), two elsewhere."""
+    if a.family is Family.PHI:
+        return 1
+    return 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2
+
+
+def qk_norm_rows(a: Architecture) -> tuple[int, int]:
+    """Rows per token of the q_norm and k_norm: one per head (Qwen3, Qwen3-MoE, Gemma 3), one over the whole
+    projection (OLMo 2); (0, 0) for a family without them."""
+    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):
+        return a.num_attention_heads, a.num_key_value_heads
+    if a.family is Family.OLMO2:
+        return 1, 1
+    return 0, 0
+
+
 def _norm_params(a: Architecture) -> int:
-    h = a.hidden_size
-    if a.family is Family.GPT2:  # LayerNorm weight + bias: ln_1, ln_2 per layer, ln_f
-        return 2 * h * (2 * a.num_layers + 1)
-    if a.family is Family.PHI:  # LayerNorm weight + bias: one per layer (attention and MLP read it), the final
-        return 2 * h * (a.num_layers + 1)
-    per_layer = 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2  # Gemma 2, 3: pre/post feed-forward norms
-    qk_norms = 0
-    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):  # q_norm, k_norm over each head
-        qk_norms = 2 * a.resolved_head_dim
-    elif a.family is Family.OLMO2:  # q_norm, k_norm over the whole projection
-        qk_norms = a.q_dim + a.kv_dim
-    return h * (per_layer * a.num_layers + 1) + qk_norms * a.num_layers
+    # LayerNorm (GPT-2, Phi) has a weight and a bias; the final norm is one more
+    per_norm = 2 if a.family in (Family.GPT2, Family.PHI) else 1
+    rows_q, rows_k = qk_norm_rows(a)
+    qk_norms = a.q_dim // rows_q + a.kv_dim // rows_k if rows_q else 0  # a weight over one row each
+    return per_norm * a.hidden_size * (norms_per_layer(a) * a.num_layers + 1) + qk_norms * a.num_layers
 
 
 def _expert_params(a: Architecture) -> int:

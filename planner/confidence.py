@@ -32,7 +32,7 @@ def allocated_error(t: TrainingSpec) -> tuple[tuple[float, float], str]:
 
 
 def band(b: MemoryBreakdown, t: TrainingSpec) -> Band:
-    allocated = b.total_bytes - b.cuda_context_bytes - b.allocator_bytes
+    allocated = b.allocated_bytes
     (under, over), source = allocated_error(t)
     low, high = allocated * (1 - over), allocated * (1 + under)
     slack_low, slack_high = k.ALLOCATOR_OVERHEAD_RANGE

@@ -93,7 +93,7 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
     if t.loss is Loss.STANDARD:
         out.append(("use a chunked cross-entropy loss", "never materialises the full fp32 logits",
                     replace(t, loss=Loss.CHUNKED), hw))
-    if t.precision in (Precision.BF16, Precision.BF16_PURE) and not hw.gpu.supports_bf16:
+    if not hw.gpu.runs(t.precision):
         out.append(("--precision fp16", f"{hw.gpu.display_name} has no bf16; fp16 mixed precision takes the same "
                     "memory", replace(t, precision=Precision.FP16), hw))
     if t.sequence_length >= 2 * MIN_SUGGESTED_SEQUENCE:
@@ -131,7 +131,7 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
     # the smallest other GPU that runs the job as is (precision included): a GPU that failed on bf16 alone may be
     # bigger than one that holds it
     usable = sorted((g for g in catalog.gpus if g.name != hw.gpu.name and g.vendor == hw.gpu.vendor
-                     and (g.supports_bf16 or not t.precision.value.startswith("bf16"))),
+                     and g.runs(t.precision)),
                     key=lambda g: (g.memory_bytes, g.on_demand_hourly_usd or float("inf")))
     for gpu in usable:
         candidate = replace(hw, gpu=gpu, hourly_usd_per_gpu=gpu.on_demand_hourly_usd)
@@ -147,7 +147,7 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
     found: list[Suggestion] = []
     for change, reason, t2, hw2 in _variants(model, t, hw, catalog, best_mb):
         ok, gpu, _ = _fits(model, t2, hw2)
-        ok = ok and (hw2.gpu.supports_bf16 or not t2.precision.value.startswith("bf16"))
+        ok = ok and hw2.gpu.runs(t2.precision)
         found.append(Suggestion(change, reason, gpu.total_bytes, ok, t2, hw2))
     fitting = [s for s in found if s.fits]
     return tuple(fitting) if fitting else tuple(sorted(found, key=lambda s: s.per_gpu_total_bytes)[:3])
@@ -159,7 +159,7 @@ def _kbit_amp_note(model: ModelSpec, t: TrainingSpec, layers: int) -> str:
     checkpointed layer's input are fp32: 2 more bytes per hidden unit, token and layer. Measured: fms-acceleration
     baseline-peft-bnb rows 26/27/31/34 of benchmarks/data/public_measurements.csv, -14..-26 % on
     max_memory_allocated without this term, within 4 % with it."""
-    tokens = t.micro_batch_size * t.sequence_length * t.sequences_per_example
+    tokens = t.sequences_per_micro_batch * t.sequence_length
     extra = layers * 2 * model.architecture.hidden_size * tokens
     return (f"trained with HF Trainer + PEFT prepare_model_for_kbit_training (AMP) instead of tunefleet's executor, "
             f"the fp32 residual stream adds about {gib(extra)} per GPU")
@@ -210,7 +210,7 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
                      f"{gib(hw.gpu.memory_bytes)} {hw.gpu.display_name}")
     if not host.fits:
         notes.append(f"host RAM: needs {gib(host.total_bytes)} per node, the node has {gib(host.capacity_bytes)}")
-    if not hw.gpu.supports_bf16 and t.precision.value.startswith("bf16"):
+    if not hw.gpu.runs(t.precision):
         ok = False
         notes.append(f"{hw.gpu.display_name} has no bf16 support: use --precision fp16")
     if t.method is Method.QLORA and hw.gpu.vendor != "nvidia":

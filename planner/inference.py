@@ -11,7 +11,7 @@ from planner.confidence import band
 from planner.errors import InvalidFieldError
 from planner.fit import FitResult, check_margin, gib
 from planner.limits import MAX_TOKENS_PER_MICRO_BATCH
-from planner.memory import MemoryBreakdown, host_memory, parameter_split, quantised_bytes_per_param
+from planner.memory import MemoryBreakdown, host_memory, parameter_split, weight_storage_bytes
 from planner.schema import Hardware, Method, ModelSpec, Precision, TrainingSpec
 
 
@@ -53,11 +53,7 @@ def inference_fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Cata
     a = model.architecture
     split = parameter_split(a, Method.QLORA if t.method is Method.QLORA else
                             (Method.LORA_8BIT if t.method is Method.LORA_8BIT else Method.FULL), t.lora, False, 0)
-    dense = 4 if t.precision is Precision.FP32 else 2
-    weights = split.total * dense
-    if split.quantised:
-        per = quantised_bytes_per_param(t.method, t.double_quant)
-        weights = int(split.quantised * per + (split.total - split.quantised) * dense)
+    weights = int(weight_storage_bytes(split, t))
     n = hw.world_size
     cache = kv_cache_bytes(model, t, spec) // n
     prefill = _prefill_bytes(model, t, spec) // n

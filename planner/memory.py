@@ -18,7 +18,9 @@ from planner.architecture import (
     linear_layers,
     lora_parameter_count,
     lora_targets,
+    norms_per_layer,
     parameter_counts,
+    qk_norm_rows,
 )
 from planner.schema import (
     Architecture,
@@ -67,6 +69,12 @@ class MemoryBreakdown:
     @property
     def overhead_bytes(self) -> int:
         return self.deepspeed_buffers_bytes + self.cuda_context_bytes + self.allocator_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """What torch.cuda.max_memory_allocated would show: the total less the CUDA context and the allocator's
+        slack."""
+        return self.total_bytes - self.cuda_context_bytes - self.allocator_bytes
 
     def _after_backward_bytes(self) -> int:
         if self.gradients_grow_in_backward:
@@ -128,7 +136,7 @@ class ParameterSplit:
     vision_trainable: bool
 
 
-def quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
+def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
     if method is Method.QLORA:
         absmax = (1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)) if double_quant \
             else 4 / k.NF4_BLOCK_SIZE
@@ -159,11 +167,11 @@ def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vi
     return ParameterSplit(counts.total, trainable, 0, 0, (), arch.num_layers, vision_trainable)
 
 
-def _weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
+def weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
     """Bytes of the base model's weights as stored on the GPU (whole model, unpartitioned)."""
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
     if split.quantised:
-        per_quantised = quantised_bytes_per_param(t.method, t.double_quant)
+        per_quantised = _quantised_bytes_per_param(t.method, t.double_quant)
         return split.quantised * per_quantised + (split.total - split.quantised) * dense_bytes
     return split.total * dense_bytes
 
@@ -222,14 +230,11 @@ def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
 
 
 def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, k: bool = True) -> float:
-    """Bytes the q_norm and k_norm of Qwen3 (RMSNorm over each head) and OLMo 2 (over the whole projection) save per
-    token: the fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply
-    (fp32 in OLMo 2, which multiplies in fp32), as `_norm_bytes`."""
-    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):
-        rows_q, rows_k = a.num_attention_heads, a.num_key_value_heads
-    elif a.family is Family.OLMO2:
-        rows_q = rows_k = 1
-    else:
+    """Bytes the q_norm and k_norm (qk_norm_rows: over each head, or over the whole projection) save per token: the
+    fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply (fp32 in
+    Gemma 3 and OLMo 2, which multiply in fp32), as `_norm_bytes`."""
+    rows_q, rows_k = qk_norm_rows(a)
+    if not rows_q:
         return 0.0
     normalised = 4 if a.family in _FP32_WEIGHT_MULTIPLY else b
     widths = [(a.q_dim, rows_q)] * q + [(a.kv_dim, rows_k)] * k
@@ -291,21 +296,16 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     full = t.method in (Method.FULL, Method.FREEZE)
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
-    def input_bytes(group: _Linear) -> float:
-        return _group_input_bytes(group, t, split)
-
+    norms = norms_per_layer(a) * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
     if a.family is Family.GPT2:
-        norms = 2 * _norm_bytes(a, b, full)
         groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
                   _Linear(("mlp.c_proj",), i)]
     elif a.family is Family.PHI:
         # one LayerNorm, whose output the attention and the MLP both read (a parallel block); each of their outputs
         # goes through the residual dropout, which keeps its mask
-        norms = _norm_bytes(a, b, full) + (2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0)
+        norms += 2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0
         groups = [_Linear(_first_linears(a), h), _Linear(("dense",), q, flash_like), _Linear(("fc2",), i)]
     else:
-        norm_count = 4 if a.family in (Family.GEMMA2, Family.GEMMA3) else 2
-        norms = norm_count * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
         qkv = _qkv_names(a)
         gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
         groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like)]
@@ -314,7 +314,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         elif a.shared_expert_intermediate_size:  # Qwen2-MoE's shared expert and its gate read the MLP's input
             groups += [_Linear(("gate_proj", "up_proj", "shared_expert_gate"), h),
                        _Linear(("down_proj",), a.shared_expert_intermediate_size)]
-    linears = sum(input_bytes(g) for g in groups)
+    linears = sum(_group_input_bytes(g, t, split) for g in groups)
 
     heads = a.num_attention_heads
     if flash_like:
@@ -330,7 +330,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         # the batch into a view of it: in Phi-3 a slice that keeps the whole fused qkv output alive.
         cast = b if b != 4 else 0
         softcap = b if a.family is Family.GEMMA2 else 0
-        one_sequence = t.micro_batch_size * t.sequences_per_example == 1
+        one_sequence = t.sequences_per_micro_batch == 1
         v_storage = q + 2 * kv if a.family is Family.PHI3 and kv == q and one_sequence else q
         core = b * (2 * q + v_storage) + (4 + cast + softcap) * heads * seq_len
 
@@ -360,13 +360,15 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 
 
 def _decoder_layer_fixed_bytes(a: Architecture) -> int:
-    """Per-layer bytes independent of the batch: Gemma's norms multiply by (1 + weight) in fp32, a new
-    vector per norm that the multiply saves."""
-    if a.family is Family.GEMMA3:  # and its q/k norms' (1 + weight) over a head
-        return 4 * 4 * a.hidden_size + 2 * 4 * a.resolved_head_dim
-    if a.family in (Family.GEMMA, Family.GEMMA2):
-        return (4 if a.family is Family.GEMMA2 else 2) * 4 * a.hidden_size
-    return 4 * a.num_experts  # a mixture of experts' int32 group offsets
+    """Per-layer bytes independent of the batch: Gemma's norms (Gemma 3's q/k norms too, over a head) multiply by
+    (1 + weight) in fp32, a new vector per norm that the multiply saves; a mixture of experts' int32 group
+    offsets."""
+    gemma = 0
+    if a.family in _GEMMA_NORMS:
+        rows_q, rows_k = qk_norm_rows(a)
+        head_norms = a.q_dim // rows_q + a.kv_dim // rows_k if rows_q else 0
+        gemma = 4 * (norms_per_layer(a) * a.hidden_size + head_norms)
+    return gemma + 4 * a.num_experts
 
 
 def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
@@ -391,8 +393,7 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     (simulated: benchmarks/simulate.py, peak at _log_softmax_backward_data)."""
     b = t.precision.activation_bytes
     if t.objective is Objective.DPO:  # chosen and rejected rows; the last position of each has no next token
-        rows = t.micro_batch_size * t.sequences_per_example
-        return (tokens - rows) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
+        return (tokens - t.sequences_per_micro_batch) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
     fp32_copies = k.LOGITS_FP32_COPIES * 4
     if t.loss is Loss.CHUNKED:
         return int(min(tokens, k.CHUNKED_LOSS_TOKENS) * a.vocab_size * (b + fp32_copies))
@@ -434,7 +435,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     embeddings_train = t.method is Method.FULL
     gemma = a.family in _GEMMA_NORMS
     ids = (2 if embeddings_train else 1) * k.TOKEN_ID_BYTES * tokens
-    if t.micro_batch_size * t.sequences_per_example == 1:
+    if t.sequences_per_micro_batch == 1:
         # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
         # single sequence, whose slice is contiguous already: the padded tensor is what stays
         ids += k.TOKEN_ID_BYTES
@@ -471,7 +472,7 @@ def _activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) -
     """activation_bytes and what is kept as the forward ends, before the loss: checkpointed layers' inputs (or
     every layer's saved tensors) and what is saved outside them."""
     b = t.precision.activation_bytes
-    tokens = t.micro_batch_size * t.sequence_length * t.sequences_per_example
+    tokens = t.sequences_per_micro_batch * t.sequence_length
     per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
     layers = split.trainable_decoder_layers
     h = a.hidden_size
@@ -547,7 +548,7 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
     n = hw.world_size
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
 
-    weights: float = _weight_storage_bytes(split, t)
+    weights: float = weight_storage_bytes(split, t)
     if t.uses_reference_model:
         weights *= 2  # a frozen reference copy stored like the policy's base weights
     adapter: float = split.adapter * dense_bytes
@@ -593,8 +594,7 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
         backward_end_bytes=tied, gathered_parameters_bytes=int(gathered), fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
     )
-    allocated = breakdown.total_bytes - k.CUDA_CONTEXT_BYTES
-    return replace(breakdown, allocator_bytes=int(allocated * k.ALLOCATOR_OVERHEAD_FRACTION))
+    return replace(breakdown, allocator_bytes=int(breakdown.allocated_bytes * k.ALLOCATOR_OVERHEAD_FRACTION))
 
 
 def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:

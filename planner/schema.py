@@ -311,6 +311,11 @@ class TrainingSpec:
     def sequences_per_example(self) -> int:
         return 2 if self.objective is Objective.DPO else 1
 
+    @property
+    def sequences_per_micro_batch(self) -> int:
+        """The rows of one micro-batch: DPO's chosen and rejected sequences, two per example."""
+        return self.micro_batch_size * self.sequences_per_example
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -332,6 +337,10 @@ class GpuSpec:
     spot_hourly_usd: float = 0.0
     price_source: str = ""
     aliases: tuple[str, ...] = ()
+
+    def runs(self, precision: Precision) -> bool:
+        """Whether the GPU computes in this precision: bf16 (mixed or pure) needs bf16 support (Ampere and later)."""
+        return self.supports_bf16 or precision not in (Precision.BF16, Precision.BF16_PURE)
 
     def peak_flops_per_s(self, precision: Precision) -> float:
         if precision is Precision.FP32:

@@ -169,7 +169,7 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
                                         "no price on record; pass hardware.hourly_usd_per_gpu to plan on it"))
             continue
         option = replace(base, precision=half_precision(hw.gpu)) if auto_precision else base
-        if not hw.gpu.supports_bf16 and option.precision.value.startswith("bf16"):
+        if not hw.gpu.runs(option.precision):
             rejections.append(Rejection(label, hw.world_size, Rejected.UNSUPPORTED,
                                         f"{hw.gpu.display_name} has no bf16; request fp16 to include it"))
             continue

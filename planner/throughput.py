@@ -75,7 +75,7 @@ def mfu(hw: Hardware, t: TrainingSpec) -> float:
 def step_time(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> StepTime:
     a = model.architecture
     n = hw.world_size
-    tokens_per_micro = t.micro_batch_size * t.sequence_length * t.sequences_per_example
+    tokens_per_micro = t.sequences_per_micro_batch * t.sequence_length
     tokens_per_step = tokens_per_micro * t.gradient_accumulation_steps * n
     fpt = flops_per_token(model, t)
     utilisation = mfu(hw, t)

@@ -110,9 +110,13 @@ def _decoder_layers(model: Any, trainable: int) -> Any:
     return layers
 
 
+def _layout(t: TrainingSpec) -> dict[str, Any]:
+    """How the plan lays a model out, whether its weights are read or not: attention implementation and dtype."""
+    return {"attn_implementation": _ATTENTION[t.attention], "dtype": _DTYPE[t.precision]}
+
+
 def _pretrained(cfg: RunConfig, quantization: Any) -> Any:
-    t = cfg.training
-    kwargs: dict[str, Any] = {"attn_implementation": _ATTENTION[t.attention], "dtype": _DTYPE[t.precision]}
+    kwargs = _layout(cfg.training)
     if quantization is not None:
         kwargs.update(quantization_config=quantization, dtype=torch.bfloat16,
                       device_map={"": torch.cuda.current_device()})
@@ -140,8 +144,7 @@ def from_config(config: Any, t: TrainingSpec) -> Any:
     """The model a plan trains, built from its config with random weights (no weights read) as `_pretrained`
     lays it out: same class, attention implementation and dtype. benchmarks/simulate.py builds it under fake
     tensors to measure a full-size step."""
-    model: Any = _auto_class(config).from_config(config, attn_implementation=_ATTENTION[t.attention],
-                                                 dtype=_DTYPE[t.precision])
+    model: Any = _auto_class(config).from_config(config, **_layout(t))
     model.config.use_cache = False
     return model
 
