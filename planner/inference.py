@@ -12,7 +12,7 @@ from planner.errors import InvalidFieldError
 from planner.fit import FitResult, check_margin, gib
 from planner.limits import MAX_TOKENS_PER_MICRO_BATCH
 from planner.memory import MemoryBreakdown, host_memory, parameter_split, weight_storage_bytes
-from planner.schema import Hardware, Method, ModelSpec, Precision, TrainingSpec
+from planner.schema import Hardware, Method, ModelSpec, TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def inference_fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Cata
         allocator_bytes=int(allocated * k.ALLOCATOR_OVERHEAD_FRACTION))
     needed = int(per_gpu.total_bytes * (1 + margin_fraction))
     host = host_memory(model, TrainingSpec(method=Method.FULL, precision=t.precision), hw)
-    fits = needed <= hw.gpu.memory_bytes and host.fits and (hw.gpu.supports_bf16 or t.precision is not Precision.BF16)
+    fits = needed <= hw.gpu.memory_bytes and host.fits and hw.gpu.runs(t.precision)
     largest = 0
     per_sequence = (kv_cache_bytes(model, t, InferenceSpec(1, spec.context_tokens))
                     + _prefill_bytes(model, t, InferenceSpec(1, spec.context_tokens))) / n

@@ -57,3 +57,13 @@ def test_suggestions_offer_the_strong_levers_and_the_smallest_gpu_that_runs_the_
     assert not fit(model, job, card, catalog).fits
     fixes = {s.change for s in suggestions(model, job, card, catalog, 0) if s.fits}
     assert {"--seq-len 2048", "--lora-targets q_proj,v_proj", "enable gradient checkpointing"} <= fixes
+
+
+def test_serving_in_bf16_of_either_kind_needs_a_gpu_with_bf16() -> None:
+    from planner.inference import InferenceSpec, inference_fit
+
+    catalog = default_catalog()
+    model, t4 = catalog.model("Qwen/Qwen2.5-0.5B"), Hardware(gpu=catalog.gpu("t4"), host_memory_bytes=64 * 2**30)
+    verdicts = {p: inference_fit(model, TrainingSpec(precision=p), t4, catalog, InferenceSpec(1, 512)).fits
+                for p in (Precision.FP16, Precision.BF16, Precision.BF16_PURE)}
+    assert verdicts == {Precision.FP16: True, Precision.BF16: False, Precision.BF16_PURE: False}
