@@ -38,7 +38,7 @@ redis: ## install redis-server from Debian's packages if it is missing (tests st
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 
 run: $(STAMP) redis ## the main job: Redis, planner, executor and a worker; plan, submit and watch a tiny job to DONE
-	$(PY) -m clients.demo
+	$(PY) -m devtools.demo
 
 plan: $(STAMP) ## planner answers: will Llama-3.1-8B QLoRA fit a 4090, cost, cheapest hardware
 	$(VENV)/bin/tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, print_table, write_csv
 from planner.catalog import Catalog, default_catalog
-from planner.errors import PlannerError
+from spec.errors import SpecError
 from planner.memory import per_gpu_memory
-from planner.schema import (
+from planner.throughput import step_time
+from spec.schema import (
     ALL_LINEAR,
     Architecture,
     Attention,
@@ -35,7 +36,6 @@ from planner.schema import (
     Precision,
     TrainingSpec,
 )
-from planner.throughput import step_time
 
 PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
 GiB = 2**30
@@ -80,7 +80,7 @@ def _model(r: dict[str, str], catalog: Catalog) -> ModelSpec:
     for candidate in (name, name.replace("NousResearch/", "meta-llama/")):
         try:
             return catalog.model(candidate)
-        except PlannerError:
+        except SpecError:
             continue
     if not r["layers"]:
         raise NotExpressibleError("architecture not in the catalog and not given")
@@ -172,7 +172,7 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
             attention=Attention.FLASH if "flash" in r["notes"].lower() else Attention.SDPA,
             lora=LoraSpec(rank=_int(r["lora_r"] or "8"), target_modules=_targets(r["lora_targets"])))
         per_gpu_memory(model, t, hw)
-    except PlannerError as e:
+    except SpecError as e:
         raise NotExpressibleError(str(e)) from e
     label = f"{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
             f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}"

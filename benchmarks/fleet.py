@@ -29,11 +29,11 @@ from tunefleet.v1 import progress_pb2
 from benchmarks.common import pct, print_table, write_csv
 from clients.executor_client import ExecutorClient
 from common.rpc import shutdown
-from executor.events import EventLog
-from executor.local_redis import start_redis_server, stop_redis_server
-from executor.server import connect, create_server
-from executor.service import ExecutorConfig
-from executor.tiny import build_model, counting_text, make_plan
+from devtools.local_redis import start_redis_server, stop_redis_server
+from devtools.tiny import build_model, counting_text, make_plan
+from executor.service.server import connect, create_server
+from executor.service.servicer import ExecutorConfig
+from fleet.events import EventLog
 
 WATCHERS_PER_PROCESS = 50
 EVENT_INTERVAL_S = 0.05

@@ -25,8 +25,8 @@ from benchmarks.common import pct, print_table, write_csv
 from benchmarks.local_fleet import Fleet, events_until, seconds
 from clients.executor_client import ExecutorClient
 from common.wait import wait_until
-from executor.sweeper import FleetPolicy
-from executor.tiny import build_model, counting_text, make_plan
+from devtools.tiny import build_model, counting_text, make_plan
+from fleet.recovery import FleetPolicy
 
 WAIT_S = 600.0
 

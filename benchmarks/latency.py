@@ -15,9 +15,9 @@ from benchmarks.common import pct, print_table, time_calls, write_csv
 from common.rpc import shutdown
 from planner.catalog import default_catalog
 from planner.fit import fit
-from planner.schema import Hardware, Method, TrainingSpec, Workload
 from planner.search import Constraints, recommend
 from planner.server import create_server
+from spec.schema import Hardware, Method, TrainingSpec, Workload
 
 SUSTAINED_S = 5.0
 CLIENT_THREADS = 8

@@ -15,10 +15,10 @@ from tunefleet.v1 import progress_pb2
 
 from clients.executor_client import ExecutorClient
 from common.rpc import shutdown
-from executor.local_redis import start_redis_server, stop_redis_server
-from executor.server import connect, create_server
-from executor.service import ExecutorConfig
-from executor.sweeper import FleetPolicy
+from devtools.local_redis import start_redis_server, stop_redis_server
+from executor.service.server import connect, create_server
+from executor.service.servicer import ExecutorConfig
+from fleet.recovery import FleetPolicy
 
 
 def seconds(ts: timestamp_pb2.Timestamp) -> float:

@@ -47,8 +47,8 @@ from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
 from planner.architecture import config_json  # noqa: E402
-from planner.deepspeed_config import deepspeed_config  # noqa: E402
-from planner.schema import (  # noqa: E402
+from spec.deepspeed_config import deepspeed_config  # noqa: E402
+from spec.schema import (  # noqa: E402
     ALL_LINEAR,
     Attention,
     DpoSpec,

@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:  # every option after 'worker' is the worker's own, --help included
-        from executor.worker import main as worker_main
+        from executor.worker.main import main as worker_main
         return worker_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -439,7 +439,7 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command == "health":
         return health.run(args)
     if args.command == "serve" and args.service == "executor":
-        from executor.__main__ import serve as serve_executor
+        from executor.service.__main__ import serve as serve_executor
         return serve_executor(args.rest)
     if args.command == "serve":
         from planner.__main__ import serve

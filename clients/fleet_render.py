@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from clients.render import gib, table
-from executor.progress import describe
+from spec.progress import describe
 
 
 def phase_name(phase: int) -> str:

@@ -10,7 +10,7 @@ from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
 from clients.connection import Connection, channel_for, metadata
 from clients.errors import from_domain_error, from_rpc_error
-from planner.errors import PlannerError
+from spec.errors import SpecError
 
 R = TypeVar("R")
 DEFAULT_TIMEOUT_S = 30.0
@@ -49,7 +49,7 @@ class PlannerClient:
             fn: Callable[[Any], Any] = getattr(self._local, local)
             try:
                 return fn(request)
-            except PlannerError as exc:
+            except SpecError as exc:
                 raise from_domain_error(exc) from exc
         try:
             return getattr(self._stub, rpc)(request, timeout=self._timeout_s, metadata=self._metadata)

@@ -13,7 +13,7 @@ from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
 from planner.data.prices import PRICES
 from planner.errors import UnknownNameError
-from planner.schema import Flavor, GpuSpec, ModelSpec
+from spec.schema import Flavor, GpuSpec, ModelSpec
 
 
 def normalise_gpu_name(name: str) -> str:

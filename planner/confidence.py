@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from planner import constants as k
 from planner.memory import MemoryBreakdown
-from planner.schema import Method, TrainingSpec
+from spec.schema import Method, TrainingSpec
 
 
 @dataclass(frozen=True)

@@ -58,13 +58,6 @@ ZERO_STEP_GRAD_BYTES = 6
 # sub_group_size at DeepSpeed's default (runtime/zero/config.py: sub_group_size = 1e9).
 STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
 
-# DeepSpeed communication buckets tunefleet writes into every generated config (elements).
-REDUCE_BUCKET_ELEMENTS = 50_000_000
-ALLGATHER_BUCKET_ELEMENTS = 50_000_000
-STAGE3_PREFETCH_BUCKET_ELEMENTS = 50_000_000
-STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
-STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
-
 # Logits/loss: fp32 vocab-sized tensors alive together at the first op of the loss backward — log_softmax's
 # saved output, its gradient and the gradient of its input (transformers ForCausalLMLoss upcasts the logits
 # with .float(); the bf16 logits and the upcast are freed before backward). Counted by the fake-tensor

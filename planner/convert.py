@@ -10,11 +10,13 @@ from common.bounds import echo
 from common.errors import FieldError
 from planner.architecture import parameter_counts, read_config
 from planner.catalog import Catalog, did_you_mean
-from planner.errors import InvalidFieldError, UnknownNameError, UnsupportedError
+from planner.errors import UnknownNameError, UnsupportedError
 from planner.estimate import Estimate
 from planner.fit import FitResult
-from planner.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
-from planner.schema import (
+from planner.search import Constraints, RankBy, Recommendation, Rejected
+from spec.errors import InvalidFieldError
+from spec.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
+from spec.schema import (
     DEFAULT_DPO_BETA,
     Architecture,
     Attention,
@@ -36,7 +38,6 @@ from planner.schema import (
     VisionTower,
     Workload,
 )
-from planner.search import Constraints, RankBy, Recommendation, Rejected
 
 DEFAULT_SEQUENCE_LENGTH = 2048
 DEFAULT_LORA = LoraSpec()

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from common.errors import FieldError, MissingError
+from common.errors import MissingError
+from spec.errors import InvalidFieldError, SpecError
 
 
-class PlannerError(Exception):
+class PlannerError(SpecError):
     """Base class of every error the planner raises on purpose."""
 
 
-class InvalidFieldError(PlannerError, FieldError):
-    """A request field has a value the planner cannot use."""
-
-
-class UnknownNameError(InvalidFieldError):
+class UnknownNameError(InvalidFieldError, PlannerError):
     """A request names a catalog entry (GPU, flavor, model) that does not exist."""
 
 
@@ -21,5 +18,5 @@ class NotFoundError(PlannerError, MissingError):
     """A resource the request refers to (a provider) does not exist."""
 
 
-class UnsupportedError(InvalidFieldError):
+class UnsupportedError(InvalidFieldError, PlannerError):
     """The request is well formed but asks for something tunefleet does not run."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner import constants as k
-from planner.errors import InvalidFieldError
-from planner.limits import MAX_TRAINING_TOKENS
-from planner.schema import Hardware, ModelSpec, TrainingSpec, Workload
 from planner.throughput import StepTime, step_time, total_steps
+from spec.errors import InvalidFieldError
+from spec.limits import MAX_TRAINING_TOKENS
+from spec.schema import Hardware, ModelSpec, TrainingSpec, Workload
 
 
 @dataclass(frozen=True)

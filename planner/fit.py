@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
 from planner.confidence import Band, band
-from planner.errors import InvalidFieldError
 from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, parameter_split, per_gpu_memory
-from planner.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
+from spec.errors import InvalidFieldError
+from spec.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 
 GiB = 1024**3
 # The largest byte count a uint64 field carries on every client (int64's maximum: Java and JSON readers).

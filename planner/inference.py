@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 from planner import constants as k
 from planner.catalog import Catalog
 from planner.confidence import band
-from planner.errors import InvalidFieldError
 from planner.fit import FitResult, check_margin, gib
-from planner.limits import MAX_TOKENS_PER_MICRO_BATCH
 from planner.memory import MemoryBreakdown, host_memory, parameter_split, weight_storage_bytes
-from planner.schema import Hardware, Method, ModelSpec, TrainingSpec
+from spec.errors import InvalidFieldError
+from spec.limits import MAX_TOKENS_PER_MICRO_BATCH
+from spec.schema import Hardware, Method, ModelSpec, TrainingSpec
 
 
 @dataclass(frozen=True)

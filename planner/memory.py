@@ -22,7 +22,8 @@ from planner.architecture import (
     parameter_counts,
     qk_norm_rows,
 )
-from planner.schema import (
+from spec import deepspeed_config as ds
+from spec.schema import (
     Architecture,
     Attention,
     Family,
@@ -145,7 +146,7 @@ def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
 
 
 # Keys are small: an Architecture and a LoraSpec whose target modules are de-duplicated and capped
-# (planner.limits: at most 32 names of at most 256 characters), so the cache holds at most a few MB.
+# (spec.limits: at most 32 names of at most 256 characters), so the cache holds at most a few MB.
 @lru_cache(maxsize=512)
 def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vision_tower: bool,
                     freeze_trainable_layers: int) -> ParameterSplit:
@@ -509,7 +510,7 @@ def stage3_gathered_elements(a: Architecture, total_params: int) -> int:
     again (partitioned_param_coordinator.fetch_sub_module, __params_to_release). Simulated: after the forward of a
     Llama-3.2-1B LoRA step on 2 ranks, 1.0e9 of its 1.24e9 parameters were gathered (8 to 12 of its 16 layers and
     the lm_head), 0.97e9 for Llama-3.1-8B (2 layers and the lm_head), 27 % and 11 % of their peaks."""
-    return min(max(k.STAGE3_MAX_LIVE_PARAMETERS, largest_layer_params(a)), total_params)
+    return min(max(ds.STAGE3_MAX_LIVE_PARAMETERS, largest_layer_params(a)), total_params)
 
 
 def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method: Method) -> int:
@@ -527,7 +528,7 @@ def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method:
                   (a.num_experts * a.hidden_size * a.intermediate_size, layers)]
     if method is Method.FULL:
         sizes += [(a.vocab_size * a.hidden_size, 1 if a.tie_word_embeddings else 2)]
-    return sum(size * count for size, count in sizes if size > k.REDUCE_BUCKET_ELEMENTS)
+    return sum(size * count for size, count in sizes if size > ds.REDUCE_BUCKET_ELEMENTS)
 
 
 def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: int) -> int:
@@ -536,10 +537,10 @@ def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: 
     if t.zero_stage == 0 and world_size == 1:
         return 0
     grad_bytes = 4 if t.precision is Precision.FP32 else 2
-    reduce = min(split.trainable, k.REDUCE_BUCKET_ELEMENTS) * grad_bytes * 2
+    reduce = min(split.trainable, ds.REDUCE_BUCKET_ELEMENTS) * grad_bytes * 2
     if t.zero_stage == 3:
         return reduce
-    return reduce + min(split.trainable, k.ALLGATHER_BUCKET_ELEMENTS) * grad_bytes
+    return reduce + min(split.trainable, ds.ALLGATHER_BUCKET_ELEMENTS) * grad_bytes
 
 
 def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBreakdown:

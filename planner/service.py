@@ -10,13 +10,14 @@ from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, trainin
 
 from planner import convert
 from planner.catalog import Catalog
-from planner.errors import InvalidFieldError, NotFoundError
+from planner.errors import NotFoundError
 from planner.estimate import estimate
 from planner.fit import FitResult, fit
 from planner.inference import InferenceSpec, inference_fit
 from planner.plan import build_plan
-from planner.schema import Hardware, ModelSpec, Precision, TrainingSpec
 from planner.search import half_precision, recommend
+from spec.errors import InvalidFieldError
+from spec.schema import Hardware, ModelSpec, Precision, TrainingSpec
 
 DEFAULT_RECOMMEND_LIMIT = 10
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from planner import constants as k
 from planner.architecture import parameter_counts
 from planner.memory import parameter_split
-from planner.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
+from spec.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 
 
 @dataclass(frozen=True)

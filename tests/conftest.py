@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from common.rpc import ServerOptions, shutdown
-from executor.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV
 from planner.server import create_server
+from spec.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV
 
 TOKEN = "test-token"
 # Nothing in the suite may come from the Hugging Face hub: models and data are built locally.
@@ -53,14 +53,14 @@ def channel(planner_address: str) -> Iterator[grpc.Channel]:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised two-layer Llama and a word-level tokenizer with a chat template, built locally."""
-    from executor.tiny import build_model
+    from devtools.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture()
 def counting_data(tmp_path: Path) -> Path:
-    from executor.tiny import counting_text
+    from devtools.tiny import counting_text
 
     return counting_text(tmp_path / "data.jsonl", records=64)
 
@@ -68,7 +68,7 @@ def counting_data(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server of our own on a free loopback port (never one we did not start), with nothing on disk."""
-    from executor.local_redis import RedisServerError, start_redis_server, stop_redis_server
+    from devtools.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
     try:
         proc, url = start_redis_server(tmp_path_factory.mktemp("redis"))

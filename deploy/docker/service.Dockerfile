@@ -14,7 +14,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY protos protos
 COPY common common
+COPY spec spec
 COPY planner planner
+COPY fleet fleet
 COPY executor executor
 COPY clients clients
 

@@ -16,7 +16,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY protos protos
 COPY common common
+COPY spec spec
 COPY planner planner
+COPY fleet fleet
 COPY executor executor
 COPY clients clients
 # A100 (8.0), A10/L4/RTX 30-40 (8.6, 8.9), H100/H200 (9.0): the GPU classes of planner/data/gpus.py.

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from executor.errors import PlanError
+from spec.errors import PlanError
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
@@ -73,7 +73,7 @@ class TrainerState:
     step: int
     next_micro_batch: int
     world_size: int
-    fence: int = 0  # the fleet claim that wrote it (executor.lease); 0 outside the fleet
+    fence: int = 0  # the fleet claim that wrote it (fleet.leases); 0 outside the fleet
 
 
 def step_dir(root: Path, step: int) -> Path:

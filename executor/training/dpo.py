@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.nn.functional import logsigmoid
 
 from executor.training import data
-from planner.schema import DpoSpec
+from spec.schema import DpoSpec
 
 LogProbs = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one value per pair
 

@@ -16,15 +16,14 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
-from executor.errors import PlanError, TrainingFailedError
-from executor.lease import LeaseLostError
-from executor.paths import Roots
-from executor.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
-from executor.rendezvous import Rendezvous
-from executor.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import corpus, data
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.model import check_host, check_model, detect_host
+from executor.training.rendezvous import Rendezvous
+from spec.errors import LeaseLostError, PlanError, TrainingFailedError
+from spec.paths import Roots
+from spec.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
+from spec.run_config import RunConfig, parse_plan, run_config_from_plan
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3
@@ -59,7 +58,7 @@ def read_run_config(plan_path: Path, output_dir: str | None = None) -> RunConfig
 
 
 def confine(cfg: RunConfig, roots: Roots) -> None:
-    """The run reads only under the host's data roots and writes only under its output roots (executor.paths)."""
+    """The run reads only under the host's data roots and writes only under its output roots (spec.paths)."""
     roots.writable("output_uri", cfg.output_dir)
     if cfg.dataset.local_path:
         roots.readable("dataset.local_path", cfg.dataset.local_path)

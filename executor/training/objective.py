@@ -13,7 +13,7 @@ import torch
 from executor.training import data, dpo
 from executor.training.preference import PairExample
 from executor.training.vision import VisionExample
-from planner.schema import DpoSpec
+from spec.schema import DpoSpec
 
 
 @dataclass(frozen=True)

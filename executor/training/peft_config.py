@@ -6,8 +6,8 @@ from typing import Any
 
 from peft import LoraConfig, TaskType
 
-from executor.errors import PlanError
-from planner.schema import ALL_LINEAR, LoraSpec
+from spec.errors import PlanError
+from spec.schema import ALL_LINEAR, LoraSpec
 
 
 def linear_module_names(model: Any) -> set[str]:

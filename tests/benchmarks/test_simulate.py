@@ -13,7 +13,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from benchmarks.simulate import Row, planned_allocated_bytes, simulate  # noqa: E402
 from planner.architecture import config_json  # noqa: E402
 from planner.catalog import default_catalog  # noqa: E402
-from planner.schema import (  # noqa: E402
+from spec.schema import (  # noqa: E402
     ALL_LINEAR,
     Attention,
     DpoSpec,

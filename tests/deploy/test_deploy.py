@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from clients import cli
-from executor import __main__ as executor_main
-from executor import worker
-from executor.supervision import STOP_GRACE_S
-from executor.worker import DEFAULT_DRAIN_GRACE_S
+from executor.service import __main__ as executor_main
+from executor.worker import main as worker
+from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S
+from executor.worker.supervision import STOP_GRACE_S
 from planner import __main__ as planner_main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,34 +8,34 @@ from pathlib import Path
 import pytest
 from tunefleet.v1 import executor_pb2, hardware_pb2, progress_pb2
 
-from executor import job_queue
-from executor.errors import PlanError
-from executor.hosts import gpu_class_for, plan_gpu_class
-from executor.progress import JsonlProgressSink, ProgressTail, event_to_json
-from executor.store import decode_page_token, encode_page_token
+from fleet import queues
+from fleet.hosts import gpu_class_for, plan_gpu_class
+from fleet.jobs import decode_page_token, encode_page_token
 from planner.catalog import default_catalog
+from spec.errors import PlanError
+from spec.progress import JsonlProgressSink, ProgressTail, event_to_json
 
 GiB = 1024**3
 
 
 @pytest.mark.parametrize(("predicted_s", "expected_s"), [
-    (0.0, job_queue.DEFAULT_JOB_TIMEOUT_S), (float("nan"), job_queue.DEFAULT_JOB_TIMEOUT_S),
-    (-5.0, job_queue.DEFAULT_JOB_TIMEOUT_S), (float("inf"), job_queue.DEFAULT_JOB_TIMEOUT_S),
-    (3600.0, 3 * 3600 + job_queue.JOB_TIMEOUT_STARTUP_S), (10.0, 30 + job_queue.JOB_TIMEOUT_STARTUP_S),
+    (0.0, queues.DEFAULT_JOB_TIMEOUT_S), (float("nan"), queues.DEFAULT_JOB_TIMEOUT_S),
+    (-5.0, queues.DEFAULT_JOB_TIMEOUT_S), (float("inf"), queues.DEFAULT_JOB_TIMEOUT_S),
+    (3600.0, 3 * 3600 + queues.JOB_TIMEOUT_STARTUP_S), (10.0, 30 + queues.JOB_TIMEOUT_STARTUP_S),
 ])
 def test_job_timeout_is_the_prediction_times_the_margin_plus_startup(predicted_s: float, expected_s: int) -> None:
-    assert job_queue.job_timeout_s(predicted_s) == expected_s
-    assert job_queue.job_timeout_s(predicted_s) > 180, "rq's default would kill real jobs"
+    assert queues.job_timeout_s(predicted_s) == expected_s
+    assert queues.job_timeout_s(predicted_s) > 180, "rq's default would kill real jobs"
 
 
 def test_queue_names_round_trip_and_a_worker_listens_highest_tier_first() -> None:
-    assert job_queue.queue_name("a100-80gb", executor_pb2.PRIORITY_HIGH) == "tunefleet.a100-80gb.high"
-    assert job_queue.class_queue_names("cpu") == ["tunefleet.cpu.high", "tunefleet.cpu.normal", "tunefleet.cpu.low"]
-    for priority in job_queue.TIERS:
-        assert job_queue.parse_queue_name(job_queue.queue_name("h100-sxm-80gb", priority)) == ("h100-sxm-80gb",
+    assert queues.queue_name("a100-80gb", executor_pb2.PRIORITY_HIGH) == "tunefleet.a100-80gb.high"
+    assert queues.class_queue_names("cpu") == ["tunefleet.cpu.high", "tunefleet.cpu.normal", "tunefleet.cpu.low"]
+    for priority in queues.TIERS:
+        assert queues.parse_queue_name(queues.queue_name("h100-sxm-80gb", priority)) == ("h100-sxm-80gb",
                                                                                              priority)
-    assert job_queue.parse_queue_name("default") is None
-    assert job_queue.parse_queue_name("tunefleet.cpu.urgent") is None
+    assert queues.parse_queue_name("default") is None
+    assert queues.parse_queue_name("tunefleet.cpu.urgent") is None
 
 
 @pytest.mark.parametrize(("nvml_name", "memory_gib", "gpu_class"), [

@@ -10,18 +10,18 @@ import redis
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from common.wait import wait_until
-from executor import job_queue
-from executor.errors import PlanError
-from executor.events import EventLog
-from executor.gang import FORMING, RUNNING, STOPPING, Gang, member_key, queued_job_id, ticket_id
-from executor.lease import RUNNING_SET, Leases
-from executor.rendezvous import Rendezvous, interface_of
-from executor.run_config import run_config_from_plan
-from executor.service import Executor
-from executor.store import now_ms
-from executor.sweeper import GANG_WAIT, RETRYING, FleetPolicy, Sweeper, release_held
-from executor.tiny import make_plan
+from devtools.tiny import make_plan
+from executor.service.servicer import Executor
+from executor.training.rendezvous import Rendezvous, interface_of
+from fleet import queues
+from fleet.events import EventLog
+from fleet.gangs import FORMING, RUNNING, STOPPING, Gang, member_key, queued_job_id, ticket_id
+from fleet.jobs import now_ms
+from fleet.leases import RUNNING_SET, Leases
+from fleet.recovery import GANG_WAIT, RETRYING, FleetPolicy, Sweeper, release_held
 from planner.catalog import default_catalog
+from spec.errors import PlanError
+from spec.run_config import run_config_from_plan
 
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
 SHORT_TTL_S = 0.3
@@ -76,17 +76,17 @@ def test_a_member_that_stops_renewing_is_lost_and_a_dropped_gang_ends_every_memb
 
 
 def test_an_untaken_member_ticket_is_withdrawn_a_taken_one_is_left_alone(fleet):
-    queues = job_queue.JobQueues(fleet)
-    queue = job_queue.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
-    queues.enqueue("other-job", queue, 60)
+    job_queues = queues.JobQueues(fleet)
+    queue = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
+    job_queues.enqueue("other-job", queue, 60)
     first, second = ticket_id("job-g", 3, 1), ticket_id("job-g", 3, 2)
-    queues.enqueue_member(first, "job-g", 3, 1, queue, 60)
-    queues.enqueue_member(second, "job-g", 3, 2, queue, 60)
+    job_queues.enqueue_member(first, "job-g", 3, 1, queue, 60)
+    job_queues.enqueue_member(second, "job-g", 3, 2, queue, 60)
     assert fleet.lrange(f"rq:queue:{queue}", 0, -1)[:2] == [second.encode(), first.encode()], \
         "member tickets go to the front of the job's queue"
     fleet.lrem(f"rq:queue:{queue}", 0, second)  # a worker took this one
-    assert queues.withdraw(first, queue) and not fleet.exists(f"rq:job:{first}")
-    assert not queues.withdraw(second, queue) and fleet.exists(f"rq:job:{second}")
+    assert job_queues.withdraw(first, queue) and not fleet.exists(f"rq:job:{first}")
+    assert not job_queues.withdraw(second, queue) and fleet.exists(f"rq:job:{second}")
     assert fleet.lrange(f"rq:queue:{queue}", 0, -1) == [b"other-job"]
     assert [queued_job_id(e) for e in (first, "other-job", "a--gang-b")] == ["job-g", "other-job", "a--gang-b"]
 

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from executor.training.model import prepare_model  # noqa: E402
-from planner.schema import Method, TrainingSpec  # noqa: E402
+from spec.schema import Method, TrainingSpec  # noqa: E402
 
 LAYERS, TRAINABLE = 4, 1
 
@@ -46,7 +46,7 @@ def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model
     import json
 
     from planner.architecture import architecture_from_config, lora_parameter_count, lora_targets
-    from planner.schema import ALL_LINEAR, LoraSpec
+    from spec.schema import ALL_LINEAR, LoraSpec
 
     shape = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=64, num_experts_per_tok=2)

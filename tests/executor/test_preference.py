@@ -9,9 +9,9 @@ import pytest
 import torch
 import transformers
 
-from executor.errors import PlanError
 from executor.training import dpo, preference
-from planner.schema import DpoSpec
+from spec.errors import PlanError
+from spec.schema import DpoSpec
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,16 @@ import pytest
 import redis
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from executor.errors import PlanError
-from executor.events import EventLog
-from executor.hosts import HostGpus, HostRegistry
-from executor.lease import RUNNING_SET, FenceGuard, LeaseLostError, Leases, lease_key
-from executor.progress import new_event
-from executor.service import Executor, check_shared_output
-from executor.store import now_ms
-from executor.sweeper import RETRYING, FleetPolicy, Sweeper, requeue_held
-from executor.tiny import make_plan
+from devtools.tiny import make_plan
+from executor.service.servicer import Executor, check_shared_output
+from fleet.events import EventLog
+from fleet.hosts import HostGpus, HostRegistry
+from fleet.jobs import now_ms
+from fleet.leases import RUNNING_SET, FenceGuard, Leases, lease_key
+from fleet.recovery import RETRYING, FleetPolicy, Sweeper, requeue_held
 from planner.catalog import default_catalog
+from spec.errors import LeaseLostError, PlanError
+from spec.progress import new_event
 
 CPU = HostGpus("cpu", 0, 0)
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from common.rpc import ServerOptions, shutdown
-from executor.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
-from executor.service import Executor, ExecutorConfig
+from executor.service.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
+from executor.service.servicer import Executor, ExecutorConfig
 
 HEARTBEAT_S = 0.5
 

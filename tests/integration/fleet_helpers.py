@@ -14,7 +14,7 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 
 from clients.executor_client import ExecutorClient
 from common.wait import wait_until
-from executor.tiny import make_plan
+from devtools.tiny import make_plan
 from executor.training import checkpoint
 
 TERMINAL = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)

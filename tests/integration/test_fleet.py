@@ -19,9 +19,9 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
 from clients.errors import InvalidArgument, NotFound, Unauthenticated
 from clients.executor_client import ExecutorClient
-from executor.events import EventLog
-from executor.tiny import make_plan
+from devtools.tiny import make_plan
 from executor.training import checkpoint
+from fleet.events import EventLog
 from tests.conftest import TOKEN
 from tests.integration.fleet_helpers import run_processes
 
@@ -317,8 +317,8 @@ def test_a_stopping_worker_requeues_its_job_and_another_resumes_it(executor_serv
 
 def test_the_watch_client_reconnects_across_a_service_restart_and_misses_nothing(redis_url, tiny_model,
                                                                                    counting_data):
-    from executor.server import connect, create_server
-    from executor.service import ExecutorConfig
+    from executor.service.server import connect, create_server
+    from executor.service.servicer import ExecutorConfig
 
     def serve(address: str):  # type: ignore[no-untyped-def]
         executor = connect(redis_url, ExecutorConfig(heartbeat_interval_s=0.2))

@@ -20,11 +20,11 @@ from safetensors.torch import load_file
 from tunefleet.v1 import plan_pb2, progress_pb2, training_pb2
 
 from clients.executor_client import ExecutorClient
-from executor.gang import MEMBER_TTL_S
-from executor.local_redis import start_redis_server, stop_redis_server
-from executor.sweeper import FleetPolicy
-from executor.tiny import make_plan, write_plan
+from devtools.local_redis import start_redis_server, stop_redis_server
+from devtools.tiny import make_plan, write_plan
 from executor.training import checkpoint
+from fleet.gangs import MEMBER_TTL_S
+from fleet.recovery import FleetPolicy
 from tests.integration.fleet_helpers import (
     all_events,
     assert_once_in_order,

@@ -29,10 +29,10 @@ from common.auth import BearerTokenInterceptor, Sampled
 from common.errors import AbandonedError
 from common.rpc import RESERVED_WORKERS, UNARY_WORKERS, ServerOptions, shutdown
 from common.wait import wait_until
-from executor.server import connect
-from executor.server import create_server as create_executor_server
-from executor.service import ExecutorConfig
-from executor.tiny import make_plan
+from devtools.tiny import make_plan
+from executor.service.server import connect
+from executor.service.server import create_server as create_executor_server
+from executor.service.servicer import ExecutorConfig
 from planner.catalog import default_catalog
 from planner.server import create_server
 from planner.service import Planner

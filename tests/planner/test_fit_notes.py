@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planner.catalog import default_catalog
 from planner.fit import BF16_PURE_NOTE, fit, suggestions
-from planner.schema import Hardware, Method, Precision, TrainingSpec
+from spec.schema import Hardware, Method, Precision, TrainingSpec
 
 
 def _kbit_notes(method: Method) -> list[str]:

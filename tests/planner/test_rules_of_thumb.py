@@ -5,7 +5,7 @@ from __future__ import annotations
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.memory import per_gpu_memory
-from planner.schema import Hardware, Method, Precision, TrainingSpec
+from spec.schema import Hardware, Method, Precision, TrainingSpec
 
 CATALOG = default_catalog()
 GB = 1e9

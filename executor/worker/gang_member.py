@@ -1,4 +1,4 @@
-"""A member of a multi-node job's gang (node k >= 1, executor.gang): check that this host can be one, wait for
+"""A member of a multi-node job's gang (node k >= 1, fleet.gangs): check that this host can be one, wait for
 the leader's start, run this node's ranks, and stop them when the leader stops the run, the gang ends, or this
 member's key is lost."""
 
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import structlog
 
-from executor.errors import PlanError
-from executor.gang import GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
-from executor.paths import Roots
-from executor.rendezvous import Rendezvous
-from executor.supervision import STOP_GRACE_S, SUPERVISE_POLL_S, kill_group, while_running
 from executor.training.command import EXIT_REFUSED
+from executor.training.rendezvous import Rendezvous
+from executor.worker.supervision import STOP_GRACE_S, SUPERVISE_POLL_S, kill_group, while_running
+from fleet.gangs import GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
+from spec.errors import PlanError
+from spec.paths import Roots
 
-log = structlog.get_logger("executor.gang_member")
+log = structlog.get_logger("executor.worker.gang_member")
 Launch = Callable[[Path, Path, int, Rendezvous], "subprocess.Popen[bytes]"]
 
 

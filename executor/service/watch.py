@@ -24,11 +24,11 @@ import structlog
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from executor.events import EventLog, decode_entry
-from executor.progress import TERMINAL_PHASES
-from executor.store import PREFIX, JobStore, events_key
+from fleet.events import EventLog, decode_entry
+from fleet.jobs import PREFIX, JobStore, events_key
+from spec.progress import TERMINAL_PHASES
 
-log = structlog.get_logger("executor.watch")
+log = structlog.get_logger("executor.service.watch")
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 REPLAY_PAGE = 500  # events per XRANGE while replaying history
 WATCHER_QUEUE_MAX = 2_000

@@ -12,13 +12,11 @@ import redis
 import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from executor import job_queue
-from executor.errors import PlanError
-from executor.events import EventLog
-from executor.hosts import HostRegistry, plan_gpu_class
-from executor.progress import TERMINAL_PHASES, new_event
-from executor.run_config import run_config_from_plan
-from executor.store import (
+from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, StreamHub, Watcher
+from fleet import queues
+from fleet.events import EventLog
+from fleet.hosts import HostRegistry, plan_gpu_class
+from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
     JOBS_INDEX,
     RUNNING_PHASES,
@@ -30,11 +28,13 @@ from executor.store import (
     job_key,
     now_ms,
 )
-from executor.sweeper import GANG_WAIT, RETRYING, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
-from executor.watch import DEFAULT_HEARTBEAT_INTERVAL_S, StreamHub, Watcher
+from fleet.recovery import GANG_WAIT, RETRYING, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from planner.catalog import Catalog
+from spec.errors import PlanError
+from spec.progress import TERMINAL_PHASES, new_event
+from spec.run_config import run_config_from_plan
 
-log = structlog.get_logger("executor.service")
+log = structlog.get_logger("executor.service.servicer")
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 MAX_REASON_CHARS = 1_000
@@ -57,7 +57,7 @@ class Executor:
         self.config = config or ExecutorConfig()
         self.store = JobStore(connection)
         self.events = EventLog(connection)
-        self.queues = job_queue.JobQueues(connection)
+        self.queues = queues.JobQueues(connection)
         self.hosts = HostRegistry(connection)
         self.hub = StreamHub(connection)
         self.sweeper = Sweeper(connection)
@@ -95,11 +95,11 @@ class Executor:
         gpu_class = plan_gpu_class(plan.hardware, self.catalog)
         check_shared_output(plan.output_uri, self.hosts.hosts(gpu_class))
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
-        if priority not in job_queue.TIERS:
+        if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
-        new = NewJob(plan=plan, priority=priority, queue=job_queue.queue_name(gpu_class, priority),
+        new = NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority),
                      gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
-                     timeout_s=job_queue.job_timeout_s(plan.prediction.estimate.duration_s),
+                     timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
                      events_max_len=self.config.events_max_len)
         key = job_key(plan.plan_id)
         while True:
@@ -214,7 +214,7 @@ class Executor:
         response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s))
         for name, depth in depths.items():
-            parsed = job_queue.parse_queue_name(name)
+            parsed = queues.parse_queue_name(name)
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
                 continue
             gpu_class, priority = parsed
@@ -275,14 +275,14 @@ class WaitingLine:
                            f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
                            f"{wait_s:.0f} s", 0)
         queue = record[b"queue"].decode()
-        parsed = job_queue.parse_queue_name(queue)
+        parsed = queues.parse_queue_name(queue)
         if index is None:
             index = self.index_of(queue, job_id)
         if parsed is None or index is None:
             return Waiting("being handed to a worker", 0)
         gpu_class, priority = parsed
         # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
-        ahead = index + sum(self.depth(job_queue.queue_name(gpu_class, p)) for p in job_queue.TIERS if p < priority)
+        ahead = index + sum(self.depth(queues.queue_name(gpu_class, p)) for p in queues.TIERS if p < priority)
         return Waiting(self._reason(job_id, gpu_class, ahead), ahead + 1)
 
     def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:

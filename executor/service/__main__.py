@@ -10,12 +10,12 @@ import sys
 import redis
 
 from common.serve import add_server_arguments, run_until_signalled, server_options
-from executor import redis_conn
-from executor.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
-from executor.service import ExecutorConfig
-from executor.store import DEFAULT_EVENTS_MAX_LEN
-from executor.sweeper import DEFAULT_RETRY_BACKOFF_S, DEFAULT_RETRY_LIMIT, MAX_RETRY_BACKOFF_S, FleetPolicy
-from executor.watch import DEFAULT_HEARTBEAT_INTERVAL_S
+from executor.service.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
+from executor.service.servicer import ExecutorConfig
+from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S
+from fleet import connection
+from fleet.jobs import DEFAULT_EVENTS_MAX_LEN
+from fleet.recovery import DEFAULT_RETRY_BACKOFF_S, DEFAULT_RETRY_LIMIT, MAX_RETRY_BACKOFF_S, FleetPolicy
 
 DEFAULT_ADDRESS = "127.0.0.1:50052"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -82,7 +82,7 @@ def _policy(args: argparse.Namespace) -> FleetPolicy | None:
     """The fleet's stored policy with the flags given applied; None when no policy flag was given."""
     if args.preemption is None and args.retry_limit is None and args.retry_backoff_s is None:
         return None
-    current = FleetPolicy.load(redis_conn.connect(args.redis))
+    current = FleetPolicy.load(connection.connect(args.redis))
     return dataclasses.replace(
         current, **{k: v for k, v in (("preemption", None if args.preemption is None else args.preemption == "on"),
                                       ("retry_limit", args.retry_limit),

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import constants as k
-from planner.schema import Offload, Optimizer, Precision, TrainingSpec
+from spec.schema import Offload, Optimizer, Precision, TrainingSpec
+
+# DeepSpeed communication buckets tunefleet writes into every generated config (elements).
+REDUCE_BUCKET_ELEMENTS = 50_000_000
+ALLGATHER_BUCKET_ELEMENTS = 50_000_000
+STAGE3_PREFETCH_BUCKET_ELEMENTS = 50_000_000
+STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
 
 DEFAULT_LEARNING_RATE = 2e-4
 DEFAULT_WEIGHT_DECAY = 0.0
@@ -18,13 +24,13 @@ def deepspeed_config(t: TrainingSpec, world_size: int, *, learning_rate: float =
                      total_steps: int = 0, gradient_clipping: float = DEFAULT_GRADIENT_CLIPPING) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": t.zero_stage}
     if t.zero_stage in (1, 2):
-        zero.update(reduce_bucket_size=k.REDUCE_BUCKET_ELEMENTS, allgather_bucket_size=k.ALLGATHER_BUCKET_ELEMENTS,
+        zero.update(reduce_bucket_size=REDUCE_BUCKET_ELEMENTS, allgather_bucket_size=ALLGATHER_BUCKET_ELEMENTS,
                     overlap_comm=world_size > 1, contiguous_gradients=True)
     if t.zero_stage == 3:
-        zero.update(reduce_bucket_size=k.REDUCE_BUCKET_ELEMENTS,
-                    stage3_prefetch_bucket_size=k.STAGE3_PREFETCH_BUCKET_ELEMENTS,
-                    stage3_max_live_parameters=k.STAGE3_MAX_LIVE_PARAMETERS,
-                    stage3_param_persistence_threshold=k.STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+        zero.update(reduce_bucket_size=REDUCE_BUCKET_ELEMENTS,
+                    stage3_prefetch_bucket_size=STAGE3_PREFETCH_BUCKET_ELEMENTS,
+                    stage3_max_live_parameters=STAGE3_MAX_LIVE_PARAMETERS,
+                    stage3_param_persistence_threshold=STAGE3_PARAM_PERSISTENCE_THRESHOLD,
                     overlap_comm=world_size > 1, contiguous_gradients=True,
                     stage3_gather_16bit_weights_on_model_save=True)
     if t.offload is not Offload.NONE:

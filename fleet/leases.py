@@ -3,10 +3,10 @@ cannot write into it.
 
 Claiming a job (QUEUED -> LOADING) increments the record's `fence` and sets the lease key
 `tunefleet:v1:lease:<job_id>` = "<host_id>:<fence>", which expires LEASE_TTL_S after its last renewal; the
-worker renews it every RENEW_INTERVAL_S while the job runs. A sweeper (executor.sweeper) that finds a running
+worker renews it every RENEW_INTERVAL_S while the job runs. A sweeper (fleet.recovery) that finds a running
 job without a lease requeues it and increments the fence again. From then on the old holder is refused
 everywhere it writes:
-- events: the publish script (executor.events) compares the publisher's fence with the record's;
+- events: the publish script (fleet.events) compares the publisher's fence with the record's;
 - checkpoints: rank 0 confirms its fence (FenceGuard) just before it seals a checkpoint;
 - the job record: the worker's own requeue and release compare fences inside their transactions.
 A holder that cannot reach Redis stops its run by itself once self_fence_after_s(ttl) have passed without a
@@ -22,11 +22,11 @@ from typing import Any
 
 import redis
 
-from executor.errors import ExecutorError
-from executor.store import PREFIX, job_key
+from fleet.jobs import PREFIX, job_key
+from spec.errors import LeaseLostError
 
 # A lease outlives its last renewal by LEASE_TTL_S; a worker renews every RENEW_INTERVAL_S. A lost host is
-# found LEASE_TTL_S after its last renewal plus at most one sweep interval (executor.sweeper).
+# found LEASE_TTL_S after its last renewal plus at most one sweep interval (fleet.recovery).
 LEASE_TTL_S = 30.0
 RENEW_INTERVAL_S = 5.0
 # A holder that could not renew for this long stops its run: its lease cannot have expired yet.
@@ -41,10 +41,6 @@ def lease_key(job_id: str) -> str:
 def self_fence_after_s(ttl_s: float) -> float:
     """How long a holder may go without a renewal before it must stop its run."""
     return max(ttl_s - SELF_FENCE_MARGIN_S, ttl_s / 2)
-
-
-class LeaseLostError(ExecutorError):
-    """This process's fencing token is stale: another host owns the job now. Stop, write nothing."""
 
 
 # KEYS: job, lease, running set. ARGV: host id, now ms, QUEUED, LOADING, lease ttl ms, job id.

@@ -30,7 +30,7 @@ from clients.executor_client import ExecutorClient
 from clients.planner_client import PlannerClient
 from common.net import free_port
 from common.wait import wait_until
-from executor.local_redis import RedisServerError, start_redis_server, stop_redis_server
+from devtools.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 START_TIMEOUT_S = 120.0
@@ -103,7 +103,7 @@ def _redis(stack: ExitStack, logs: Path) -> str:
 
 
 def run(steps: int) -> int:
-    from executor.tiny import build_model, counting_text, make_plan
+    from devtools.tiny import build_model, counting_text, make_plan
 
     logs = (STATE_DIR / "logs").resolve()
     cli = [sys.executable, "-m", "clients.cli"]
@@ -160,7 +160,7 @@ def run(steps: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m clients.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=DEMO_STEPS,
                    help="optimizer steps of the demo job (default %(default)s)")

@@ -2,7 +2,7 @@
 
 One queue per GPU class and priority tier, `tunefleet.<gpu_class>.<tier>`; a worker listens on its class's
 queues in tier order (high, normal, low), so a higher tier is always taken first. rq jobs use the JSON
-serializer and carry only the job id: the plan itself is protobuf bytes in the job record (executor.store),
+serializer and carry only the job id: the plan itself is protobuf bytes in the job record (fleet.jobs),
 never a pickle. The rq job id is the plan id, so a plan is queued at most once.
 """
 
@@ -25,8 +25,8 @@ QUEUE_PREFIX = "tunefleet."
 TIERS = {executor_pb2.PRIORITY_HIGH: "high", executor_pb2.PRIORITY_NORMAL: "normal",
          executor_pb2.PRIORITY_LOW: "low"}
 TIER_PRIORITY = {tier: priority for priority, tier in TIERS.items()}
-JOB_FUNCTION = "executor.worker.execute"
-MEMBER_FUNCTION = "executor.worker.join_gang"  # a member ticket of a multi-node job's gang (executor.gang)
+JOB_FUNCTION = "executor.worker.runtime.execute"
+MEMBER_FUNCTION = "executor.worker.runtime.join_gang"  # a member ticket of a multi-node job's gang (fleet.gangs)
 # rq's default job timeout (180 s) would kill every real training job. A job may run for its predicted
 # duration × JOB_TIMEOUT_MARGIN plus JOB_TIMEOUT_STARTUP_S (model download and load, data tokenization);
 # the planner's upper bound is already ~1.3× its estimate, so 3× leaves room for slow hosts and resumes.
@@ -82,7 +82,7 @@ class JobQueues:
 
     def enqueue_member(self, ticket_id: str, job_id: str, fence: int, node_rank: int, queue: str,
                        timeout_s: int) -> None:
-        """A gang's member ticket, at the front of the job's queue (executor.gang says why)."""
+        """A gang's member ticket, at the front of the job's queue (fleet.gangs says why)."""
         self._queue(queue).enqueue_call(MEMBER_FUNCTION, args=[job_id, fence, node_rank], job_id=ticket_id,
                                         timeout=timeout_s + RQ_TIMEOUT_GRACE_S, result_ttl=RQ_RESULT_TTL_S,
                                         failure_ttl=RQ_RESULT_TTL_S,

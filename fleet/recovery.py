@@ -18,22 +18,22 @@ import redis
 import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from executor import job_queue
-from executor.events import EventLog
-from executor.gang import queued_job_id
-from executor.hosts import HostRegistry
-from executor.lease import RUNNING_SET, lease_key
-from executor.progress import TERMINAL_PHASES, new_event
-from executor.store import PREFIX, RUNNING_PHASES, job_key, now_ms
+from fleet import queues
+from fleet.events import EventLog
+from fleet.gangs import queued_job_id
+from fleet.hosts import HostRegistry
+from fleet.jobs import PREFIX, RUNNING_PHASES, job_key, now_ms
+from fleet.leases import RUNNING_SET, lease_key
+from spec.progress import TERMINAL_PHASES, new_event
 
-log = structlog.get_logger("executor.sweeper")
+log = structlog.get_logger("fleet.recovery")
 RETRYING = PREFIX + "retrying"
 POLICY_KEY = PREFIX + "policy"
 SWEEP_INTERVAL_S = 5.0
 DEFAULT_RETRY_LIMIT = 3
 DEFAULT_RETRY_BACKOFF_S = 10.0
 MAX_RETRY_BACKOFF_S = 600.0  # 10 s, 20 s, 40 s, ... never more than ten minutes
-GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (executor.gang), not a failure
+GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (fleet.gangs), not a failure
 GANG_JITTER = 0.5  # a gang's wait is its backoff × U(1, 1 + GANG_JITTER)
 
 
@@ -73,7 +73,7 @@ class Sweeper:
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self.events = EventLog(connection)
-        self.queues = job_queue.JobQueues(connection)
+        self.queues = queues.JobQueues(connection)
         self.hosts = HostRegistry(connection)
 
     def sweep(self, now: int | None = None) -> SweepReport:
@@ -146,7 +146,7 @@ class Sweeper:
                 continue  # a free host takes the waiting job; nothing to preempt
             running = self._running([h.running_job_id for h in hosts])
             for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
-                waiting = self.redis.lrange(f"rq:queue:{job_queue.queue_name(gpu_class, priority)}", 0, -1)
+                waiting = self.redis.lrange(f"rq:queue:{queues.queue_name(gpu_class, priority)}", 0, -1)
                 yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
                 for waiter in [queued_job_id(w.decode()) for w in waiting][len(yielding):]:
                     victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority]
@@ -277,11 +277,11 @@ def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_fa
 def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool:
     """A holder gives its job back (drained or preempted, checkpoint written): QUEUED again at the front of its
     queue, lease released, no failure counted. False when the job had already moved on (stale fence)."""
-    events, queues = EventLog(connection), job_queue.JobQueues(connection)
+    events, job_queues = EventLog(connection), queues.JobQueues(connection)
 
     def write(pipe: Any, record: dict[bytes, bytes]) -> None:
         pipe.hset(job_key(job_id), mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
         _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message)
-        queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0), pipeline=pipe,
+        job_queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0), pipeline=pipe,
                        at_front=True)
     return _as_holder(connection, job_id, fence, write)

@@ -1,6 +1,6 @@
 """How one node of a multi-node run meets the others: torchrun's rendezvous on the gang leader's c10d store.
 
-The leader (node 0, executor.gang) picks the endpoint; every node starts torchrun with the same endpoint and run
+The leader (node 0, fleet.gangs) picks the endpoint; every node starts torchrun with the same endpoint and run
 id, its own node rank and the address its peers reach it on (--local-addr; the hostname may not resolve to it,
 as inside a network namespace or a pod). Gloo and NCCL are pinned to the interface that holds that address.
 """

@@ -92,7 +92,7 @@ class ProgressTail:
 
 @dataclass(frozen=True)
 class FleetLink:
-    """A fleet worker's run: where its events go, and the fencing token (executor.lease) it holds the job by."""
+    """A fleet worker's run: where its events go, and the fencing token (fleet.leases) it holds the job by."""
 
     redis_url: str
     fence: int = 0
@@ -117,7 +117,7 @@ def open_sink(path: Path, job_id: str, link: FleetLink | None = None) -> Progres
     fence."""
     if link is None:
         return JsonlProgressSink(path, job_id)
-    from executor.events import RedisProgressSink
+    from fleet.events import RedisProgressSink
 
     return RedisProgressSink(link.redis_url, path, job_id, link.fence)
 

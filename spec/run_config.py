@@ -20,12 +20,11 @@ from common.bounds import echo
 from common.errors import FieldError
 from common.rpc import MAX_RECEIVE_MESSAGE_BYTES
 from common.strict_json import loads_object
-from executor.deepspeed_keys import check_deepspeed_config
-from executor.errors import PlanError
 from planner import convert
-from planner.errors import InvalidFieldError
-from planner.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
-from planner.schema import Method, Objective, Optimizer, Precision, TrainingSpec
+from spec.deepspeed_keys import check_deepspeed_config
+from spec.errors import InvalidFieldError, PlanError
+from spec.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
+from spec.schema import Method, Objective, Optimizer, Precision, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
@@ -98,7 +97,7 @@ class RunConfig:
     deepspeed_config_json: str
     predicted: Predicted = field(default_factory=Predicted)
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
-    nodes: int = 1  # hosts the run spans (a fleet gang, executor.gang); world_size / nodes ranks on each
+    nodes: int = 1  # hosts the run spans (a fleet gang, fleet.gangs); world_size / nodes ranks on each
 
     @property
     def ranks_per_node(self) -> int:

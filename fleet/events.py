@@ -17,12 +17,13 @@ import redis
 import structlog
 from tunefleet.v1 import progress_pb2
 
-from executor.lease import FenceGuard, LeaseLostError
-from executor.progress import TERMINAL_PHASES, JsonlProgressSink
-from executor.redis_conn import RANK_RETRY, connect
-from executor.store import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, events_key, job_key, now_ms
+from fleet.connection import RANK_RETRY, connect
+from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, events_key, job_key, now_ms
+from fleet.leases import FenceGuard
+from spec.errors import LeaseLostError
+from spec.progress import TERMINAL_PHASES, JsonlProgressSink
 
-log = structlog.get_logger("executor.events")
+log = structlog.get_logger("fleet.events")
 EVENT_FIELD = b"e"
 BACKLOG_RETRY_S = 5.0  # after a failed publish, a run writes only its file this long before it tries Redis again
 

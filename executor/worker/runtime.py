@@ -8,14 +8,13 @@ stop, checkpoints stay) and the worker records CANCELLED or FAILED; the worker's
 preemption ask the ranks to checkpoint first (the STOP file), then the job is QUEUED again at the front of
 its queue, to resume from that checkpoint.
 
-A claimed job is held under a lease with a fencing token (executor.lease), renewed while the job runs; a
+A claimed job is held under a lease with a fencing token (fleet.leases), renewed while the job runs; a
 worker whose lease was lost, or that cannot renew it for long enough, stops its run and writes nothing more
-into the job. Each worker also sweeps the fleet (executor.sweeper) with its heartbeat.
+into the job. Each worker also sweeps the fleet (fleet.recovery) with its heartbeat.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import secrets
@@ -24,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,28 +32,33 @@ import structlog
 from google.protobuf import json_format
 from tunefleet.v1 import plan_pb2, progress_pb2
 
-from common.log import configure_logging
-from common.net import free_port, route_address
-from executor import job_queue
-from executor.errors import PlanError
-from executor.events import EventLog, RedisProgressSink
-from executor.gang import DEFAULT_GANG_TIMEOUT_S, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
-from executor.gang_lead import GangLead
-from executor.gang_member import Member
-from executor.hosts import CPU_CLASS, HEARTBEAT_INTERVAL_S, HostGpus, HostRegistry, default_host_id, detect_gpus
-from executor.lease import LEASE_TTL_S, RENEW_INTERVAL_S, LeaseLostError, Leases, self_fence_after_s
-from executor.paths import Roots
-from executor.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
-from executor.redis_conn import connect
-from executor.rendezvous import Rendezvous
-from executor.run_config import launcher_log_path, stop_path
-from executor.store import JobStore, now_ms
-from executor.supervision import LOG_TAIL_LINES, STOP_GRACE_S, SUPERVISE_POLL_S, Outcome, kill_group, while_running
-from executor.sweeper import Sweeper, release_held, requeue_held
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S, add_root_arguments, roots_from_arguments
-from planner.catalog import default_catalog
+from common.net import free_port
+from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
+from executor.training.rendezvous import Rendezvous
+from executor.worker.gang_lead import GangLead
+from executor.worker.gang_member import Member
+from executor.worker.supervision import (
+    LOG_TAIL_LINES,
+    STOP_GRACE_S,
+    SUPERVISE_POLL_S,
+    Outcome,
+    kill_group,
+    while_running,
+)
+from fleet import queues
+from fleet.connection import connect
+from fleet.events import EventLog, RedisProgressSink
+from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
+from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
+from fleet.jobs import JobStore, now_ms
+from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S, Leases, self_fence_after_s
+from fleet.recovery import Sweeper, release_held, requeue_held
+from spec.errors import LeaseLostError, PlanError
+from spec.paths import Roots
+from spec.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
+from spec.run_config import launcher_log_path, stop_path
 
-log = structlog.get_logger("executor.worker")
+log = structlog.get_logger("executor.worker.runtime")
 # A drain or preemption lets the ranks finish their step and write a checkpoint for this long before the run
 # is interrupted without one (keep the pod's termination grace period above it).
 DEFAULT_DRAIN_GRACE_S = 300.0
@@ -97,8 +100,8 @@ class WorkerRuntime:
         self.registry = HostRegistry(self.redis)
         self.leases = Leases(self.redis, self.lease_ttl_s)
         self.sweeper = Sweeper(self.redis)
-        self.queues = job_queue.class_queue_names(self.gpus.gpu_class)
-        self.job_queues = job_queue.JobQueues(self.redis)
+        self.queues = queues.class_queue_names(self.gpus.gpu_class)
+        self.job_queues = queues.JobQueues(self.redis)
 
     def heartbeat(self) -> None:
         self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
@@ -162,9 +165,9 @@ class WorkerRuntime:
                                   f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
             elif plan.hardware.nodes > 1:
                 outcome = self._lead(held, plan, record[b"queue"].decode(), plan_path, out,
-                                     timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
+                                     timeout_s or queues.DEFAULT_JOB_TIMEOUT_S)
             else:
-                outcome = self._supervise(held, plan_path, out, timeout_s or job_queue.DEFAULT_JOB_TIMEOUT_S)
+                outcome = self._supervise(held, plan_path, out, timeout_s or queues.DEFAULT_JOB_TIMEOUT_S)
             last = self._finish(held, out, outcome)
         finally:
             structlog.contextvars.unbind_contextvars("job_id", "fence")
@@ -254,7 +257,7 @@ class WorkerRuntime:
 
     def _lead(self, held: _Held, plan: plan_pb2.Plan, queue: str, plan_path: Path, out: Path,
               timeout_s: int) -> Outcome:
-        """Form the job's gang (executor.gang), then run node 0 of it; the gang is gone when this returns."""
+        """Form the job's gang (fleet.gangs), then run node 0 of it; the gang is gone when this returns."""
         nodes, gpu_class = plan.hardware.nodes, self.gpus.gpu_class
         live = len(self.registry.hosts(gpu_class))
         if live < nodes:
@@ -387,8 +390,8 @@ class WorkerRuntime:
                            checkpoint_first=True)
         if time.monotonic() > deadline:
             return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
-                                                      f"{job_queue.JOB_TIMEOUT_MARGIN:g} + "
-                                                      f"{job_queue.JOB_TIMEOUT_STARTUP_S} s); checkpoints kept in "
+                                                      f"{queues.JOB_TIMEOUT_MARGIN:g} + "
+                                                      f"{queues.JOB_TIMEOUT_STARTUP_S} s); checkpoints kept in "
                                                       f"{out / 'checkpoints'}")
         return None
 
@@ -465,136 +468,21 @@ class WorkerRuntime:
 _runtime: WorkerRuntime | None = None
 
 
+def install(runtime: WorkerRuntime) -> None:
+    """Make `runtime` the one the rq job functions below run on (this process is its worker)."""
+    global _runtime
+    _runtime = runtime
+
+
 def execute(job_id: str) -> dict[str, Any]:
-    """The rq job function (executor.job_queue.JOB_FUNCTION): run one job on this worker's host."""
+    """The rq job function (fleet.queues.JOB_FUNCTION): run one job on this worker's host."""
     if _runtime is None:
-        raise RuntimeError("executor.worker.execute runs inside 'tunefleet worker' only")
+        raise RuntimeError("executor.worker.runtime.execute runs inside 'tunefleet worker' only")
     return _runtime.run(job_id)
 
 
 def join_gang(job_id: str, fence: int, node_rank: int) -> dict[str, Any]:
-    """The rq function of a gang's member ticket (executor.job_queue.MEMBER_FUNCTION)."""
+    """The rq function of a gang's member ticket (fleet.queues.MEMBER_FUNCTION)."""
     if _runtime is None:
-        raise RuntimeError("executor.worker.join_gang runs inside 'tunefleet worker' only")
+        raise RuntimeError("executor.worker.runtime.join_gang runs inside 'tunefleet worker' only")
     return _runtime.join(job_id, fence, node_rank)
-
-
-def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
-    """Refresh this host's record and sweep the fleet (lost hosts, due retries, preemption)."""
-    while not done.wait(HEARTBEAT_INTERVAL_S):
-        try:
-            runtime.heartbeat()
-            runtime.sweeper.sweep()
-        except redis.RedisError as e:
-            log.warning("worker.heartbeat_failed", error=str(e))
-
-
-DESCRIPTION = """\
-Run a fleet worker on this host: register it (GPU class from NVML, or 'cpu' without GPUs), take jobs from
-the queues tunefleet.<class>.high, .normal and .low (in that order), and run each with DeepSpeed through
-'tunefleet train'. Relative output paths of plans land under --work-dir.
-
-SIGTERM or Ctrl-C drains the worker: the running job writes a checkpoint at the end of its current step
-(within --drain-grace-s, else it is interrupted and keeps its last checkpoint) and is requeued at the front of
-its queue, to resume on the next worker of its class. Keep a pod's termination grace period above
---drain-grace-s + 60 s.
-
-With more than one worker in a class, --work-dir must be storage every worker of the fleet mounts at the same
-path (NFS, a ReadWriteMany volume): say so with --work-dir-shared. A job whose host is lost resumes there from
-its last complete checkpoint on another worker.
-
-A plan with hardware.nodes = N > 1 runs on N workers of its class at once (a gang): the worker that takes it
-leads (node 0, global rank 0) and N-1 idle workers of the class join it; all start torchrun together against
-the leader's --address. A gang that has not formed within --gang-timeout-s gives its hosts back and tries again
-after a backoff; losing any node stops every node's ranks and the job resumes from its last checkpoint under
-the fleet's retry limit. Its output must be on storage every worker mounts (--work-dir-shared).
-
-Plans read only under --data-root and write only under --output-root (default: --work-dir); workers that
-resume each other's jobs share TUNEFLEET_CHECKPOINT_KEY (checkpoints are signed with it).
-
-exit status: 0 stopped, 3 Redis unreachable at start."""
-
-
-def _address_towards(redis_url: str) -> str:
-    """The address peers that reach the same Redis reach this host on (loopback for a unix-socket Redis)."""
-    url = urllib.parse.urlsplit(redis_url)
-    if url.scheme == "unix" or not url.hostname:
-        return "127.0.0.1"
-    return route_address(url.hostname, url.port or 6379)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tunefleet worker", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--redis", default=os.environ.get("TUNEFLEET_REDIS", "redis://127.0.0.1:6379/0"),
-                   help="Redis URL of the fleet (env TUNEFLEET_REDIS; default %(default)s)")
-    p.add_argument("--gpu-class", help="serve this class instead of the one NVML reports (e.g. cpu)")
-    p.add_argument("--host-id", default=default_host_id(), help="this host's id in the fleet (default %(default)s)")
-    p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
-                   help="where plans with a relative output path write (default %(default)s)")
-    p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
-                   help="seconds between training progress events (default %(default)s)")
-    p.add_argument("--work-dir-shared", action="store_true",
-                   help="--work-dir is shared storage every worker mounts at the same path (required for plans "
-                        "with a relative output when the class has several workers)")
-    p.add_argument("--drain-grace-s", type=float, default=DEFAULT_DRAIN_GRACE_S,
-                   help="on SIGTERM or preemption, how long the job may take to checkpoint (default %(default)s)")
-    p.add_argument("--lease-ttl-s", type=float, default=LEASE_TTL_S,
-                   help="a job's lease outlives the last renewal (every 5 s) by this long; a lost host's job is "
-                        "requeued after it (default %(default)s)")
-    p.add_argument("--address", default=os.environ.get("TUNEFLEET_WORKER_ADDRESS", ""),
-                   help="the address other hosts of a multi-node gang reach this one on (env "
-                        "TUNEFLEET_WORKER_ADDRESS; default: this host's address on the route to Redis)")
-    p.add_argument("--gang-timeout-s", type=float, default=DEFAULT_GANG_TIMEOUT_S,
-                   help="how long a multi-node job led by this worker waits for its gang to form before it gives "
-                        "the joined hosts back and retries after a backoff (default %(default)s)")
-    add_root_arguments(p)
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    global _runtime
-    p = build_parser()
-    args = p.parse_args(argv)
-    if args.lease_ttl_s < 2 * RENEW_INTERVAL_S or args.drain_grace_s < 0:
-        p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")
-    if not args.gang_timeout_s > 0:
-        p.error("--gang-timeout-s must be positive")
-    configure_logging()
-    gpus = detect_gpus(default_catalog())
-    if args.gpu_class:
-        gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
-    work_dir = args.work_dir.resolve()
-    try:
-        address = args.address or _address_towards(args.redis)
-    except OSError as e:
-        p.error(f"cannot tell this host's address on the route to {args.redis} ({e}); pass --address")
-    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
-                            args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
-                            work_dir_shared=args.work_dir_shared, address=address,
-                            gang_timeout_s=args.gang_timeout_s)
-    try:
-        runtime.heartbeat()
-    except redis.RedisError as e:
-        print(f"tunefleet worker: cannot reach Redis at {args.redis} ({e}); start redis-server or pass --redis URL",
-              file=sys.stderr)
-        return 3
-    _runtime = runtime
-    done = threading.Event()
-    beats = threading.Thread(target=_heartbeats, args=(runtime, done), daemon=True)
-    beats.start()
-    log.info("worker.started", host_id=runtime.host_id, gpu_class=gpus.gpu_class, gpus=gpus.gpu_count,
-             queues=runtime.queues, work_dir=str(runtime.work_dir))
-    try:
-        job_queue.work(runtime.redis, runtime.queues, runtime.host_id, on_shutdown=runtime.stopping.set,
-                       burst=args.burst)
-    finally:
-        done.set()
-        try:
-            runtime.registry.remove(runtime.host_id)
-        except redis.RedisError as e:  # Redis is gone: the record expires on its own (HOST_TTL_S)
-            log.warning("worker.unregister_failed", error=str(e))
-        log.info("worker.stopped", host_id=runtime.host_id)
-    return 0
-

@@ -15,10 +15,9 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, hardware_pb2
 
-from executor.errors import PlanError
-from executor.store import PREFIX
+from fleet.jobs import PREFIX
 from planner.catalog import Catalog, normalise_gpu_name
-from planner.errors import InvalidFieldError
+from spec.errors import InvalidFieldError, PlanError
 
 CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
 HOSTS_INDEX = PREFIX + "hosts"

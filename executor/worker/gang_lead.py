@@ -1,4 +1,4 @@
-"""Node 0's watch over the other nodes of its running gang (executor.gang): what stops the run at once, and
+"""Node 0's watch over the other nodes of its running gang (fleet.gangs): what stops the run at once, and
 which node broke it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
-from executor.gang import MEMBER_TTL_S, Gang, GangView
-from executor.rendezvous import Rendezvous
-from executor.supervision import SUPERVISE_POLL_S, Outcome, node_log_tail
+from executor.training.rendezvous import Rendezvous
+from executor.worker.supervision import SUPERVISE_POLL_S, Outcome, node_log_tail
+from fleet.gangs import MEMBER_TTL_S, Gang, GangView
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """Gangs: the workers that run one multi-node job together, all of them or none.
 
-The worker that claims a job with hardware.nodes = N > 1 (its lease, executor.lease) leads the gang as node 0:
+The worker that claims a job with hardware.nodes = N > 1 (its lease, fleet.leases) leads the gang as node 0:
 it forms the gang record, picks the rendezvous endpoint on its own host, and puts N-1 member tickets at the
 front of the job's queue. Idle workers of the class take the tickets and join as nodes 1..N-1; once all have
-joined the leader starts the gang and every node launches torchrun against the endpoint (executor.rendezvous).
+joined the leader starts the gang and every node launches torchrun against the endpoint (executor.training.rendezvous).
 
-Redis keys (executor.store's prefix):
+Redis keys (fleet.jobs's prefix):
 
     tunefleet:v1:gang:<job_id>            hash    fence, nodes, leader, endpoint, run_id, state (forming,
                                                   running, stopping), marker, reason; per node k: node:<k> its
@@ -36,7 +36,7 @@ from typing import Any
 
 import redis
 
-from executor.store import PREFIX
+from fleet.jobs import PREFIX
 
 FORMING, RUNNING, STOPPING = "forming", "running", "stopping"
 # How long a gang may take to form before its hosts are given back (worker --gang-timeout-s).

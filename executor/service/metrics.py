@@ -15,12 +15,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from tunefleet.v1 import progress_pb2
 
-from executor.store import JOBS_INDEX, job_key
+from fleet.jobs import JOBS_INDEX, job_key
 
 if TYPE_CHECKING:
-    from executor.service import Executor
+    from executor.service.servicer import Executor
 
-log = structlog.get_logger("executor.metrics")
+log = structlog.get_logger("executor.service.metrics")
 EVENTS_STREAMED = Counter("tunefleet_watch_events_streamed_total", "progress events sent to Watch clients")
 # Jobs read per scrape for the per-phase counts: the newest ones, so a scrape costs bounded work.
 SCRAPE_JOBS_LIMIT = 10_000

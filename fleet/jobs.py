@@ -5,21 +5,21 @@ Keys (schema version JOB_SCHEMA_VERSION; every key of the fleet starts with `tun
     tunefleet:v1:job:<job_id>      hash    the job record; fields below
     tunefleet:v1:jobs              zset    job ids scored by submit time (ms), newest last: List pages over it
     tunefleet:v1:events:<job_id>   stream  progress events, entry id "<sequence>-0", field "e" = ProgressEvent bytes
-                                           (executor.events); expires EVENTS_RETENTION_S after the job ends
-    tunefleet:v1:host:<host_id>    hash    a registered worker host (executor.hosts); expires without heartbeats
+                                           (fleet.events); expires EVENTS_RETENTION_S after the job ends
+    tunefleet:v1:host:<host_id>    hash    a registered worker host (fleet.hosts); expires without heartbeats
     tunefleet:v1:hosts             zset    host ids scored by last heartbeat (s)
-    rq:queue:tunefleet.<class>.<tier>      rq's own queues (executor.job_queue)
+    rq:queue:tunefleet.<class>.<tier>      rq's own queues (fleet.queues)
 
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s, fence (fencing token, executor.lease), infra_failures (hosts lost while running it), retry_at_ms,
+timeout_s, fence (fencing token, fleet.leases), infra_failures (hosts lost while running it), retry_at_ms,
 retry_reason, preempt_requested, preempted_for.
 
     tunefleet:v1:lease:<job_id>    string  "<host_id>:<fence>" of the host running the job; expires unless renewed
-    tunefleet:v1:running           set     job ids holding a lease (executor.lease); swept for lost hosts
+    tunefleet:v1:running           set     job ids holding a lease (fleet.leases); swept for lost hosts
     tunefleet:v1:retrying          zset    job ids waiting out a retry backoff, scored by when they requeue (ms)
-    tunefleet:v1:policy            hash    the fleet's policy (executor.sweeper.FleetPolicy)
+    tunefleet:v1:policy            hash    the fleet's policy (fleet.recovery.FleetPolicy)
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -37,7 +37,8 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
-from executor.errors import JobNotFoundError, PlanError
+from fleet.errors import JobNotFoundError
+from spec.errors import PlanError
 
 JOB_SCHEMA_VERSION = "1"
 PREFIX = "tunefleet:v1:"

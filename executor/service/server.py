@@ -1,4 +1,4 @@
-"""The executor's gRPC server: a thin adapter from ExecutorService to executor.service."""
+"""The executor's gRPC server: a thin adapter from ExecutorService to executor.service.servicer."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
 from common.bounds import Bounds
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
-from executor import redis_conn
-from executor.errors import FleetUnavailableError
-from executor.metrics import EVENTS_STREAMED, register_fleet_collector
-from executor.service import Executor, ExecutorConfig
+from executor.service.metrics import EVENTS_STREAMED, register_fleet_collector
+from executor.service.servicer import Executor, ExecutorConfig
+from fleet import connection
+from fleet.errors import FleetUnavailableError
 from planner.catalog import default_catalog
-from planner.limits import PLAN_BOUNDS
+from spec.limits import PLAN_BOUNDS
 
 # Every executor request: the plan inside Submit has a plan file's bounds; a cancel reason is kept (cut) anyway.
 REQUEST_BOUNDS = PLAN_BOUNDS.prefixed("plan.").merged(Bounds(string_chars={"reason": 4096, "page_token": 1024}))
@@ -72,7 +72,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
 def connect(redis_url: str, config: ExecutorConfig | None = None) -> Executor:
     """The executor over the fleet's Redis (reconnecting on its own across a Redis restart), sweeping the fleet
     in the background; close() it after the server stops."""
-    executor = Executor(redis_conn.connect(redis_url), default_catalog(), config)
+    executor = Executor(connection.connect(redis_url), default_catalog(), config)
     executor.start_sweeping()
     return executor
 

@@ -1,0 +1,146 @@
+"""`tunefleet worker`: parse the flags, register this host, and serve its class's queues until drained."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import urllib.parse
+from pathlib import Path
+
+import redis
+import structlog
+
+from common.log import configure_logging
+from common.net import route_address
+from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S, add_root_arguments, roots_from_arguments
+from executor.worker import runtime as worker_runtime
+from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
+from fleet import queues
+from fleet.gangs import DEFAULT_GANG_TIMEOUT_S
+from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id, detect_gpus
+from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S
+from planner.catalog import default_catalog
+
+log = structlog.get_logger("executor.worker")
+
+
+def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
+    """Refresh this host's record and sweep the fleet (lost hosts, due retries, preemption)."""
+    while not done.wait(HEARTBEAT_INTERVAL_S):
+        try:
+            runtime.heartbeat()
+            runtime.sweeper.sweep()
+        except redis.RedisError as e:
+            log.warning("worker.heartbeat_failed", error=str(e))
+
+
+DESCRIPTION = """\
+Run a fleet worker on this host: register it (GPU class from NVML, or 'cpu' without GPUs), take jobs from
+the queues tunefleet.<class>.high, .normal and .low (in that order), and run each with DeepSpeed through
+'tunefleet train'. Relative output paths of plans land under --work-dir.
+
+SIGTERM or Ctrl-C drains the worker: the running job writes a checkpoint at the end of its current step
+(within --drain-grace-s, else it is interrupted and keeps its last checkpoint) and is requeued at the front of
+its queue, to resume on the next worker of its class. Keep a pod's termination grace period above
+--drain-grace-s + 60 s.
+
+With more than one worker in a class, --work-dir must be storage every worker of the fleet mounts at the same
+path (NFS, a ReadWriteMany volume): say so with --work-dir-shared. A job whose host is lost resumes there from
+its last complete checkpoint on another worker.
+
+A plan with hardware.nodes = N > 1 runs on N workers of its class at once (a gang): the worker that takes it
+leads (node 0, global rank 0) and N-1 idle workers of the class join it; all start torchrun together against
+the leader's --address. A gang that has not formed within --gang-timeout-s gives its hosts back and tries again
+after a backoff; losing any node stops every node's ranks and the job resumes from its last checkpoint under
+the fleet's retry limit. Its output must be on storage every worker mounts (--work-dir-shared).
+
+Plans read only under --data-root and write only under --output-root (default: --work-dir); workers that
+resume each other's jobs share TUNEFLEET_CHECKPOINT_KEY (checkpoints are signed with it).
+
+exit status: 0 stopped, 3 Redis unreachable at start."""
+
+
+def _address_towards(redis_url: str) -> str:
+    """The address peers that reach the same Redis reach this host on (loopback for a unix-socket Redis)."""
+    url = urllib.parse.urlsplit(redis_url)
+    if url.scheme == "unix" or not url.hostname:
+        return "127.0.0.1"
+    return route_address(url.hostname, url.port or 6379)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tunefleet worker", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--redis", default=os.environ.get("TUNEFLEET_REDIS", "redis://127.0.0.1:6379/0"),
+                   help="Redis URL of the fleet (env TUNEFLEET_REDIS; default %(default)s)")
+    p.add_argument("--gpu-class", help="serve this class instead of the one NVML reports (e.g. cpu)")
+    p.add_argument("--host-id", default=default_host_id(), help="this host's id in the fleet (default %(default)s)")
+    p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
+                   help="where plans with a relative output path write (default %(default)s)")
+    p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
+                   help="seconds between training progress events (default %(default)s)")
+    p.add_argument("--work-dir-shared", action="store_true",
+                   help="--work-dir is shared storage every worker mounts at the same path (required for plans "
+                        "with a relative output when the class has several workers)")
+    p.add_argument("--drain-grace-s", type=float, default=DEFAULT_DRAIN_GRACE_S,
+                   help="on SIGTERM or preemption, how long the job may take to checkpoint (default %(default)s)")
+    p.add_argument("--lease-ttl-s", type=float, default=LEASE_TTL_S,
+                   help="a job's lease outlives the last renewal (every 5 s) by this long; a lost host's job is "
+                        "requeued after it (default %(default)s)")
+    p.add_argument("--address", default=os.environ.get("TUNEFLEET_WORKER_ADDRESS", ""),
+                   help="the address other hosts of a multi-node gang reach this one on (env "
+                        "TUNEFLEET_WORKER_ADDRESS; default: this host's address on the route to Redis)")
+    p.add_argument("--gang-timeout-s", type=float, default=DEFAULT_GANG_TIMEOUT_S,
+                   help="how long a multi-node job led by this worker waits for its gang to form before it gives "
+                        "the joined hosts back and retries after a backoff (default %(default)s)")
+    add_root_arguments(p)
+    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.lease_ttl_s < 2 * RENEW_INTERVAL_S or args.drain_grace_s < 0:
+        p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")
+    if not args.gang_timeout_s > 0:
+        p.error("--gang-timeout-s must be positive")
+    configure_logging()
+    gpus = detect_gpus(default_catalog())
+    if args.gpu_class:
+        gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
+    work_dir = args.work_dir.resolve()
+    try:
+        address = args.address or _address_towards(args.redis)
+    except OSError as e:
+        p.error(f"cannot tell this host's address on the route to {args.redis} ({e}); pass --address")
+    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
+                            args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
+                            work_dir_shared=args.work_dir_shared, address=address,
+                            gang_timeout_s=args.gang_timeout_s)
+    try:
+        runtime.heartbeat()
+    except redis.RedisError as e:
+        print(f"tunefleet worker: cannot reach Redis at {args.redis} ({e}); start redis-server or pass --redis URL",
+              file=sys.stderr)
+        return 3
+    worker_runtime.install(runtime)
+    done = threading.Event()
+    beats = threading.Thread(target=_heartbeats, args=(runtime, done), daemon=True)
+    beats.start()
+    log.info("worker.started", host_id=runtime.host_id, gpu_class=gpus.gpu_class, gpus=gpus.gpu_count,
+             queues=runtime.queues, work_dir=str(runtime.work_dir))
+    try:
+        queues.work(runtime.redis, runtime.queues, runtime.host_id, on_shutdown=runtime.stopping.set,
+                       burst=args.burst)
+    finally:
+        done.set()
+        try:
+            runtime.registry.remove(runtime.host_id)
+        except redis.RedisError as e:  # Redis is gone: the record expires on its own (HOST_TTL_S)
+            log.warning("worker.unregister_failed", error=str(e))
+        log.info("worker.stopped", host_id=runtime.host_id)
+    return 0
+

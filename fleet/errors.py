@@ -1,0 +1,14 @@
+"""Errors of fleet state (gRPC status through common.errors' categories)."""
+
+from __future__ import annotations
+
+from common.errors import MissingError, UnavailableError
+from spec.errors import ExecutorError
+
+
+class JobNotFoundError(ExecutorError, MissingError):
+    """No job has this id (NOT_FOUND)."""
+
+
+class FleetUnavailableError(ExecutorError, UnavailableError):
+    """The fleet's Redis cannot be reached (UNAVAILABLE); the call may be retried."""
