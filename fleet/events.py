@@ -18,7 +18,8 @@ import structlog
 from tunefleet.v1 import progress_pb2
 
 from fleet.connection import RANK_RETRY, connect
-from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, events_key, job_key, now_ms
+from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, now_ms
+from fleet.keys import events_key, job_key
 from fleet.leases import FenceGuard
 from spec.errors import LeaseLostError
 from spec.progress import TERMINAL_PHASES, JsonlProgressSink

@@ -5,7 +5,7 @@ it forms the gang record, picks the rendezvous endpoint on its own host, and put
 front of the job's queue. Idle workers of the class take the tickets and join as nodes 1..N-1; once all have
 joined the leader starts the gang and every node launches torchrun against the endpoint (executor.training.rendezvous).
 
-Redis keys (fleet.jobs's prefix):
+Redis keys (the table: fleet.keys):
 
     tunefleet:v1:gang:<job_id>            hash    fence, nodes, leader, endpoint, run_id, state (forming,
                                                   running, stopping), marker, reason; per node k: node:<k> its
@@ -36,7 +36,7 @@ from typing import Any
 
 import redis
 
-from fleet.jobs import PREFIX
+from fleet.keys import gang_key, member_key
 
 FORMING, RUNNING, STOPPING = "forming", "running", "stopping"
 # How long a gang may take to form before its hosts are given back (worker --gang-timeout-s).
@@ -48,14 +48,6 @@ MEMBER_RENEW_INTERVAL_S = 2.0
 # Node 0 writes the gang's marker into the job's output; a member that cannot read it there is not on the same
 # storage, so it refuses (checkpoints and the resume must be readable by every node).
 GANG_MARKER = ".gang"
-
-
-def gang_key(job_id: str) -> str:
-    return f"{PREFIX}gang:{job_id}"
-
-
-def member_key(job_id: str, node_rank: int) -> str:
-    return f"{PREFIX}gang:{job_id}:node:{node_rank}"
 
 
 def ticket_id(job_id: str, fence: int, node_rank: int) -> str:

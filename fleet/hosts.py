@@ -15,20 +15,15 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, hardware_pb2
 
-from fleet.jobs import PREFIX
+from fleet.keys import HOSTS_INDEX, host_key
 from planner.catalog import Catalog, normalise_gpu_name
 from spec.errors import InvalidFieldError, PlanError
 
 CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
-HOSTS_INDEX = PREFIX + "hosts"
 # A worker refreshes its record every HEARTBEAT_INTERVAL_S; the record expires HOST_TTL_S after the last
 # refresh, so a host that died silently drops out of Fleet within HOST_TTL_S.
 HEARTBEAT_INTERVAL_S = 5.0
 HOST_TTL_S = 30
-
-
-def host_key(host_id: str) -> str:
-    return f"{PREFIX}host:{host_id}"
 
 
 @dataclass(frozen=True)

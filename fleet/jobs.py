@@ -1,25 +1,12 @@
 """Job records in Redis: the documented key layout, atomic state transitions and Job protos.
 
-Keys (schema version JOB_SCHEMA_VERSION; every key of the fleet starts with `tunefleet:v1:`):
-
-    tunefleet:v1:job:<job_id>      hash    the job record; fields below
-    tunefleet:v1:jobs              zset    job ids scored by submit time (ms), newest last: List pages over it
-    tunefleet:v1:events:<job_id>   stream  progress events, entry id "<sequence>-0", field "e" = ProgressEvent bytes
-                                           (fleet.events); expires EVENTS_RETENTION_S after the job ends
-    tunefleet:v1:host:<host_id>    hash    a registered worker host (fleet.hosts); expires without heartbeats
-    tunefleet:v1:hosts             zset    host ids scored by last heartbeat (s)
-    rq:queue:tunefleet.<class>.<tier>      rq's own queues (fleet.queues)
+Keys: fleet.keys (the table of every key).
 
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
 timeout_s, fence (fencing token, fleet.leases), infra_failures (hosts lost while running it), retry_at_ms,
 retry_reason, preempt_requested, preempted_for.
-
-    tunefleet:v1:lease:<job_id>    string  "<host_id>:<fence>" of the host running the job; expires unless renewed
-    tunefleet:v1:running           set     job ids holding a lease (fleet.leases); swept for lost hosts
-    tunefleet:v1:retrying          zset    job ids waiting out a retry backoff, scored by when they requeue (ms)
-    tunefleet:v1:policy            hash    the fleet's policy (fleet.recovery.FleetPolicy)
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -38,11 +25,10 @@ from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from fleet.errors import JobNotFoundError
+from fleet.keys import JOBS_INDEX, job_key
 from spec.errors import PlanError
 
 JOB_SCHEMA_VERSION = "1"
-PREFIX = "tunefleet:v1:"
-JOBS_INDEX = PREFIX + "jobs"
 # Events kept per job stream (oldest trimmed first; the job record keeps the last event whatever is trimmed).
 # At the default of one training event per 10 s that is over a day of events.
 DEFAULT_EVENTS_MAX_LEN = 10_000
@@ -50,14 +36,6 @@ DEFAULT_EVENTS_MAX_LEN = 10_000
 EVENTS_RETENTION_S = 7 * 24 * 3600
 RUNNING_PHASES = frozenset({progress_pb2.PHASE_LOADING, progress_pb2.PHASE_PREFLIGHT, progress_pb2.PHASE_TRAINING,
                             progress_pb2.PHASE_CHECKPOINTING})
-
-
-def job_key(job_id: str) -> str:
-    return f"{PREFIX}job:{job_id}"
-
-
-def events_key(job_id: str) -> str:
-    return f"{PREFIX}events:{job_id}"
 
 
 def now_ms() -> int:
@@ -172,6 +150,27 @@ class JobStore:
         for job_id in job_ids:
             pipe.hgetall(job_key(job_id))
         return pipe.execute()
+
+    def yielding_to(self, running_job_ids: list[str]) -> dict[str, str]:
+        """waiting job id -> the running job asked to yield its host to it (preemption), for the running jobs given."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in running_job_ids:
+            pipe.hget(job_key(job_id), "preempted_for")
+        return {v.decode(): job_id for job_id, v in zip(running_job_ids, pipe.execute(), strict=True) if v}
+
+    def phase_counts(self, newest: int) -> tuple[dict[int, int], int]:
+        """Of the `newest` jobs: how many are in each phase, and how many events they wrote in all."""
+        ids = [m.decode() for m in self.redis.zrevrange(JOBS_INDEX, 0, newest - 1)]
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(job_key(job_id), ["phase", "last_sequence"])
+        by_phase = dict.fromkeys(progress_pb2.Phase.values(), 0)
+        written = 0
+        for phase, last_sequence in pipe.execute() if ids else []:
+            if phase is not None:
+                by_phase[int(phase)] += 1
+                written += int(last_sequence or 0)
+        return by_phase, written
 
 
 def encode_page_token(ms: int, job_id: str) -> str:

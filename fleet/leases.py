@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from fleet.jobs import PREFIX, job_key
+from fleet.keys import RUNNING_SET, job_key, lease_key
 from spec.errors import LeaseLostError
 
 # A lease outlives its last renewal by LEASE_TTL_S; a worker renews every RENEW_INTERVAL_S. A lost host is
@@ -31,11 +31,6 @@ LEASE_TTL_S = 30.0
 RENEW_INTERVAL_S = 5.0
 # A holder that could not renew for this long stops its run: its lease cannot have expired yet.
 SELF_FENCE_MARGIN_S = 5.0
-RUNNING_SET = PREFIX + "running"  # set: job ids that hold (or held, until a sweep) a lease
-
-
-def lease_key(job_id: str) -> str:
-    return f"{PREFIX}lease:{job_id}"
 
 
 def self_fence_after_s(ttl_s: float) -> float:

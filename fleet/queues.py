@@ -4,6 +4,12 @@ One queue per GPU class and priority tier, `tunefleet.<gpu_class>.<tier>`; a wor
 queues in tier order (high, normal, low), so a higher tier is always taken first. rq jobs use the JSON
 serializer and carry only the job id: the plan itself is protobuf bytes in the job record (fleet.jobs),
 never a pickle. The rq job id is the plan id, so a plan is queued at most once.
+
+rq is used through its public API only (Queue, Job, the registries, SimpleWorker). What rq cannot do for the
+fleet, and so is done beside it rather than inside it: a queue's write inside another transaction (rq takes a
+caller's pipeline for enqueue and remove, which is how Submit and Cancel stay atomic with the job record), and
+job state beyond queued/started/finished (leases, fences, retries, gangs: fleet.leases, fleet.recovery), since
+rq's job record has no place for a fencing token and its own retry re-runs a job without a checkpoint.
 """
 
 from __future__ import annotations
@@ -90,16 +96,25 @@ class JobQueues:
                                         at_front=True)
 
     def remove(self, job_id: str, queue: str, pipeline: Any = None) -> None:
-        """Take a queued job out of its queue (Cancel before it started)."""
+        """Take a queued job out of its queue (Cancel before it started), inside the caller's transaction when a
+        pipeline is given."""
         self._queue(queue).remove(job_id, pipeline=pipeline)
-        (pipeline or self.redis).delete(f"rq:job:{job_id}")
+        self._delete_job(job_id, pipeline)
 
     def withdraw(self, job_id: str, queue: str) -> bool:
         """Take a job out of its queue if no worker has taken it yet (True when it was still waiting)."""
-        if not self.redis.lrem(f"rq:queue:{queue}", 0, job_id):
+        if not self._queue(queue).remove(job_id):
             return False
-        self.redis.delete(f"rq:job:{job_id}")
+        self._delete_job(job_id)
         return True
+
+    def _delete_job(self, job_id: str, pipeline: Any = None) -> None:
+        """rq's record of a job no worker will run (the fleet's own record keeps its history)."""
+        try:
+            job = Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
+        except NoSuchJobError:
+            return
+        job.delete(pipeline=pipeline, remove_from_queue=False)
 
     def forget_execution(self, job_id: str, queue: str, pipeline: Any = None) -> None:
         """Drop a lost host's execution of the job from rq's started registry (inside the caller's transaction),
@@ -113,17 +128,20 @@ class JobQueues:
 
     def depths(self) -> dict[str, int]:
         """Jobs waiting in each of the fleet's queues."""
-        names = sorted(q.name for q in Queue.all(connection=self.redis, serializer=JSONSerializer)
-                       if parse_queue_name(q.name))
-        pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.llen(f"rq:queue:{name}")
-        return dict(zip(names, pipe.execute(), strict=True))
+        fleet_queues = sorted((q for q in Queue.all(connection=self.redis, serializer=JSONSerializer)
+                               if parse_queue_name(q.name)), key=lambda q: q.name)
+        return {q.name: q.count for q in fleet_queues}
 
-    def position(self, job_id: str, queue: str) -> int:
-        """0-based place of a job in its queue, or -1 when it is not there."""
-        ids = self._queue(queue).get_job_ids()
-        return ids.index(job_id) if job_id in ids else -1
+    def depth(self, queue: str) -> int:
+        return self._queue(queue).count
+
+    def queued_ids(self, queue: str, limit: int = -1) -> list[str]:
+        """The ids waiting in a queue, next first (at most `limit`; -1 for all)."""
+        return self._queue(queue).get_job_ids(0, limit)
+
+    def position(self, job_id: str, queue: str) -> int | None:
+        """0-based place of a job in its queue, or None when it is not there."""
+        return self._queue(queue).get_job_position(job_id)
 
 
 def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],

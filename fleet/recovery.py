@@ -22,13 +22,11 @@ from fleet import queues
 from fleet.events import EventLog
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
-from fleet.jobs import PREFIX, RUNNING_PHASES, job_key, now_ms
-from fleet.leases import RUNNING_SET, lease_key
+from fleet.jobs import RUNNING_PHASES, now_ms
+from fleet.keys import POLICY, RETRYING, RUNNING_SET, job_key, lease_key
 from spec.progress import TERMINAL_PHASES, new_event
 
 log = structlog.get_logger("fleet.recovery")
-RETRYING = PREFIX + "retrying"
-POLICY_KEY = PREFIX + "policy"
 SWEEP_INTERVAL_S = 5.0
 DEFAULT_RETRY_LIMIT = 3
 DEFAULT_RETRY_BACKOFF_S = 10.0
@@ -49,12 +47,12 @@ class FleetPolicy:
         return min(self.retry_backoff_s * 2 ** max(failures - 1, 0), MAX_RETRY_BACKOFF_S)
 
     def save(self, connection: Any) -> None:
-        connection.hset(POLICY_KEY, mapping={"preemption": int(self.preemption), "retry_limit": self.retry_limit,
+        connection.hset(POLICY, mapping={"preemption": int(self.preemption), "retry_limit": self.retry_limit,
                                              "retry_backoff_s": self.retry_backoff_s})
 
     @classmethod
     def load(cls, connection: Any) -> FleetPolicy:
-        stored = connection.hgetall(POLICY_KEY)
+        stored = connection.hgetall(POLICY)
         if not stored:
             return cls()
         return cls(preemption=stored.get(b"preemption") == b"1",
@@ -75,6 +73,10 @@ class Sweeper:
         self.events = EventLog(connection)
         self.queues = queues.JobQueues(connection)
         self.hosts = HostRegistry(connection)
+
+    def retrying(self, limit: int) -> list[str]:
+        """Job ids waiting out a retry backoff (in no queue yet), soonest first, at most `limit`."""
+        return [m.decode() for m in self.redis.zrange(RETRYING, 0, limit - 1)]
 
     def sweep(self, now: int | None = None) -> SweepReport:
         now = now_ms() if now is None else now
@@ -146,9 +148,9 @@ class Sweeper:
                 continue  # a free host takes the waiting job; nothing to preempt
             running = self._running([h.running_job_id for h in hosts])
             for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
-                waiting = self.redis.lrange(f"rq:queue:{queues.queue_name(gpu_class, priority)}", 0, -1)
+                waiting = self.queues.queued_ids(queues.queue_name(gpu_class, priority))
                 yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
-                for waiter in [queued_job_id(w.decode()) for w in waiting][len(yielding):]:
+                for waiter in [queued_job_id(w) for w in waiting][len(yielding):]:
                     victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority]
                     if not victims:
                         break

@@ -15,8 +15,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from tunefleet.v1 import progress_pb2
 
-from fleet.jobs import JOBS_INDEX, job_key
-
 if TYPE_CHECKING:
     from executor.service.servicer import Executor
 
@@ -44,16 +42,7 @@ class FleetCollector(Collector):
         for name, count in executor.queues.depths().items():
             depth.add_metric([name], count)
         yield depth
-        ids = [m.decode() for m in executor.redis.zrevrange(JOBS_INDEX, 0, SCRAPE_JOBS_LIMIT - 1)]  # type: ignore
-        pipe = executor.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(job_key(job_id), ["phase", "last_sequence"])
-        by_phase = dict.fromkeys(progress_pb2.Phase.values(), 0)
-        written = 0
-        for phase, last_sequence in pipe.execute() if ids else []:
-            if phase is not None:
-                by_phase[int(phase)] += 1
-                written += int(last_sequence or 0)
+        by_phase, written = executor.store.phase_counts(SCRAPE_JOBS_LIMIT)
         jobs = GaugeMetricFamily("tunefleet_jobs", "jobs by phase (newest jobs, up to the scrape limit)",
                                  labels=["phase"])
         for phase, count in by_phase.items():

@@ -6,32 +6,29 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
 
 import redis
 import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, StreamHub, Watcher
+from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
+from fleet.event_hub import StreamHub
 from fleet.events import EventLog
 from fleet.hosts import HostRegistry, plan_gpu_class
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
-    JOBS_INDEX,
-    RUNNING_PHASES,
     JobStore,
     NewJob,
     decode_page_token,
     encode_page_token,
     job_from_record,
-    job_key,
     now_ms,
 )
-from fleet.recovery import GANG_WAIT, RETRYING, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
+from fleet.lifecycle import Lifecycle
+from fleet.recovery import GANG_WAIT, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from planner.catalog import Catalog
 from spec.errors import PlanError
-from spec.progress import TERMINAL_PHASES, new_event
 from spec.run_config import run_config_from_plan
 
 log = structlog.get_logger("executor.service.servicer")
@@ -52,7 +49,7 @@ class ExecutorConfig:
 
 class Executor:
     def __init__(self, connection: redis.Redis, catalog: Catalog, config: ExecutorConfig | None = None) -> None:
-        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
+        self.connection = connection
         self.catalog = catalog
         self.config = config or ExecutorConfig()
         self.store = JobStore(connection)
@@ -61,6 +58,7 @@ class Executor:
         self.hosts = HostRegistry(connection)
         self.hub = StreamHub(connection)
         self.sweeper = Sweeper(connection)
+        self.lifecycle = Lifecycle(connection)
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -68,7 +66,7 @@ class Executor:
         """Store the configured fleet policy, and sweep the fleet in the background (lost hosts, due retries,
         preemption) beside the workers' own sweeps, so recovery does not wait for an idle worker."""
         if self.config.policy is not None:
-            self.config.policy.save(self.redis)
+            self.config.policy.save(self.connection)
         self._sweeping = threading.Thread(target=self._sweep_loop, name="fleet-sweep", daemon=True)
         self._sweeping.start()
 
@@ -101,30 +99,8 @@ class Executor:
                      gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
                      timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
                      events_max_len=self.config.events_max_len)
-        key = job_key(plan.plan_id)
-        while True:
-            with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(key)
-                    if pipe.exists(key):
-                        pipe.reset()
-                        existing = self.store.get(plan.plan_id)
-                        if existing.plan.SerializeToString(deterministic=True) != plan.SerializeToString(
-                                deterministic=True):
-                            raise PlanError("plan.plan_id", f"job {plan.plan_id} already exists with a different "
-                                                            "plan; give this plan a new plan_id")
-                        return executor_pb2.SubmitResponse(job=existing, created=False)
-                    submitted = now_ms()
-                    pipe.multi()
-                    pipe.hset(key, mapping=new.fields(submitted))
-                    pipe.zadd(JOBS_INDEX, {plan.plan_id: submitted})
-                    self.events.publish(new_event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
-                                                  message=f"queued on {new.queue}"), pipeline=pipe)
-                    self.queues.enqueue(plan.plan_id, new.queue, new.timeout_s, pipeline=pipe)
-                    pipe.execute()
-                    return executor_pb2.SubmitResponse(job=self.store.get(plan.plan_id), created=True)
-                except redis.WatchError:
-                    continue  # created concurrently: answer with that job
+        job, created = self.lifecycle.submit(new)
+        return executor_pb2.SubmitResponse(job=job, created=created)
 
     # --- Get / List -----------------------------------------------------------------------------------
 
@@ -133,7 +109,7 @@ class Executor:
         record = self.store.raw(request.job_id)
         job = job_from_record(request.job_id, record)
         if job.phase == progress_pb2.PHASE_QUEUED:
-            line = self._line(self.hosts.hosts(), lambda q: int(self.redis.llen(f"rq:queue:{q}")))
+            line = self._line(self.hosts.hosts(), self.queues.depth)
             place = line.place(request.job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
         return executor_pb2.GetResponse(job=job)
@@ -170,31 +146,7 @@ class Executor:
     def cancel(self, request: executor_pb2.CancelRequest) -> executor_pb2.CancelResponse:
         _require_id(request.job_id)
         reason = request.reason[:MAX_REASON_CHARS]
-        key = job_key(request.job_id)
-        while True:
-            with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(key)
-                    record = pipe.hgetall(key)
-                    if not record:
-                        self.store.raw(request.job_id)  # raises NOT_FOUND
-                    phase = int(record[b"phase"])
-                    if phase in TERMINAL_PHASES:
-                        pipe.reset()
-                        break
-                    pipe.multi()
-                    if phase == progress_pb2.PHASE_QUEUED:
-                        self.queues.remove(request.job_id, record[b"queue"].decode(), pipeline=pipe)
-                        self.events.publish(new_event(
-                            request.job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_CANCELLED,
-                            message=f"cancelled before it started{': ' + reason if reason else ''}"), pipeline=pipe)
-                    elif phase in RUNNING_PHASES:
-                        pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
-                    pipe.execute()
-                    break
-                except redis.WatchError:
-                    continue
-        return executor_pb2.CancelResponse(job=self.store.get(request.job_id))
+        return executor_pb2.CancelResponse(job=self.lifecycle.cancel(request.job_id, reason))
 
     # --- Watch ----------------------------------------------------------------------------------------
 
@@ -222,9 +174,10 @@ class Executor:
                                                            priority=priority, depth=depth))  # type: ignore[arg-type]
         # (job id, its index in its queue): retries first (in no queue yet), then each queue in order
         waiting: list[tuple[str, int | None]] = [
-            (m.decode(), None) for m in self.redis.zrange(RETRYING, 0, MAX_PAGE_SIZE - 1)]
+            (job_id, None) for job_id in self.sweeper.retrying(MAX_PAGE_SIZE)]
         for queue in response.queues:
-            waiting += [(job_id, index) for index, job_id in enumerate(self._queued_ids(queue.queue))]
+            waiting += [(job_id, index) for index, job_id in
+                        enumerate(self.queues.queued_ids(queue.queue, MAX_PAGE_SIZE))]
         records = self.store.records([job_id for job_id, _ in waiting])
         for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
@@ -234,18 +187,11 @@ class Executor:
                                                             reason=place.reason, position=place.position))
         return response
 
-    def _queued_ids(self, queue: str) -> list[str]:
-        return [m.decode() for m in self.redis.lrange(f"rq:queue:{queue}", 0, MAX_PAGE_SIZE - 1)]  # type: ignore
-
     def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int]) -> WaitingLine:
         """The fleet's state that every queued job's place depends on, read once per call."""
-        running = [h.running_job_id for h in hosts if h.running_job_id]
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in running:
-            pipe.hget(job_key(job_id), "preempted_for")
-        yielding = {v.decode(): job_id for job_id, v in zip(running, pipe.execute(), strict=True) if v}
-        return WaitingLine(hosts, FleetPolicy.load(self.redis), depth, yielding,
-                           lambda queue, job_id: self.redis.lpos(f"rq:queue:{queue}", job_id))
+        yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
+        return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding,
+                           lambda queue, job_id: self.queues.position(job_id, queue))
 
 
 @dataclass(frozen=True)

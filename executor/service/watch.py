@@ -1,126 +1,30 @@
 """Watch: replay a job's kept events after a sequence, then tail live ones, with heartbeats on an idle stream.
 
-One background thread per service (the StreamHub) reads every watched stream with a single blocking XREAD
-and hands new events to each watcher's bounded queue, so 200 watchers cost one Redis connection, not 200;
-the hub's own wake-up stream (tunefleet:v1:hub:<id>, expiring) is part of every read, so a newly watched
-stream joins at once.
+Live events come from the service's one StreamHub (fleet.event_hub), which fans a single blocking read over
+every watched stream out to the watchers' bounded queues.
 A watcher subscribes before it replays and drops anything at or below the last sequence it sent, so the
 hand-over from history to live events can neither lose nor repeat an event. A watcher that falls more than
-WATCHER_QUEUE_MAX events behind goes back to reading history, so a slow client cannot grow the server.
+fleet.event_hub.WATCHER_QUEUE_MAX events behind goes back to reading history, so a slow client cannot grow the server.
 """
 
 from __future__ import annotations
 
 import queue
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
-import redis
 import structlog
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from fleet.events import EventLog, decode_entry
-from fleet.jobs import PREFIX, JobStore, events_key
+from fleet.event_hub import StreamHub, Subscriber
+from fleet.events import EventLog
+from fleet.jobs import JobStore
 from spec.progress import TERMINAL_PHASES
 
 log = structlog.get_logger("executor.service.watch")
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
-REPLAY_PAGE = 500  # events per XRANGE while replaying history
-WATCHER_QUEUE_MAX = 2_000
-HUB_BLOCK_MS = 1_000  # longest a shared XREAD blocks; a newly watched stream wakes it at once
-HUB_WAKE_TTL_S = 3600
-HUB_READ_COUNT = 1_000
-
-
-@dataclass
-class _Subscriber:
-    job_id: str
-    events: queue.Queue[progress_pb2.ProgressEvent] = field(
-        default_factory=lambda: queue.Queue(maxsize=WATCHER_QUEUE_MAX))
-    overflowed: bool = False
-
-
-class StreamHub:
-    """Fans one blocking XREAD over every watched stream out to the watchers' queues."""
-
-    def __init__(self, connection: redis.Redis) -> None:
-        self._redis: Any = connection
-        self._lock = threading.Lock()
-        self._subscribers: dict[str, list[_Subscriber]] = {}
-        # A stream of this hub's own, always in the XREAD: a write to it wakes the read to add a new stream.
-        self._wake_key = f"{PREFIX}hub:{uuid.uuid4().hex}"
-        self._positions: dict[str, bytes] = {self._wake_key: b"0-0"}
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="stream-hub", daemon=True)
-        self._thread.start()
-
-    def subscribe(self, job_id: str) -> _Subscriber:
-        sub = _Subscriber(job_id)
-        key = events_key(job_id)
-        with self._lock:
-            new = key not in self._positions
-            if new:
-                last = self._redis.xrevrange(key, count=1)
-                self._positions[key] = last[0][0] if last else b"0-0"
-            self._subscribers.setdefault(key, []).append(sub)
-        if new:
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.xadd(self._wake_key, {b"w": b"1"}, maxlen=1)
-            pipe.expire(self._wake_key, HUB_WAKE_TTL_S)
-            pipe.execute()
-        return sub
-
-    def unsubscribe(self, sub: _Subscriber) -> None:
-        key = events_key(sub.job_id)
-        with self._lock:
-            subs = self._subscribers.get(key, [])
-            if sub in subs:
-                subs.remove(sub)
-            if not subs:
-                self._subscribers.pop(key, None)
-                self._positions.pop(key, None)
-
-    def close(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=5)
-        try:
-            self._redis.delete(self._wake_key)
-        except redis.RedisError as e:  # Redis is gone: the key expires on its own (HUB_WAKE_TTL_S)
-            log.warning("watch.hub_cleanup_failed", error=str(e))
-
-    def _loop(self) -> None:
-        while not self._stopped.is_set():
-            with self._lock:
-                positions = dict(self._positions)
-            try:
-                rows = self._redis.xread(positions, count=HUB_READ_COUNT, block=HUB_BLOCK_MS)
-            except redis.RedisError as e:
-                log.warning("watch.hub_read_failed", error=str(e))
-                self._stopped.wait(1.0)
-                continue
-            for key, entries in rows or []:
-                key_text = key.decode() if isinstance(key, bytes) else key
-                if key_text == self._wake_key:
-                    with self._lock:
-                        self._positions[key_text] = entries[-1][0]
-                    continue
-                events = [decode_entry(fields) for _, fields in entries]
-                with self._lock:
-                    if key_text in self._positions:
-                        self._positions[key_text] = entries[-1][0]
-                    subs = list(self._subscribers.get(key_text, []))
-                for sub in subs:
-                    for event in events:
-                        try:
-                            sub.events.put_nowait(event)
-                        except queue.Full:
-                            sub.overflowed = True
-                            break
+REPLAY_PAGE = 500  # events per read while replaying history
 
 
 def _heartbeat() -> executor_pb2.WatchResponse:
@@ -146,7 +50,7 @@ class Watcher:
         finally:
             self.hub.unsubscribe(sub)
 
-    def _stream(self, job_id: str, after: int, sub: _Subscriber) -> Iterator[executor_pb2.WatchResponse]:
+    def _stream(self, job_id: str, after: int, sub: Subscriber) -> Iterator[executor_pb2.WatchResponse]:
         sent = after
         first = self.events.first_sequence(job_id)
         if first and first > after + 1:
@@ -200,7 +104,7 @@ class Watcher:
             after = page[-1].sequence
 
 
-def _drain(sub: _Subscriber) -> None:
+def _drain(sub: Subscriber) -> None:
     while True:
         try:
             sub.events.get_nowait()

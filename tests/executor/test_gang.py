@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq import Queue
+from rq.job import Job
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from common.wait import wait_until
@@ -15,10 +17,11 @@ from executor.service.servicer import Executor
 from executor.training.rendezvous import Rendezvous, interface_of
 from fleet import queues
 from fleet.events import EventLog
-from fleet.gangs import FORMING, RUNNING, STOPPING, Gang, member_key, queued_job_id, ticket_id
+from fleet.gangs import FORMING, RUNNING, STOPPING, Gang, queued_job_id, ticket_id
 from fleet.jobs import now_ms
-from fleet.leases import RUNNING_SET, Leases
-from fleet.recovery import GANG_WAIT, RETRYING, FleetPolicy, Sweeper, release_held
+from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key, member_key
+from fleet.leases import Leases
+from fleet.recovery import GANG_WAIT, FleetPolicy, Sweeper, release_held
 from planner.catalog import default_catalog
 from spec.errors import PlanError
 from spec.run_config import run_config_from_plan
@@ -82,12 +85,12 @@ def test_an_untaken_member_ticket_is_withdrawn_a_taken_one_is_left_alone(fleet):
     first, second = ticket_id("job-g", 3, 1), ticket_id("job-g", 3, 2)
     job_queues.enqueue_member(first, "job-g", 3, 1, queue, 60)
     job_queues.enqueue_member(second, "job-g", 3, 2, queue, 60)
-    assert fleet.lrange(f"rq:queue:{queue}", 0, -1)[:2] == [second.encode(), first.encode()], \
+    assert job_queues.queued_ids(queue)[:2] == [second, first], \
         "member tickets go to the front of the job's queue"
-    fleet.lrem(f"rq:queue:{queue}", 0, second)  # a worker took this one
-    assert job_queues.withdraw(first, queue) and not fleet.exists(f"rq:job:{first}")
-    assert not job_queues.withdraw(second, queue) and fleet.exists(f"rq:job:{second}")
-    assert fleet.lrange(f"rq:queue:{queue}", 0, -1) == [b"other-job"]
+    Queue(queue, connection=fleet).remove(second)  # a worker took this one
+    assert job_queues.withdraw(first, queue) and not Job.exists(first, connection=fleet)
+    assert not job_queues.withdraw(second, queue) and Job.exists(second, connection=fleet)
+    assert job_queues.queued_ids(queue) == ["other-job"]
     assert [queued_job_id(e) for e in (first, "other-job", "a--gang-b")] == ["job-g", "other-job", "a--gang-b"]
 
 
@@ -95,8 +98,8 @@ def _claimed(fleet: redis.Redis, tiny_model: Path, data: Path, nodes: int = 2) -
     executor = Executor(fleet, default_catalog())
     plan = make_plan(tiny_model, data, Path("/mnt/fleet/job-g"), plan_id="job-g", nodes=nodes)
     executor.submit(executor_pb2.SubmitRequest(plan=plan))
-    record = fleet.hgetall("tunefleet:v1:job:job-g")
-    fleet.lrem(f"rq:queue:{record[b'queue'].decode()}", 0, "job-g")
+    record = fleet.hgetall(job_key("job-g"))
+    Queue(record[b'queue'].decode(), connection=fleet).remove("job-g")
     fence = Leases(fleet).claim("job-g", "host-a", now_ms(), QUEUED, LOADING)
     assert isinstance(fence, int)
     return executor, fence
@@ -111,16 +114,16 @@ def test_a_gang_that_did_not_form_waits_a_growing_backoff_without_counting_a_fai
         for attempt in (1, 2):
             before = now_ms()
             assert release_held(fleet, "job-g", fence, "its gang did not form within 120 s", infra_failure=False)
-            record = fleet.hgetall("tunefleet:v1:job:job-g")
+            record = fleet.hgetall(job_key("job-g"))
             assert int(record[b"phase"]) == QUEUED and int(record.get(b"infra_failures", 0)) == 0
             assert record[b"retry_kind"].decode() == GANG_WAIT and int(record[b"gang_attempts"]) == attempt
-            assert not fleet.sismember(RUNNING_SET, "job-g") and not fleet.exists("tunefleet:v1:lease:job-g")
+            assert not fleet.sismember(RUNNING_SET, "job-g") and not fleet.exists(lease_key("job-g"))
             waits.append((int(fleet.zscore(RETRYING, "job-g")) - before) / 1000)
             pending = {p.job_id: p.reason for p in executor.fleet(executor_pb2.FleetRequest()).pending}
             assert pending["job-g"].startswith("its gang did not form within 120 s; its gang tries to form again in")
             assert not release_held(fleet, "job-g", fence - 1, "stale", infra_failure=False), "a stale holder"
             assert Sweeper(fleet).sweep(now=now_ms() + 3_600_000).requeued == ["job-g"]
-            fleet.lrem(f"rq:queue:{record[b'queue'].decode()}", 0, "job-g")
+            Queue(record[b'queue'].decode(), connection=fleet).remove("job-g")
             claimed = Leases(fleet).claim("job-g", "host-a", now_ms(), QUEUED, LOADING)
             assert isinstance(claimed, int)
             fence = claimed
@@ -136,7 +139,7 @@ def test_a_lost_gang_member_counts_as_an_infrastructure_failure(fleet, tiny_mode
     executor, fence = _claimed(fleet, tiny_model, counting_data)
     try:
         assert release_held(fleet, "job-g", fence, "node 1 (host host-b) of the gang was lost", infra_failure=True)
-        record = fleet.hgetall("tunefleet:v1:job:job-g")
+        record = fleet.hgetall(job_key("job-g"))
         assert int(record[b"infra_failures"]) == 1 and record[b"retry_kind"] == b""
         last = EventLog(fleet).read_after("job-g", 0, 100)[-1]
         assert last.phase == QUEUED and "retry 1 of 1 in 5 s" in last.message

@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq import Queue
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from devtools.tiny import make_plan
 from executor.service.servicer import Executor, check_shared_output
+from fleet import queues
 from fleet.events import EventLog
 from fleet.hosts import HostGpus, HostRegistry
 from fleet.jobs import now_ms
-from fleet.leases import RUNNING_SET, FenceGuard, Leases, lease_key
-from fleet.recovery import RETRYING, FleetPolicy, Sweeper, requeue_held
+from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key
+from fleet.leases import FenceGuard, Leases
+from fleet.recovery import FleetPolicy, Sweeper, requeue_held
 from planner.catalog import default_catalog
 from spec.errors import LeaseLostError, PlanError
 from spec.progress import new_event
@@ -48,8 +51,8 @@ def _submit(executor: Executor, tiny_model: Path, data: Path, job_id: str,
 
 def _take(fleet: redis.Redis, leases: Leases, job_id: str, host: str) -> int:
     """What a worker does when rq hands it the job: pop it from its queue and claim it."""
-    record = fleet.hgetall(f"tunefleet:v1:job:{job_id}")
-    fleet.lrem(f"rq:queue:{record[b'queue'].decode()}", 0, job_id)
+    record = fleet.hgetall(job_key(job_id))
+    Queue(record[b'queue'].decode(), connection=fleet).remove(job_id)
     fence = leases.claim(job_id, host, now_ms(), QUEUED, LOADING)
     assert isinstance(fence, int), fence
     return fence
@@ -107,15 +110,15 @@ def test_a_lost_host_is_retried_with_growing_backoff_then_failed_past_the_limit(
         _expire(fleet, "job-r")
         now = now_ms()
         assert sweeper.sweep(now=now).recovered == ["job-r"]
-        record = fleet.hgetall("tunefleet:v1:job:job-r")
+        record = fleet.hgetall(job_key("job-r"))
         assert int(record[b"phase"]) == QUEUED and int(record[b"infra_failures"]) == attempt
         assert not fleet.sismember(RUNNING_SET, "job-r")
         waits.append(int(fleet.zscore(RETRYING, "job-r")) - now)
         queue = record[b"queue"].decode()
-        assert fleet.lpos(f"rq:queue:{queue}", "job-r") is None, "requeued before its backoff ended"
+        assert queues.JobQueues(fleet).position("job-r", queue) is None, "requeued before its backoff ended"
         assert sweeper.sweep(now=now + waits[-1] - 1).requeued == []
         assert sweeper.sweep(now=now + waits[-1]).requeued == ["job-r"]
-        assert fleet.lpos(f"rq:queue:{queue}", "job-r") == 0, "a retry goes to the front of its queue"
+        assert queues.JobQueues(fleet).position("job-r", queue) == 0, "a retry goes to the front of its queue"
     assert waits == [10_000, 20_000]
     retry_messages = [e.message for e in _events(fleet, "job-r") if e.phase == QUEUED][1:]
     assert "retry 1 of 2 in 10 s" in retry_messages[0] and "retry 2 of 2 in 20 s" in retry_messages[1]
@@ -135,9 +138,9 @@ def test_a_drained_job_goes_back_to_the_front_without_counting_a_failure(fleet, 
     leases = Leases(fleet)
     fence = _take(fleet, leases, "job-d", "host-a")
     assert requeue_held(fleet, "job-d", fence, "host-a is shutting down")
-    record = fleet.hgetall("tunefleet:v1:job:job-d")
+    record = fleet.hgetall(job_key("job-d"))
     assert int(record[b"phase"]) == QUEUED and int(record[b"infra_failures"]) == 0
-    assert fleet.lrange(f"rq:queue:{record[b'queue'].decode()}", 0, -1) == [b"job-d", b"job-e"]
+    assert queues.JobQueues(fleet).queued_ids(record[b'queue'].decode()) == ["job-d", "job-e"]
     assert not fleet.exists(lease_key("job-d")) and not fleet.sismember(RUNNING_SET, "job-d")
     assert Sweeper(fleet).sweep().recovered == []
 
@@ -150,7 +153,7 @@ def test_preemption_asks_the_lowest_most_recent_job_to_yield_once_per_waiting_jo
                                                      ("normal-1", executor_pb2.PRIORITY_NORMAL))):
         _submit(executor, tiny_model, counting_data, job_id, priority)
         _take(fleet, leases, job_id, f"host-{job_id}")
-        fleet.hset(f"tunefleet:v1:job:{job_id}", "started_at_ms", 1_000 + started_ms)  # low-new started last
+        fleet.hset(job_key(job_id), "started_at_ms", 1_000 + started_ms)  # low-new started last
         registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
     sweeper = Sweeper(fleet)
     assert sweeper.sweep().preempted == [], "preemption is off by default: strict queue order"
@@ -169,7 +172,7 @@ def test_preemption_asks_the_lowest_most_recent_job_to_yield_once_per_waiting_jo
     assert sweeper.sweep().preempted == ["normal-1"]
     _submit(executor, tiny_model, counting_data, "normal-2", executor_pb2.PRIORITY_NORMAL)
     assert sweeper.sweep().preempted == [], "nothing lower than normal is left running"
-    assert fleet.hget("tunefleet:v1:job:low-new", "preempted_for") == b"high-1"
+    assert fleet.hget(job_key("low-new"), "preempted_for") == b"high-1"
 
     registry.heartbeat("host-idle", CPU, "", [], SHARED, True)
     _submit(executor, tiny_model, counting_data, "high-4", executor_pb2.PRIORITY_HIGH)

@@ -1,0 +1,60 @@
+"""Every Redis key of the fleet, in one table. Schema version 1: every key of tunefleet's starts with
+`tunefleet:v1:`; rq keeps its own keys (`rq:*`), which only rq reads and writes (fleet.queues uses its API).
+
+    key                                   type    what                                              owner
+    tunefleet:v1:job:<job_id>             hash    the job record (fields: fleet.jobs)               fleet.jobs
+    tunefleet:v1:jobs                     zset    job ids by submit time (ms), newest last; List    fleet.jobs
+    tunefleet:v1:events:<job_id>          stream  progress events, entry id "<sequence>-0", field   fleet.events
+                                                  "e" = ProgressEvent bytes; expires
+                                                  EVENTS_RETENTION_S after the job ends
+    tunefleet:v1:hub:<id>                 stream  one Watch fan-out's wake-up stream; expires       fleet.event_hub
+    tunefleet:v1:lease:<job_id>           string  "<host_id>:<fence>" of the job's holder; expires  fleet.leases
+                                                  unless renewed
+    tunefleet:v1:running                  set     job ids holding a lease; swept for lost hosts     fleet.leases
+    tunefleet:v1:retrying                 zset    job ids waiting out a retry backoff, by when      fleet.recovery
+                                                  they requeue (ms)
+    tunefleet:v1:policy                   hash    the fleet's policy (FleetPolicy)                  fleet.recovery
+    tunefleet:v1:host:<host_id>           hash    a registered worker host; expires without         fleet.hosts
+                                                  heartbeats
+    tunefleet:v1:hosts                    zset    host ids by last heartbeat (s)                    fleet.hosts
+    tunefleet:v1:gang:<job_id>            hash    a multi-node job's gang (fields: fleet.gangs)     fleet.gangs
+    tunefleet:v1:gang:<job_id>:node:<k>   string  "<host_id>:<fence>" while member k lives          fleet.gangs
+    rq:queue:tunefleet.<class>.<tier>     list    rq's queues, one per GPU class and tier           fleet.queues
+"""
+
+from __future__ import annotations
+
+PREFIX = "tunefleet:v1:"
+JOBS_INDEX = PREFIX + "jobs"
+RUNNING_SET = PREFIX + "running"
+RETRYING = PREFIX + "retrying"
+POLICY = PREFIX + "policy"
+HOSTS_INDEX = PREFIX + "hosts"
+
+
+def job_key(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}"
+
+
+def events_key(job_id: str) -> str:
+    return f"{PREFIX}events:{job_id}"
+
+
+def hub_key(hub_id: str) -> str:
+    return f"{PREFIX}hub:{hub_id}"
+
+
+def lease_key(job_id: str) -> str:
+    return f"{PREFIX}lease:{job_id}"
+
+
+def host_key(host_id: str) -> str:
+    return f"{PREFIX}host:{host_id}"
+
+
+def gang_key(job_id: str) -> str:
+    return f"{PREFIX}gang:{job_id}"
+
+
+def member_key(job_id: str, node_rank: int) -> str:
+    return f"{PREFIX}gang:{job_id}:node:{node_rank}"
