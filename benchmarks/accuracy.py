@@ -20,9 +20,9 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, print_table, write_csv
 from planner.catalog import Catalog, default_catalog
-from spec.errors import SpecError
 from planner.memory import per_gpu_memory
 from planner.throughput import step_time
+from spec.errors import SpecError
 from spec.schema import (
     ALL_LINEAR,
     Architecture,

@@ -22,9 +22,9 @@ from tunefleet.v1 import progress_pb2, training_pb2
 
 from benchmarks.common import as_single_rank, print_table, write_csv
 from devtools.tiny import build_model, make_plan, write_plan
-from planner import convert
 from planner.catalog import default_catalog
 from planner.throughput import flops_per_token
+from spec import training as training_spec
 from spec.progress import read_events
 
 WARMUP_STEPS = 3
@@ -124,7 +124,7 @@ def main() -> None:
             ours = _executor_tokens_per_s(write_plan(plan, root / f"{name}.json"), root / name)
             theirs = _trainer_tokens_per_s(model_dir, data, json.loads(plan.deepspeed_config_json), method,
                                            micro_batch, seq, a.steps, not a.smoke, root / f"{name}-trainer")
-            spec = convert.training_from_proto(plan.training, 1)
+            spec = training_spec.training_from_proto(plan.training, 1)
             per_token = flops_per_token(catalog.model(MODEL), spec) if not a.smoke else 0.0
             mfu = [f"{rate * per_token / gpu.bf16_flops_per_s:.1%}" if per_token else "-" for rate in (ours, theirs)]
             rows.append([name, f"{micro_batch}x{seq}", a.steps, f"{ours:,.0f}", mfu[0], f"{theirs:,.0f}", mfu[1],

@@ -20,7 +20,7 @@ from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, trainin
 from clients import connection, fleet_cli, health, render
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
-from executor.training import command as train_command
+from spec.enums import spellings
 
 GiB = 1024**3
 # Exit status, for scripts: `tunefleet fit ... && rent-the-gpu`.
@@ -41,21 +41,16 @@ EXAMPLES = """examples:
   tunefleet submit plan.json --watch          # run a plan on the fleet and follow it
   tunefleet jobs --feedback --json            # measured vs predicted, for calibration
 """
-METHODS = {"full": training_pb2.METHOD_FULL, "lora": training_pb2.METHOD_LORA, "qlora": training_pb2.METHOD_QLORA,
-           "lora-8bit": training_pb2.METHOD_LORA_8BIT, "freeze": training_pb2.METHOD_FREEZE}
-PRECISIONS = {"fp32": training_pb2.PRECISION_FP32, "fp16": training_pb2.PRECISION_FP16,
-              "bf16": training_pb2.PRECISION_BF16, "bf16-pure": training_pb2.PRECISION_BF16_PURE}
-OFFLOADS = {"none": training_pb2.OFFLOAD_NONE, "optimizer": training_pb2.OFFLOAD_OPTIMIZER,
-            "all": training_pb2.OFFLOAD_ALL}
-OPTIMIZERS = {"adamw": training_pb2.OPTIMIZER_ADAMW, "adamw-8bit": training_pb2.OPTIMIZER_ADAMW_8BIT,
-              "paged-adamw-8bit": training_pb2.OPTIMIZER_PAGED_ADAMW_8BIT, "sgd": training_pb2.OPTIMIZER_SGD}
-ATTENTIONS = {"eager": training_pb2.ATTENTION_EAGER, "sdpa": training_pb2.ATTENTION_SDPA,
-              "flash": training_pb2.ATTENTION_FLASH}
-LOSSES = {"standard": training_pb2.LOSS_STANDARD, "chunked": training_pb2.LOSS_CHUNKED}
-DATASET_FORMATS = {"text": plan_pb2.DATASET_FORMAT_TEXT, "instruction": plan_pb2.DATASET_FORMAT_INSTRUCTION,
-                   "chat": plan_pb2.DATASET_FORMAT_CHAT, "preference": plan_pb2.DATASET_FORMAT_PREFERENCE}
-OVERSIZE_IMAGES = {"resize": plan_pb2.OVERSIZE_IMAGES_RESIZE, "refuse": plan_pb2.OVERSIZE_IMAGES_REFUSE}
-RANKS = {"cost": planner_pb2.RANK_BY_COST, "time": planner_pb2.RANK_BY_TIME, "pareto": planner_pb2.RANK_BY_PARETO}
+# Every choice is spelled as the proto spells it (spec.enums): a value added to a proto enum is a choice here.
+METHODS = spellings(training_pb2.Method, "METHOD_")
+PRECISIONS = spellings(training_pb2.Precision, "PRECISION_")
+OFFLOADS = spellings(training_pb2.Offload, "OFFLOAD_")
+OPTIMIZERS = spellings(training_pb2.Optimizer, "OPTIMIZER_")
+ATTENTIONS = spellings(training_pb2.Attention, "ATTENTION_")
+LOSSES = spellings(training_pb2.Loss, "LOSS_")
+DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
+OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
+RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
@@ -318,8 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     mo = sub.add_parser("models", help="list catalog models with parameter counts")
     _add_client_args(mo)
     tr = sub.add_parser("train", help="run a plan on this host with DeepSpeed (needs the 'train' extra)",
-                        description=train_command.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    train_command.add_arguments(tr)
+                        add_help=False)
+    tr.add_argument("rest", nargs=argparse.REMAINDER, help="the plan and options of the run (tunefleet train --help)")
     fleet_cli.add_commands(sub)
     wk = sub.add_parser("worker", help="run a fleet worker on this host (needs the 'queue' and 'train' extras)",
                         add_help=False)
@@ -421,9 +416,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:  # every option after 'worker' is the worker's own, --help included
+    # every option after 'worker' or 'train' is that command's own, --help included; each imports what it needs
+    if argv[:1] == ["worker"]:
         from executor.worker.main import main as worker_main
         return worker_main(argv[1:])
+    if argv[:1] == ["train"]:
+        from executor.training.command import main as train_main
+        return train_main(argv[1:], prog="tunefleet train")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -434,8 +433,6 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    if args.command == "train":
-        return train_command.run(args)
     if args.command == "health":
         return health.run(args)
     if args.command == "serve" and args.service == "executor":

@@ -24,9 +24,9 @@ class RetryPolicy:
 # Services and workers: up to ~20 s of retries (1 s apart at most), longer than a restart of a Redis with a
 # few hundred MB of AOF; a caller waits that long at most before it sees the error.
 SERVICE_RETRY = RetryPolicy(retries=24, cap_s=1.0)
-# A training rank: at most ~3 s, so a Redis outage never stalls training; its events wait in progress.jsonl
-# and the worker backfills them.
-RANK_RETRY = RetryPolicy(retries=4, cap_s=1.0)
+# A worker answering its run's holder question (executor.worker.holder): about a second at most, so a Redis
+# outage never stalls training; the run then writes its events to its file, and the worker publishes them later.
+HOLDER_RETRY = RetryPolicy(retries=3, cap_s=0.5)
 SOCKET_TIMEOUT_S = 10.0  # a command on a connection that hangs (a Redis paused, a black-holed route)
 
 

@@ -1,32 +1,29 @@
 """Progress events over Redis Streams: one stream per job, entry id = the event's sequence.
 
 Because the entry id is "<sequence>-0", Redis itself refuses an event that is not newer than the last one:
-order and exactly-once are structural, and a publisher that retries (or a second publisher backfilling from
-progress.jsonl) cannot duplicate an event. The publish script also updates the job record (phase, last event)
-in the same atomic step, and trims the stream to the job's events_max_len (oldest first; the newest — hence
-a terminal event — is always kept, and the job record keeps the last event even after the stream expires).
+order and exactly-once are structural, and a publisher that retries cannot duplicate an event. The job's
+holder publishes what its run wrote to progress.jsonl (executor.worker.publisher); the service publishes the
+events of its own transitions (Submit, Cancel, recovery) inside their transactions. The publish script also
+updates the job record (phase, last event) in the same atomic step, and trims the stream to the job's
+events_max_len (oldest first; the newest — hence a terminal event — is always kept, and the job record keeps
+the last event even after the stream expires).
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
 import redis
 import structlog
 from tunefleet.v1 import progress_pb2
 
-from fleet.connection import RANK_RETRY, connect
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, now_ms
 from fleet.keys import events_key, job_key
-from fleet.leases import FenceGuard
 from spec.errors import LeaseLostError
-from spec.progress import TERMINAL_PHASES, JsonlProgressSink
+from spec.progress import TERMINAL_PHASES
 
 log = structlog.get_logger("fleet.events")
 EVENT_FIELD = b"e"
-BACKLOG_RETRY_S = 5.0  # after a failed publish, a run writes only its file this long before it tries Redis again
 
 # KEYS: job hash, stream. ARGV: sequence, event bytes, phase, terminal (0/1), now ms, retention s, Feedback bytes
 # (stored with the event that carries it, so a client that sees DONE also sees the job's Feedback), fence (the
@@ -113,62 +110,3 @@ class EventLog:
         """The oldest sequence still kept, or 0 when the stream is empty or gone."""
         rows = self.redis.xrange(events_key(job_id), count=1)
         return sequence_of(rows[0][0]) if rows else 0
-
-
-class RedisProgressSink:
-    """A ProgressSink that publishes each event to the job's stream and writes progress.jsonl (the run's local
-    record). Sequences continue from whichever is further along, the file or the stream (events written by the
-    service while the job was queued). A Redis error never stops training: the event is in the file, and the
-    worker backfills the stream from it. A stale fence does: LeaseLostError, and nothing is written anywhere."""
-
-    def __init__(self, redis_url: str, path: Path, job_id: str, fence: int = 0) -> None:
-        self.redis = connect(redis_url, RANK_RETRY)
-        self._events = EventLog(self.redis)
-        self.job_id = job_id
-        self.guard = FenceGuard(self.redis, job_id, fence) if fence else None
-        try:
-            floor = self._events.last_sequence(job_id)
-        except redis.RedisError as e:
-            log.warning("events.redis_unavailable", error=str(e))
-            floor = 0
-        self._file = JsonlProgressSink(path, job_id, start_after=floor)
-        # events not yet in the stream (Redis was unreachable), oldest first; bounded by what the worker's
-        # backfill from progress.jsonl takes over when this run ends
-        self._backlog: list[tuple[progress_pb2.ProgressEvent, progress_pb2.Feedback | None]] = []
-        self._retry_at = 0.0
-
-    def emit(self, event: progress_pb2.ProgressEvent,
-             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
-        stamped = self._file.stamp(event)
-        self._backlog.append((stamped, feedback))
-        self._publish_backlog()
-        return self._file.write(stamped)
-
-    def _publish_backlog(self) -> None:
-        """Publish waiting events oldest first (EventLog.publish_in_order); what Redis did not take waits."""
-        if time.monotonic() < self._retry_at:
-            return  # Redis failed a moment ago: training does not wait on it again yet
-        try:
-            published = self._events.publish_in_order(self._backlog, self.guard.fence if self.guard else 0)
-        except KeyError as e:
-            log.warning("events.publish_failed", waiting=len(self._backlog), error=str(e))
-            published = 0
-        del self._backlog[:published]
-        if self._backlog:
-            self._retry_at = time.monotonic() + BACKLOG_RETRY_S
-
-    def confirm_lease(self) -> bool:
-        """Before a write outside Redis (a checkpoint seal): LeaseLostError when the job moved on, False when
-        Redis cannot say."""
-        if self.guard is None:
-            return True
-        try:
-            self.guard.confirm()
-        except redis.RedisError as e:
-            log.warning("events.lease_unconfirmed", error=str(e))
-            return False
-        return True
-
-    def close(self) -> None:
-        self._file.close()
-        self.redis.close()

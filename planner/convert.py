@@ -14,83 +14,34 @@ from planner.errors import UnknownNameError, UnsupportedError
 from planner.estimate import Estimate
 from planner.fit import FitResult
 from planner.search import Constraints, RankBy, Recommendation, Rejected
+from spec.enums import from_proto, proto_table
 from spec.errors import InvalidFieldError
 from spec.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
 from spec.schema import (
-    DEFAULT_DPO_BETA,
     Architecture,
-    Attention,
-    DpoSpec,
     Family,
     Flavor,
     GpuSpec,
     Hardware,
     Interconnect,
-    LoraSpec,
-    Loss,
     Method,
     ModelSpec,
-    Objective,
-    Offload,
-    Optimizer,
-    Precision,
     TrainingSpec,
     VisionTower,
     Workload,
 )
+from spec.training import METHOD, training_to_proto
 
-DEFAULT_SEQUENCE_LENGTH = 2048
-DEFAULT_LORA = LoraSpec()
-
-FAMILY = {Family.LLAMA: model_pb2.MODEL_FAMILY_LLAMA, Family.MISTRAL: model_pb2.MODEL_FAMILY_MISTRAL,
-          Family.MIXTRAL: model_pb2.MODEL_FAMILY_MIXTRAL, Family.QWEN2: model_pb2.MODEL_FAMILY_QWEN2,
-          Family.QWEN2_VL: model_pb2.MODEL_FAMILY_QWEN2_VL, Family.GEMMA: model_pb2.MODEL_FAMILY_GEMMA,
-          Family.GEMMA2: model_pb2.MODEL_FAMILY_GEMMA2, Family.PHI3: model_pb2.MODEL_FAMILY_PHI3,
-          Family.GPT2: model_pb2.MODEL_FAMILY_GPT2, Family.QWEN3: model_pb2.MODEL_FAMILY_QWEN3,
-          Family.OLMO2: model_pb2.MODEL_FAMILY_OLMO2, Family.QWEN3_MOE: model_pb2.MODEL_FAMILY_QWEN3_MOE,
-          Family.GEMMA3: model_pb2.MODEL_FAMILY_GEMMA3, Family.PHI: model_pb2.MODEL_FAMILY_PHI,
-          Family.QWEN2_MOE: model_pb2.MODEL_FAMILY_QWEN2_MOE}
-METHOD = {Method.FULL: training_pb2.METHOD_FULL, Method.LORA: training_pb2.METHOD_LORA,
-          Method.QLORA: training_pb2.METHOD_QLORA, Method.LORA_8BIT: training_pb2.METHOD_LORA_8BIT,
-          Method.FREEZE: training_pb2.METHOD_FREEZE}
-PRECISION = {Precision.FP32: training_pb2.PRECISION_FP32, Precision.FP16: training_pb2.PRECISION_FP16,
-             Precision.BF16: training_pb2.PRECISION_BF16, Precision.BF16_PURE: training_pb2.PRECISION_BF16_PURE}
-OPTIMIZER = {Optimizer.ADAMW: training_pb2.OPTIMIZER_ADAMW, Optimizer.ADAMW_8BIT: training_pb2.OPTIMIZER_ADAMW_8BIT,
-             Optimizer.PAGED_ADAMW_8BIT: training_pb2.OPTIMIZER_PAGED_ADAMW_8BIT,
-             Optimizer.SGD: training_pb2.OPTIMIZER_SGD}
-OFFLOAD = {Offload.NONE: training_pb2.OFFLOAD_NONE, Offload.OPTIMIZER: training_pb2.OFFLOAD_OPTIMIZER,
-           Offload.ALL: training_pb2.OFFLOAD_ALL}
-ATTENTION = {Attention.EAGER: training_pb2.ATTENTION_EAGER, Attention.SDPA: training_pb2.ATTENTION_SDPA,
-             Attention.FLASH: training_pb2.ATTENTION_FLASH}
-LOSS = {Loss.STANDARD: training_pb2.LOSS_STANDARD, Loss.CHUNKED: training_pb2.LOSS_CHUNKED}
-OBJECTIVE = {Objective.SFT: training_pb2.OBJECTIVE_SFT, Objective.DPO: training_pb2.OBJECTIVE_DPO}
-INTERCONNECT = {Interconnect.PCIE: hardware_pb2.INTERCONNECT_PCIE,
-                Interconnect.NVLINK: hardware_pb2.INTERCONNECT_NVLINK,
-                Interconnect.INFINITY_FABRIC: hardware_pb2.INTERCONNECT_INFINITY_FABRIC}
-RANK_BY = {RankBy.COST: planner_pb2.RANK_BY_COST, RankBy.TIME: planner_pb2.RANK_BY_TIME,
-           RankBy.PARETO: planner_pb2.RANK_BY_PARETO}
-REJECTED = {Rejected.DOES_NOT_FIT: planner_pb2.REJECTION_REASON_DOES_NOT_FIT,
-            Rejected.HOST_MEMORY: planner_pb2.REJECTION_REASON_HOST_MEMORY,
-            Rejected.OVER_BUDGET: planner_pb2.REJECTION_REASON_OVER_BUDGET,
-            Rejected.OVER_DEADLINE: planner_pb2.REJECTION_REASON_OVER_DEADLINE,
-            Rejected.NO_PRICE: planner_pb2.REJECTION_REASON_NO_PRICE,
-            Rejected.UNSUPPORTED: planner_pb2.REJECTION_REASON_UNSUPPORTED,
-            Rejected.DOMINATED: planner_pb2.REJECTION_REASON_DOMINATED}
-
-
-def _from_proto(table: dict, value: int, default: object, field: str) -> object:
-    if value == 0:
-        return default
-    for domain, proto in table.items():
-        if proto == value:
-            return domain
-    raise InvalidFieldError(field, f"unknown enum value {value}")
+FAMILY = proto_table(Family, model_pb2.ModelFamily, "MODEL_FAMILY_")
+INTERCONNECT = proto_table(Interconnect, hardware_pb2.Interconnect, "INTERCONNECT_")
+RANK_BY = proto_table(RankBy, planner_pb2.RankBy, "RANK_BY_")
+REJECTED = proto_table(Rejected, planner_pb2.RejectionReason, "REJECTION_REASON_")
 
 
 # --- Model ------------------------------------------------------------------------------------
 
 def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
-    family = _from_proto(FAMILY, p.family, None, "model.architecture.family")
+    family = from_proto(FAMILY, p.family, None, "model.architecture.family")
     if family is None:
         raise InvalidFieldError("model.architecture.family", "set the model family (llama, qwen2, ...)")
     vision = None
@@ -174,43 +125,6 @@ def model_info_to_proto(m: ModelSpec) -> model_pb2.ModelInfo:
 
 # --- Training ---------------------------------------------------------------------------------
 
-def training_from_proto(p: training_pb2.TrainingSpec, world_size: int) -> TrainingSpec:
-    method: Method = _from_proto(METHOD, p.method, Method.LORA, "training.method")  # type: ignore[assignment]
-    lora = DEFAULT_LORA
-    if p.HasField("lora"):
-        lora = LoraSpec(
-            rank=p.lora.rank or DEFAULT_LORA.rank, alpha=p.lora.alpha or DEFAULT_LORA.alpha,
-            dropout=p.lora.dropout,
-            target_modules=tuple(dict.fromkeys(p.lora.target_modules)) or DEFAULT_LORA.target_modules)
-    for name in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps"):
-        if getattr(p, name) < 0:
-            raise InvalidFieldError(f"training.{name}", "must not be negative")
-    zero_stage = p.zero_stage if p.HasField("zero_stage") else (0 if world_size == 1 else 2)
-    offload: Offload = _from_proto(OFFLOAD, p.offload, Offload.NONE, "training.offload")  # type: ignore[assignment]
-    return TrainingSpec(
-        method=method,
-        micro_batch_size=p.micro_batch_size or 1,
-        sequence_length=p.sequence_length or DEFAULT_SEQUENCE_LENGTH,
-        gradient_accumulation_steps=p.gradient_accumulation_steps or 1,
-        precision=_from_proto(PRECISION, p.precision, Precision.BF16, "training.precision"),  # type: ignore[arg-type]
-        optimizer=_from_proto(OPTIMIZER, p.optimizer, Optimizer.ADAMW, "training.optimizer"),  # type: ignore[arg-type]
-        zero_stage=zero_stage, offload=offload,
-        gradient_checkpointing=p.gradient_checkpointing if p.HasField("gradient_checkpointing") else True,
-        attention=_from_proto(ATTENTION, p.attention, Attention.SDPA, "training.attention"),  # type: ignore[arg-type]
-        loss=_from_proto(LOSS, p.loss, Loss.STANDARD, "training.loss"),  # type: ignore[arg-type]
-        lora=lora, double_quant=p.double_quant if p.HasField("double_quant") else True,
-        objective=_from_proto(OBJECTIVE, p.objective, Objective.SFT, "training.objective"),  # type: ignore[arg-type]
-        dpo_reference_model=p.dpo_reference_model, train_vision_tower=p.train_vision_tower,
-        image_tokens=p.image_tokens, freeze_trainable_layers=p.freeze_trainable_layers, dpo=_dpo(p),
-    )
-
-
-def _dpo(p: training_pb2.TrainingSpec) -> DpoSpec:
-    d = p.dpo
-    return DpoSpec(beta=d.beta if d.HasField("beta") else DEFAULT_DPO_BETA, label_smoothing=d.label_smoothing,
-                   sft_weight=d.sft_weight, precompute_reference=d.precompute_reference)
-
-
 def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
     a = m.architecture
     if t.method.uses_adapters and t.lora.rank > a.hidden_size:
@@ -228,22 +142,6 @@ def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
                                 f"({a.max_position_embeddings:,} max_position_embeddings); shorten it, or plan a "
                                 "context extension by giving a config.json with the extended "
                                 "max_position_embeddings")
-
-
-def training_to_proto(t: TrainingSpec) -> training_pb2.TrainingSpec:
-    return training_pb2.TrainingSpec(
-        method=METHOD[t.method], precision=PRECISION[t.precision], optimizer=OPTIMIZER[t.optimizer],
-        zero_stage=t.zero_stage, offload=OFFLOAD[t.offload], gradient_checkpointing=t.gradient_checkpointing,
-        attention=ATTENTION[t.attention], loss=LOSS[t.loss], micro_batch_size=t.micro_batch_size,
-        sequence_length=t.sequence_length, gradient_accumulation_steps=t.gradient_accumulation_steps,
-        objective=OBJECTIVE[t.objective], dpo_reference_model=t.dpo_reference_model,
-        train_vision_tower=t.train_vision_tower, image_tokens=t.image_tokens,
-        freeze_trainable_layers=t.freeze_trainable_layers, double_quant=t.double_quant,
-        dpo=training_pb2.DpoSpec(beta=t.dpo.beta, label_smoothing=t.dpo.label_smoothing,
-                                 sft_weight=t.dpo.sft_weight, precompute_reference=t.dpo.precompute_reference)
-        if t.objective is Objective.DPO else None,
-        lora=training_pb2.LoraSpec(rank=t.lora.rank, alpha=t.lora.alpha, dropout=t.lora.dropout,
-                                   target_modules=list(t.lora.target_modules)))
 
 
 def workload_from_proto(p: training_pb2.WorkloadSpec) -> Workload:
@@ -280,7 +178,7 @@ def hardware_from_proto(p: hardware_pb2.HardwareSpec, catalog: Catalog) -> Hardw
     if p.HasField("gpu_memory_bytes"):
         gpu = replace(gpu, memory_bytes=p.gpu_memory_bytes)
     if p.HasField("interconnect_bandwidth_bytes_per_s") or p.interconnect:
-        gpu = replace(gpu, interconnect=_from_proto(INTERCONNECT, p.interconnect, gpu.interconnect,  # type: ignore
+        gpu = replace(gpu, interconnect=from_proto(INTERCONNECT, p.interconnect, gpu.interconnect,  # type: ignore
                                                      "hardware.interconnect"),
                        interconnect_bandwidth_bytes_per_s=p.interconnect_bandwidth_bytes_per_s
                        if p.HasField("interconnect_bandwidth_bytes_per_s") else gpu.interconnect_bandwidth_bytes_per_s)
@@ -376,7 +274,7 @@ def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Cons
         raise InvalidFieldError("constraints.max_cost_usd", "must be greater than 0")
     if p.HasField("max_duration_s") and p.max_duration_s <= 0:
         raise InvalidFieldError("constraints.max_duration_s", "must be greater than 0")
-    methods = tuple(dict.fromkeys(_from_proto(METHOD, m, None, f"constraints.allowed_methods[{i}]")
+    methods = tuple(dict.fromkeys(from_proto(METHOD, m, None, f"constraints.allowed_methods[{i}]")
                                   for i, m in enumerate(p.allowed_methods)))
     providers = catalog.providers()
     for i, name in enumerate(p.allowed_providers):
@@ -389,7 +287,7 @@ def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Cons
         max_duration_s=p.max_duration_s if p.HasField("max_duration_s") else None,
         allowed_gpus=gpus, allowed_providers=tuple(dict.fromkeys(p.allowed_providers)), max_gpus=p.max_gpus or 8,
         allow_spot=p.allow_spot, allowed_methods=methods,  # type: ignore[arg-type]
-        rank_by=_from_proto(RANK_BY, p.rank_by, RankBy.COST, "constraints.rank_by"))  # type: ignore[arg-type]
+        rank_by=from_proto(RANK_BY, p.rank_by, RankBy.COST, "constraints.rank_by"))  # type: ignore[arg-type]
 
 
 def recommendation_to_proto(r: Recommendation) -> planner_pb2.RecommendResponse:

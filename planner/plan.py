@@ -11,6 +11,7 @@ from tunefleet.v1 import model_pb2, plan_pb2, training_pb2
 from planner import convert
 from planner.estimate import Estimate
 from planner.fit import FitResult
+from spec import training as training_spec
 from spec.deepspeed_config import DEFAULT_LEARNING_RATE, DEFAULT_WARMUP_STEPS, deepspeed_config
 
 DEFAULT_CHECKPOINT_EVERY_STEPS = 200
@@ -23,7 +24,7 @@ def build_plan(model_ref: model_pb2.ModelRef, fit: FitResult, est: Estimate, wor
     ds = deepspeed_config(t, hw.world_size, total_steps=est.total_steps)
     plan_id = plan_id or uuid.uuid4().hex
     return plan_pb2.Plan(
-        plan_id=plan_id, model=model_ref, dataset=dataset, training=convert.training_to_proto(t),
+        plan_id=plan_id, model=model_ref, dataset=dataset, training=training_spec.training_to_proto(t),
         hardware=convert.hardware_to_proto(hw), workload=workload,
         hyperparameters=plan_pb2.Hyperparameters(
             learning_rate=DEFAULT_LEARNING_RATE, warmup_ratio=min(1.0, DEFAULT_WARMUP_STEPS / est.total_steps),

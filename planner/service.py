@@ -16,6 +16,7 @@ from planner.fit import FitResult, fit
 from planner.inference import InferenceSpec, inference_fit
 from planner.plan import build_plan
 from planner.search import half_precision, recommend
+from spec import training as training_spec
 from spec.errors import InvalidFieldError
 from spec.schema import Hardware, ModelSpec, Precision, TrainingSpec
 
@@ -30,7 +31,7 @@ class Planner:
                  hardware: hardware_pb2.HardwareSpec) -> tuple[ModelSpec, TrainingSpec, Hardware]:
         m = convert.model_from_proto(model, self.catalog)
         hw = convert.hardware_from_proto(hardware, self.catalog)
-        t = convert.training_from_proto(training, hw.world_size)
+        t = training_spec.training_from_proto(training, hw.world_size)
         if training.precision == training_pb2.PRECISION_UNSPECIFIED:
             t = replace(t, precision=half_precision(hw.gpu))
         convert.validate_against_model(t, m)
@@ -62,7 +63,7 @@ class Planner:
     def recommend(self, request: planner_pb2.RecommendRequest,
                   should_stop: Callable[[], bool] = lambda: False) -> planner_pb2.RecommendResponse:
         m = convert.model_from_proto(request.model, self.catalog)
-        t = convert.training_from_proto(request.training, 1)
+        t = training_spec.training_from_proto(request.training, 1)
         convert.validate_against_model(t, m)
         workload = convert.workload_from_proto(request.workload)
         constraints = convert.constraints_from_proto(request.constraints, self.catalog)

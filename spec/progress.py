@@ -1,35 +1,31 @@
-"""Progress events: the ProgressSink interface rank 0 writes to, and the JSON-lines sink for local runs.
+"""Progress events and the file that carries them: rank 0 appends each event to the run's progress.jsonl, and
+that file is the run's only output of events. A fleet worker tails it and is the single publisher of the job's
+events to Redis (executor.worker.publisher); `tunefleet train` tails it for the terminal.
 
-Each sink stamps job id, a sequence that grows by one per event and never repeats (it continues
-across restarts of the same job), and the time.
+Each event is stamped with the job id, a sequence that grows by one per event and never repeats (it continues
+across restarts of the same job, and after the events the fleet wrote while the job waited), and the time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from google.protobuf import json_format
 from tunefleet.v1 import progress_pb2
 
+from spec.holder import Holder, OwnDirectory
+
+DEFAULT_PROGRESS_INTERVAL_S = 10.0  # seconds between a run's training events
 TERMINAL_PHASES = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
 
 
 class ProgressSink(Protocol):
-    def emit(self, event: progress_pb2.ProgressEvent,
-             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
-        """Record one event (and, with the final one, the run's Feedback where the sink keeps it); returns the
-        event with job id, sequence and time filled in."""
-        ...
-
-    def confirm_lease(self) -> bool:
-        """Before a write outside the sink (a checkpoint seal): True when this run may write; False when that
-        cannot be confirmed now; LeaseLostError when the job belongs to another run."""
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        """Record one event; returns it with job id, sequence and time filled in."""
         ...
 
     def close(self) -> None: ...
@@ -90,38 +86,6 @@ class ProgressTail:
         return events
 
 
-@dataclass(frozen=True)
-class FleetLink:
-    """A fleet worker's run: where its events go, and the fencing token (fleet.leases) it holds the job by."""
-
-    redis_url: str
-    fence: int = 0
-
-    def arguments(self) -> list[str]:
-        """The command-line flags that carry the link to a child process (read back by from_arguments)."""
-        return ["--redis-url", self.redis_url, "--fence", str(self.fence)]
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        """The flags of `arguments`, hidden: only a fleet worker passes them."""
-        parser.add_argument("--redis-url", help=argparse.SUPPRESS)
-        parser.add_argument("--fence", type=int, default=0, help=argparse.SUPPRESS)
-
-    @classmethod
-    def from_arguments(cls, args: argparse.Namespace) -> FleetLink | None:
-        return cls(args.redis_url, args.fence) if args.redis_url else None
-
-
-def open_sink(path: Path, job_id: str, link: FleetLink | None = None) -> ProgressSink:
-    """The JSON-lines sink; for a fleet run it also publishes to the job's stream, as the holder of the link's
-    fence."""
-    if link is None:
-        return JsonlProgressSink(path, job_id)
-    from fleet.events import RedisProgressSink
-
-    return RedisProgressSink(link.redis_url, path, job_id, link.fence)
-
-
 def _ends_mid_line(path: Path) -> bool:
     with path.open("rb") as f:
         if f.seek(0, os.SEEK_END) == 0:
@@ -131,11 +95,13 @@ def _ends_mid_line(path: Path) -> bool:
 
 
 class JsonlProgressSink:
-    """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted."""
+    """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted. Each
+    write first asks the holder whether this run still holds its job (LeaseLostError: nothing is written)."""
 
-    def __init__(self, path: Path, job_id: str, start_after: int = 0) -> None:
+    def __init__(self, path: Path, job_id: str, start_after: int = 0, holder: Holder | None = None) -> None:
         self.path = path
         self.job_id = job_id
+        self.holder = holder or OwnDirectory()
         path.parent.mkdir(parents=True, exist_ok=True)
         previous = read_events(path)
         self._sequence = max(previous[-1].sequence if previous else 0, start_after)
@@ -143,9 +109,9 @@ class JsonlProgressSink:
         if _ends_mid_line(path):
             self._file.write("\n")  # end a line cut by a killed writer, so the next event starts clean
 
-    def emit(self, event: progress_pb2.ProgressEvent,
-             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
-        return self.write(self.stamp(event))  # the Feedback of a local run is in its summary.json
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        self.holder.confirm()  # False (cannot say now) writes all the same: the worker's publish checks the fence
+        return self.write(self.stamp(event))
 
     def stamp(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         """A copy of the event with this job's id, the next sequence and the time."""
@@ -161,9 +127,6 @@ class JsonlProgressSink:
         self._file.flush()
         os.fsync(self._file.fileno())
         return stamped
-
-    def confirm_lease(self) -> bool:
-        return True  # a run outside the fleet owns its output directory
 
     def close(self) -> None:
         self._file.close()

@@ -20,7 +20,7 @@ from common.bounds import echo
 from common.errors import FieldError
 from common.rpc import MAX_RECEIVE_MESSAGE_BYTES
 from common.strict_json import loads_object
-from planner import convert
+from spec import training as training_spec
 from spec.deepspeed_keys import check_deepspeed_config
 from spec.errors import InvalidFieldError, PlanError
 from spec.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
@@ -201,7 +201,7 @@ def _training(plan: plan_pb2.Plan, world_size: int) -> TrainingSpec:
     if not p.HasField("zero_stage"):
         raise PlanError("training.zero_stage", "is not set; a plan names its DeepSpeed ZeRO stage (0-3)")
     try:
-        t = convert.training_from_proto(p, world_size)
+        t = training_spec.training_from_proto(p, world_size)
     except InvalidFieldError as e:
         raise PlanError(e.field, e.description) from e
     if t.method not in _RUNNABLE_METHODS:

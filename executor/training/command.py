@@ -10,7 +10,7 @@ from pathlib import Path
 from executor.training.rendezvous import Rendezvous
 from spec.errors import ExecutorError
 from spec.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
-from spec.progress import FleetLink, describe, event_to_json
+from spec.progress import describe, event_to_json
 
 # The training stack (torch, DeepSpeed) is imported only when a run starts, so that `tunefleet --help`
 # and the planner commands work on an install without the 'train' extra.
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between training progress events (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
     add_root_arguments(p)
-    FleetLink.add_arguments(p)  # a fleet worker's run: events also go to Redis, under its fencing token
+    p.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # a fleet worker's run: dies with it
     Rendezvous.add_arguments(p)  # one node of a fleet gang's multi-node run
     p.add_argument("--check", action="store_true",
                    help="run every check (plan, host, model modules, dataset) and say what the run would be; "
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
             return 0
         result = train(args.plan, args.output, args.progress_interval_s, on_event=show,
-                       link=FleetLink.from_arguments(args), roots=roots_from_arguments(args),
+                       supervised=args.supervised, roots=roots_from_arguments(args),
                        rendezvous=Rendezvous.from_arguments(args))
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_REFUSED if result.refused else EXIT_FAILED
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m executor.training", description=DESCRIPTION,
+def main(argv: list[str] | None = None, prog: str = "python -m executor.training") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -17,12 +17,19 @@ from pathlib import Path
 from tunefleet.v1 import progress_pb2
 
 from executor.training import corpus, data
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.model import check_host, check_model, detect_host
 from executor.training.rendezvous import Rendezvous
 from spec.errors import LeaseLostError, PlanError, TrainingFailedError
+from spec.holder import holder_from_environment
 from spec.paths import Roots
-from spec.progress import TERMINAL_PHASES, FleetLink, ProgressSink, ProgressTail, log_tail, open_sink
+from spec.progress import (
+    DEFAULT_PROGRESS_INTERVAL_S,
+    TERMINAL_PHASES,
+    JsonlProgressSink,
+    ProgressSink,
+    ProgressTail,
+    log_tail,
+)
 from spec.run_config import RunConfig, parse_plan, run_config_from_plan
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
@@ -111,12 +118,12 @@ def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     return path
 
 
-def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float, link: FleetLink | None,
+def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float,
                   rendezvous: Rendezvous | None) -> list[str]:
     nodes = rendezvous.torchrun_arguments() if rendezvous else ["--standalone", "--nnodes=1"]
     return [sys.executable, "-m", "torch.distributed.run", *nodes, f"--nproc-per-node={cfg.ranks_per_node}",
             "--max-restarts=0", "-m", "executor.training.recipe", str(plan_path), "--output", str(cfg.output_dir),
-            "--progress-interval-s", str(progress_interval_s), *(link.arguments() if link else [])]
+            "--progress-interval-s", str(progress_interval_s)]
 
 
 def _check_nodes(cfg: RunConfig, rendezvous: Rendezvous | None) -> None:
@@ -140,13 +147,13 @@ def _forward_new(tail: ProgressTail, on_event: Callable[[progress_pb2.ProgressEv
 
 def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
           on_event: Callable[[progress_pb2.ProgressEvent], None] = lambda e: None,
-          link: FleetLink | None = None, roots: Roots | None = None,
+          supervised: bool = False, roots: Roots | None = None,
           rendezvous: Rendezvous | None = None) -> RunResult:
     """Check the plan, run it to the end (resuming from its last checkpoint), and return how it ended.
 
-    Raises PlanError / HostError before anything runs when the plan cannot run here. With a FleetLink (a fleet
-    worker's run) every event is also published to the job's Redis stream under the worker's fencing token, and
-    the whole process group is killed if the worker dies (no rank outlives it). A run that stopped at a STOP
+    Raises PlanError / HostError before anything runs when the plan cannot run here. A supervised run (a fleet
+    worker's) kills its whole process group if the worker dies (no rank outlives it); its rank 0 asks the worker
+    before each write whether the run still holds the job (spec.holder). A run that stopped at a STOP
     file (checkpoint written) or on INTERRUPT_SIGNAL ends without a terminal event. One node of a multi-node run
     (a Rendezvous) records no end either: the gang leader decides it, knowing whether a node was lost.
     """
@@ -170,7 +177,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     parent = os.getppid()
 
     with log_path.open("a") as log:
-        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, link, rendezvous), stdout=log,
+        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, rendezvous), stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
 
         def _stop(signum: int, _frame: object) -> None:
@@ -186,7 +193,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
                     break
                 except subprocess.TimeoutExpired:
                     last = _forward_new(tail, on_event, last)
-                    if link and os.getppid() != parent:  # the worker died: its session's ranks must not go on
+                    if supervised and os.getppid() != parent:  # the worker died: its session's ranks must not go on
                         os.killpg(os.getpgrp(), signal.SIGKILL)
         finally:
             for s, handler in previous.items():
@@ -195,7 +202,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
     stopped_to_yield = exit_code == 0 and cfg.stop_path.is_file()  # ranks checkpointed and stopped (drain, preempt)
     if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield and rendezvous is None:
-        sink = open_sink(cfg.progress_path, cfg.plan_id, link)
+        sink = JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder_from_environment())
         try:
             last = _record_end(sink, stop, exit_code, last, cfg)
         except LeaseLostError:

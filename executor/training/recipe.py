@@ -27,14 +27,14 @@ from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
 from executor.training import checkpoint, corpus, data, dpo
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
 from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLoss
 from spec.errors import DoesNotFitError, ExecutorError, LeaseLostError, PlanError
+from spec.holder import Holder, holder_from_environment
 from spec.paths import Roots
-from spec.progress import FleetLink, ProgressSink, open_sink
+from spec.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
 from spec.run_config import RunConfig
 from spec.schema import Objective
 
@@ -46,12 +46,8 @@ RANK_EXIT_ORPHANED = 1
 class _NullSink:
     """Ranks other than 0 report nothing."""
 
-    def emit(self, event: progress_pb2.ProgressEvent,
-             feedback: progress_pb2.Feedback | None = None) -> progress_pb2.ProgressEvent:
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         return event
-
-    def confirm_lease(self) -> bool:
-        return True
 
     def close(self) -> None:
         return None
@@ -93,15 +89,15 @@ class _Window:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, host: Host, rank: int, world_size: int, sink: ProgressSink,
-                 progress_interval_s: float, fence: int = 0) -> None:
+                 progress_interval_s: float, holder: Holder) -> None:
         self.cfg, self.host, self.rank, self.world_size, self.sink = cfg, host, rank, world_size, sink
         self.progress_interval_s = progress_interval_s
-        self.fence = fence
+        self.holder = holder
         self.frozen_excluded = cfg.training.method.uses_adapters
 
-    def emit(self, phase: int, feedback: progress_pb2.Feedback | None = None, **fields: Any) -> None:
+    def emit(self, phase: int, **fields: Any) -> None:
         if self.rank == 0:
-            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields), feedback)
+            self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields))
 
     def run(self) -> None:
         setup = self.setup()
@@ -274,9 +270,9 @@ class Trainer:
                   peak_host_memory_bytes=peak.host_bytes, eta_s=eta_s, metrics=w.metrics())
 
     def _checkpoint(self, engine: Any, step: int, next_g: int) -> None:
-        state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size, self.fence)
+        state = checkpoint.TrainerState(self.cfg.plan_id, step, next_g, self.world_size, self.holder.fence)
         path = checkpoint.save(engine, self.cfg.checkpoint_dir, state, self.rank, self.cfg.keep_checkpoints,
-                               self.frozen_excluded, may_seal=self.sink.confirm_lease)
+                               self.frozen_excluded, may_seal=self.holder.confirm)
         if path is None:
             self.emit(progress_pb2.PHASE_TRAINING, step=step,
                       message=f"checkpoint at step {step} not sealed: the fleet could not confirm this run still "
@@ -297,7 +293,8 @@ class Trainer:
             dist.barrier()
 
     def _summary(self, total: int, last_step: int, steps_run: int, loop_s: float) -> None:
-        """summary.json: measured against predicted (the Feedback message the fleet stores per job)."""
+        """summary.json: measured against predicted (the Feedback message the fleet stores with the job's DONE,
+        which the worker reads from here), written before the DONE event."""
         if self.rank != 0:
             return
         peak, t, predicted = peak_memory(), self.cfg.training, self.cfg.predicted
@@ -314,7 +311,7 @@ class Trainer:
                    "final_dir": str(self.cfg.final_dir), "peak_host_memory_bytes": peak.host_bytes,
                    "feedback": json_format.MessageToDict(feedback, preserving_proto_field_name=True)}
         self.cfg.summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True))
-        self.emit(progress_pb2.PHASE_DONE, feedback, step=last_step, total_steps=total,
+        self.emit(progress_pb2.PHASE_DONE, step=last_step, total_steps=total,
                   peak_gpu_memory_bytes=peak.gpu_reserved_bytes, peak_host_memory_bytes=peak.host_bytes,
                   message=f"saved {self.cfg.final_dir}")
 
@@ -324,7 +321,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("plan", type=Path)
     p.add_argument("--output", required=True)
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S)
-    FleetLink.add_arguments(p)  # also publish rank 0's events to the job's Redis stream, under the worker's fence
     return p.parse_args(argv)
 
 
@@ -347,15 +343,15 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cfg = read_run_config(args.plan, args.output)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
-    link = FleetLink.from_arguments(args)
-    sink: ProgressSink = open_sink(cfg.progress_path, cfg.plan_id, link) if rank == 0 else _NullSink()
+    holder = holder_from_environment()
+    sink: ProgressSink = JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder) if rank == 0 else _NullSink()
     try:
         host = detect_host()
         check_host(cfg, host)
         if host.has_gpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         deepspeed.init_distributed(dist_backend="nccl" if host.has_gpu else "gloo")
-        Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s, args.fence).run()
+        Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s, holder).run()
     except LeaseLostError as e:
         print(f"tunefleet: {e}", file=sys.stderr)  # another host runs the job: record nothing
         return RANK_EXIT_REFUSED

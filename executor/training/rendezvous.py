@@ -11,8 +11,6 @@ import argparse
 import ipaddress
 from dataclasses import dataclass
 
-import psutil
-
 
 @dataclass(frozen=True)
 class Rendezvous:
@@ -59,6 +57,8 @@ class Rendezvous:
 
 def interface_of(address: str) -> str:
     """The network interface that holds `address` ("" when none does)."""
+    import psutil  # only a multi-node run needs it, and only a fleet worker (the 'queue' extra) starts one
+
     wanted = ipaddress.ip_address(address)
     for name, addresses in psutil.net_if_addrs().items():
         for a in addresses:

@@ -22,7 +22,7 @@ from spec.errors import PlanError
 from spec.paths import Roots
 
 log = structlog.get_logger("executor.worker.gang_member")
-Launch = Callable[[Path, Path, int, Rendezvous], "subprocess.Popen[bytes]"]
+Launch = Callable[[Path, Path, Rendezvous], "subprocess.Popen[bytes]"]
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Member:
     address: str  # where the other nodes reach this host
     roots: Roots
     stopping: threading.Event  # this worker is shutting down
-    launch: Launch  # the worker's launcher start: plan, output, fence, rendezvous
+    launch: Launch  # the worker's launcher start: plan, output, rendezvous
 
     def run(self, out: Path) -> int | None:
         """This node's exit status, reported to the leader (None when the gang ended before it started)."""
@@ -44,7 +44,7 @@ class Member:
         started = self._await_start()
         if started is None:
             return None
-        proc = self.launch(out / "plan.json", out, self.gang.fence,
+        proc = self.launch(out / "plan.json", out,
                            Rendezvous(started.nodes, self.node_rank, started.endpoint, started.run_id, self.address))
         renewed_at, interrupted_at, drain_asked = time.monotonic(), 0.0, False
         try:

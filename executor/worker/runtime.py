@@ -15,7 +15,6 @@ into the job. Each worker also sweeps the fleet (fleet.recovery) with its heartb
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -35,8 +34,10 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 from common.net import free_port
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.rendezvous import Rendezvous
+from executor.worker import holder
 from executor.worker.gang_lead import GangLead
 from executor.worker.gang_member import Member
+from executor.worker.publisher import Publisher
 from executor.worker.supervision import (
     LOG_TAIL_LINES,
     STOP_GRACE_S,
@@ -46,16 +47,16 @@ from executor.worker.supervision import (
     while_running,
 )
 from fleet import queues
-from fleet.connection import connect
-from fleet.events import EventLog, RedisProgressSink
+from fleet.connection import HOLDER_RETRY, connect
+from fleet.events import EventLog
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
 from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
-from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S, Leases, self_fence_after_s
+from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S, FenceGuard, Leases, self_fence_after_s
 from fleet.recovery import Sweeper, release_held, requeue_held
 from spec.errors import LeaseLostError, PlanError
 from spec.paths import Roots
-from spec.progress import TERMINAL_PHASES, ProgressTail, log_tail, new_event
+from spec.progress import TERMINAL_PHASES, log_tail
 from spec.run_config import launcher_log_path, stop_path
 
 log = structlog.get_logger("executor.worker.runtime")
@@ -70,11 +71,12 @@ DEFAULT_WORK_DIR = Path("runs")
 
 @dataclass
 class _Held:
-    """The job this worker runs now, and its lease."""
+    """The job this worker runs now, its lease, and (once its output directory is known) its event publisher."""
 
     job_id: str
     fence: int
     renewed_at: float  # monotonic time of the last successful renewal
+    publisher: Publisher | None = None
 
 
 @dataclass
@@ -95,6 +97,7 @@ class WorkerRuntime:
 
     def __post_init__(self) -> None:
         self.redis = connect(self.redis_url)
+        self.holder_redis = connect(self.redis_url, HOLDER_RETRY)
         self.store = JobStore(self.redis)
         self.events = EventLog(self.redis)
         self.registry = HostRegistry(self.redis)
@@ -149,12 +152,14 @@ class WorkerRuntime:
             self._fail_quietly(held, f"refused on host {self.host_id}: {e}")
             return {"job_id": job_id, "phase": progress_pb2.Phase.Name(progress_pb2.PHASE_FAILED), "step": 0}
         (out / "logs").mkdir(parents=True, exist_ok=True)
+        held.publisher = Publisher(self.events, out / "progress.jsonl", out / "summary.json", job_id, held.fence)
+        held.publisher.adopt()
         plan_path = out / "plan.json"
         plan_path.write_text(json_format.MessageToJson(plan))
         self.store.update(job_id, output_dir=str(out), log_path=str(out / "logs" / "train.log"))
         try:
-            self._emit(out, held, progress_pb2.ProgressEvent(
-                job_id=job_id, phase=progress_pb2.PHASE_LOADING,
+            held.publisher.emit(progress_pb2.ProgressEvent(
+                phase=progress_pb2.PHASE_LOADING,
                 message=f"host {self.host_id} ({self.gpus.gpu_class}, {self.gpus.gpu_count} GPU(s)) took the job; "
                         f"output {out}"))
             wanted = plan.hardware.gpus_per_node or 1
@@ -173,32 +178,49 @@ class WorkerRuntime:
             structlog.contextvars.unbind_contextvars("job_id", "fence")
         return {"job_id": job_id, "phase": progress_pb2.Phase.Name(last.phase), "step": last.step}
 
-    def _launch(self, plan_path: Path, out: Path, fence: int,
-                rendezvous: Rendezvous | None = None) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out),
-                   "--redis-url", self.redis_url, "--fence", str(fence),
+    def _launch(self, plan_path: Path, out: Path, rendezvous: Rendezvous | None = None,
+                environment: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out), "--supervised",
                    "--progress-interval-s", str(self.progress_interval_s),
                    *[f"--data-root={p}" for p in self.roots.data], *[f"--output-root={p}" for p in self.roots.output],
                    *(rendezvous.arguments() if rendezvous else [])]
         (out / "logs").mkdir(parents=True, exist_ok=True)
         with launcher_log_path(out, rendezvous.node_rank if rendezvous else 0).open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1", **(environment or {})))
 
     def _supervise(self, held: _Held, plan_path: Path, out: Path, timeout_s: int,
                    lead: GangLead | None = None) -> Outcome:
         """Run the launcher to its end, renewing the lease; stop it for Cancel, the job's timeout, a drain or a
         preemption (those two checkpoint first), and at once when the lease is lost. As a gang's leader (node 0)
         also stop at once when a member is lost or fails, and tell the members when the run stops."""
-        tail = ProgressTail(out / "progress.jsonl")
-        tail.read_new()
-        stop_file = stop_path(out)
-        stop_file.unlink(missing_ok=True)
-        proc = self._launch(plan_path, out, held.fence, lead.rendezvous if lead else None)
+        stop_path(out).unlink(missing_ok=True)
+        with holder.serving(FenceGuard(self.holder_redis, held.job_id, held.fence)) as environment:
+            reason, exit_code = self._run_tree(held, plan_path, out, timeout_s, lead, environment)
+        if reason is not None and reason.lease_lost:
+            return reason
+        self._publisher(held).flush(BACKFILL_AFTER_END_S)
+        last = self._last_event(held.job_id)
+        if last.phase in TERMINAL_PHASES:  # it ended on its own, even if a stop came too late to matter
+            return Outcome(last.phase, last.message)
+        if reason is not None:
+            return reason
+        if lead:
+            return lead.settle(lambda: self._keep_lease(held))
+        log_path = launcher_log_path(out, 0)
+        return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
+                                                  f"ended; its last lines ({log_path}):\n"
+                                                  f"{log_tail(log_path, LOG_TAIL_LINES)}")
+
+    def _run_tree(self, held: _Held, plan_path: Path, out: Path, timeout_s: int, lead: GangLead | None,
+                  environment: dict[str, str]) -> tuple[Outcome | None, int]:
+        """Start the launcher and supervise it to its end, publishing its events: why it was stopped (None when
+        it ended on its own), and its exit status."""
+        publisher, stop_file = self._publisher(held), stop_path(out)
+        proc = self._launch(plan_path, out, lead.rendezvous if lead else None, environment)
         deadline = time.monotonic() + timeout_s
         reason: Outcome | None = None
         interrupt_at = hard_stop_at = 0.0
-        backlog: list[progress_pb2.ProgressEvent] = []
         try:
             for now in while_running(proc):
                 lost = self._keep_lease(held)
@@ -211,7 +233,7 @@ class WorkerRuntime:
                     kill_group(proc.pid)  # the collectives are broken: nothing left to checkpoint
                     reason = broken
                     break
-                backlog = self._backfill(backlog + tail.read_new(), held)  # what rank 0 could not publish
+                publisher.pump()
                 if reason is None:
                     reason = self._stop_reason(held.job_id, deadline, timeout_s, out) or (
                         lead.drain_request() if lead else None)
@@ -236,22 +258,7 @@ class WorkerRuntime:
             if lead:
                 lead.gang.set_state(STOPPING)  # members still running stop theirs
             stop_file.unlink(missing_ok=True)
-        if reason is not None and reason.lease_lost:
-            return reason
-        backfill_until = time.monotonic() + BACKFILL_AFTER_END_S
-        backlog = self._backfill(backlog + tail.read_new(), held)
-        while backlog and time.monotonic() < backfill_until:  # each try waits out the client's own retries
-            backlog = self._backfill(backlog, held)
-        last = self._last_event(held.job_id)
-        if last.phase in TERMINAL_PHASES:  # it ended on its own, even if a stop came too late to matter
-            return Outcome(last.phase, last.message)
-        if reason is not None:
-            return reason
-        if lead:
-            return lead.settle(lambda: self._keep_lease(held))
-        return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {proc.returncode} before the run "
-                                                  f"ended; its last lines ({launcher_log_path(out, 0)}):\n"
-                                                  f"{log_tail(launcher_log_path(out, 0), LOG_TAIL_LINES)}")
+        return reason, proc.returncode
 
     # --- a multi-node job: this host leads its gang (node 0) ---
 
@@ -272,8 +279,8 @@ class WorkerRuntime:
         tickets = {k: ticket_id(held.job_id, held.fence, k) for k in range(1, nodes)}
         for k, ticket in tickets.items():
             self.job_queues.enqueue_member(ticket, held.job_id, held.fence, k, queue, timeout_s)
-        self._emit(out, held, progress_pb2.ProgressEvent(
-            job_id=held.job_id, phase=progress_pb2.PHASE_LOADING,
+        self._publisher(held).emit(progress_pb2.ProgressEvent(
+            phase=progress_pb2.PHASE_LOADING,
             message=f"forming a gang of {nodes} {gpu_class} hosts: waiting up to {self.gang_timeout_s:g} s for "
                     f"{nodes - 1} more to join"))
         try:
@@ -287,8 +294,8 @@ class WorkerRuntime:
                                f"the plan needs {plan.hardware.gpus_per_node} GPUs per node and {', '.join(short)}; "
                                "re-plan with hardware.gpus_per_node at most the smallest host's count")
             gang.set_state(RUNNING)
-            self._emit(out, held, progress_pb2.ProgressEvent(
-                job_id=held.job_id, phase=progress_pb2.PHASE_LOADING,
+            self._publisher(held).emit(progress_pb2.ProgressEvent(
+                phase=progress_pb2.PHASE_LOADING,
                 message=f"gang formed: {', '.join(f'node {k} {h}' for k, h in sorted(formed.members.items()))}; "
                         f"rendezvous at {endpoint}"))
             lead = GangLead(gang, formed, Rendezvous(nodes, 0, endpoint, formed.run_id, self.address), out)
@@ -401,33 +408,26 @@ class WorkerRuntime:
             last = self._last_event(held.job_id)
             if last.phase in TERMINAL_PHASES:
                 return
-            self.events.publish(new_event(held.job_id, last.sequence + 1, progress_pb2.PHASE_FAILED, step=last.step,
-                                          total_steps=last.total_steps, message=message), fence=held.fence)
+            failed = progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
+                                                total_steps=last.total_steps, message=message)
+            if held.publisher is not None:
+                held.publisher.emit(failed)
+            else:  # refused before the job had an output directory: the stream is its only record
+                failed.job_id, failed.sequence = held.job_id, last.sequence + 1
+                failed.time.GetCurrentTime()
+                self.events.publish(failed, fence=held.fence)
             self.store.update(held.job_id, error=message)
             self.leases.release(held.job_id, self.host_id, held.fence)
         except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("job.fail_record_failed", error=str(e))
 
-    def _backfill(self, events: list[progress_pb2.ProgressEvent], held: _Held) -> list[progress_pb2.ProgressEvent]:
-        """Publish the run's events in order (each is refused if already there); the ones still waiting when
-        Redis cannot be reached."""
-        try:
-            return events[self.events.publish_in_order([(e, None) for e in events], held.fence):]
-        except (KeyError, LeaseLostError) as e:
-            log.warning("events.backfill_refused", error=str(e))
-            return []
-
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
 
-    def _emit(self, out: Path, held: _Held, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
-        """One event of the worker's own into progress.jsonl and the stream, numbered after everything before it
-        (the sink is opened afresh: the launcher and its ranks write between the worker's events)."""
-        sink = RedisProgressSink(self.redis_url, out / "progress.jsonl", event.job_id, held.fence)
-        try:
-            return sink.emit(event)
-        finally:
-            sink.close()
+    @staticmethod
+    def _publisher(held: _Held) -> Publisher:
+        assert held.publisher is not None, "the publisher starts with the job's output directory"
+        return held.publisher
 
     def _finish(self, held: _Held, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
         job_id = held.job_id
@@ -437,29 +437,25 @@ class WorkerRuntime:
             return progress_pb2.ProgressEvent(job_id=job_id, phase=outcome.phase, step=last.step,
                                               message=outcome.message)
         if outcome.retry_later:
-            if not release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
+            if release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
+                self._publisher(held).adopt()  # the fleet's event of the hand-back, into the file too
+            else:
                 log.warning("job.retry_refused", reason="the job moved on before this worker gave it back")
             log.info("job.retry_later", reason=outcome.message, infra_failure=outcome.infra_failure)
             return self._last_event(job_id)
         if outcome.requeue:
             checkpoint_note = f"; last event at step {last.step}"
-            if not requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
+            if requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
+                self._publisher(held).adopt()
+            else:
                 log.warning("job.requeue_refused", reason="the job moved on before this worker gave it back")
             log.info("job.requeued", step=last.step)
             return self._last_event(job_id)
         if last.phase != outcome.phase or last.phase not in TERMINAL_PHASES:
-            last = self._emit(out, held, progress_pb2.ProgressEvent(
-                job_id=job_id, phase=outcome.phase, step=last.step,
-                total_steps=last.total_steps, message=outcome.message))
-        fields: dict[str, str | int | bytes] = {}
+            last = self._publisher(held).emit(progress_pb2.ProgressEvent(
+                phase=outcome.phase, step=last.step, total_steps=last.total_steps, message=outcome.message))
         if outcome.phase == progress_pb2.PHASE_FAILED:
-            fields["error"] = outcome.message
-        summary = out / "summary.json"
-        if outcome.phase == progress_pb2.PHASE_DONE and summary.is_file():  # a run whose DONE was backfilled
-            feedback = json_format.ParseDict(json.loads(summary.read_text())["feedback"], progress_pb2.Feedback())
-            fields["feedback"] = feedback.SerializeToString()
-        if fields:
-            self.store.update(job_id, **fields)
+            self.store.update(job_id, error=outcome.message)
         self.leases.release(job_id, self.host_id, held.fence)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last

@@ -86,9 +86,9 @@ def test_submit_watch_to_done_every_event_once_in_order(executor_service, start_
         assert job.feedback.measured_step_time_s > 0 and job.feedback.measured_tokens_per_s > 0
         out = worker.work_dir / "fleet-done"
         assert job.output_uri == str(out) and (out / "final" / "adapter_model.safetensors").is_file()
-        # the run's local record holds the same events as the stream, all but the service's QUEUED
+        # the run's local record holds the same events as the stream, the service's QUEUED included
         local = [int(json.loads(line)["sequence"]) for line in (out / "progress.jsonl").read_text().splitlines()]
-        assert local == [e.sequence for e in events[1:]]
+        assert local == [e.sequence for e in events]
         assert client.submit(plan).job.phase == progress_pb2.PHASE_DONE  # still one job
 
     cli = subprocess.run([sys.executable, "-m", "clients.cli", "jobs", "--feedback", "--json", "--executor",

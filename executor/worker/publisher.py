@@ -1,0 +1,104 @@
+"""The single publisher of a running job's events: the worker that holds the job.
+
+Rank 0 writes the run's events to progress.jsonl and nothing else; the worker writes its own events (host took
+the job, gang formed, how the run ended) to the same file, numbered after everything before them, and tails the
+file into the job's Redis stream in order, under its fencing token (a stale one is refused by Redis). What Redis
+does not take (an outage) waits in a bounded backlog and is published when Redis is back; nothing is lost, and
+the stream's sequence ids make a second try harmless.
+
+The file and the stream agree: when a worker takes a job, the events the fleet wrote while the job waited
+(queued, a lost host, a retry) are appended to the file first, so the run numbers its events after them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import redis
+import structlog
+from google.protobuf import json_format
+from tunefleet.v1 import progress_pb2
+
+from fleet.events import EventLog
+from spec.errors import LeaseLostError
+from spec.progress import JsonlProgressSink, ProgressTail, read_events
+
+log = structlog.get_logger("executor.worker.publisher")
+ADOPT_PAGE = 500  # stream events read per page when a worker adopts them into the file
+
+
+class Publisher:
+    def __init__(self, events: EventLog, progress_path: Path, summary_path: Path, job_id: str, fence: int) -> None:
+        self.events = events
+        self.path, self.summary_path = progress_path, summary_path
+        self.job_id, self.fence = job_id, fence
+        self._tail = ProgressTail(progress_path)
+        self._backlog: list[progress_pb2.ProgressEvent] = []
+        self.lease_lost = False
+
+    def adopt(self) -> None:
+        """Append to the file the stream's events it does not have yet (written by the fleet while the job
+        waited), then follow the file from its end: what is before was published by an earlier holder, or
+        can no longer be (the stream refuses an event older than its newest)."""
+        previous = read_events(self.path)
+        after = previous[-1].sequence if previous else 0
+        sink = JsonlProgressSink(self.path, self.job_id, start_after=after)
+        try:
+            while page := self.events.read_after(self.job_id, after, ADOPT_PAGE):
+                for event in page:
+                    sink.write(event)
+                after = page[-1].sequence
+        finally:
+            sink.close()
+        self._tail.read_new()
+
+    def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
+        """One event of the worker's own: into the file, numbered after everything before it (the stream's
+        events included), then published with whatever else is new in the file."""
+        try:
+            floor = self.events.last_sequence(self.job_id)
+        except redis.RedisError:
+            floor = 0
+        sink = JsonlProgressSink(self.path, self.job_id, start_after=floor)
+        try:
+            stamped = sink.emit(event)
+        finally:
+            sink.close()
+        self.pump()
+        return stamped
+
+    def pump(self) -> bool:
+        """Publish the file's new events in order; False while some still wait for Redis. After LeaseLostError
+        (the job moved to another holder) nothing more is published."""
+        self._backlog += self._tail.read_new()
+        if self.lease_lost or not self._backlog:
+            self._backlog.clear()
+            return True
+        try:
+            published = self.events.publish_in_order([(e, self._feedback(e)) for e in self._backlog], self.fence)
+        except (KeyError, LeaseLostError) as e:
+            log.warning("events.publish_refused", error=str(e))
+            self.lease_lost = isinstance(e, LeaseLostError)
+            published = len(self._backlog)
+        del self._backlog[:published]
+        return not self._backlog
+
+    def flush(self, within_s: float) -> None:
+        """After the run: keep publishing what Redis missed for up to within_s (each try waits out the client's
+        own retries); what is still missing then stays in progress.jsonl."""
+        give_up_at = time.monotonic() + within_s
+        while not self.pump() and time.monotonic() < give_up_at:
+            continue
+
+    def feedback(self) -> progress_pb2.Feedback | None:
+        """The run's measured-against-predicted record, from the summary.json it wrote before its DONE."""
+        try:
+            recorded = json.loads(self.summary_path.read_text())["feedback"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return json_format.ParseDict(recorded, progress_pb2.Feedback(), ignore_unknown_fields=True)
+
+    def _feedback(self, event: progress_pb2.ProgressEvent) -> progress_pb2.Feedback | None:
+        return self.feedback() if event.phase == progress_pb2.PHASE_DONE else None

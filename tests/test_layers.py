@@ -1,0 +1,134 @@
+"""The layering the design names, checked on the code's own imports (module level and inside functions alike):
+no import cycle between modules, imports only down the layers, fleet state owned by fleet/, small modules."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("common", "spec", "planner", "fleet", "executor", "clients")
+MAX_MODULE_LINES = 450
+# What each layer may not import (a prefix names a package and everything under it).
+FORBIDDEN = {
+    "spec": ("planner", "fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
+    "planner": ("fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
+    "fleet": ("executor", "clients", "devtools", "torch"),
+    "executor.service": ("executor.worker", "executor.training", "clients", "devtools", "torch"),
+    "executor.worker": ("executor.service", "clients", "devtools", "torch"),
+    "executor.training": ("fleet", "executor.service", "executor.worker", "clients", "devtools", "redis", "rq"),
+    "clients": ("fleet", "devtools", "torch", "redis", "rq"),
+    "common": ("spec", "planner", "fleet", "executor", "clients", "devtools"),
+}
+# The CLI is every command's entry point: it alone may start the executor's commands (inside the subcommand).
+ENTRY_POINT_IMPORTS = {"clients.cli": ("executor",)}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {_module_name(p): p for package in PRODUCT for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _imports(path: Path, module: str) -> Iterator[tuple[str, bool]]:
+    """(imported name, whether at module level) for every import statement of the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(node) for node in tree.body}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, id(node) in top
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                yield f"{base}.{alias.name}", id(node) in top
+                yield base, id(node) in top
+
+
+def _graph() -> dict[str, set[str]]:
+    sources = _sources()
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for module, path in sources.items():
+        for name, _ in _imports(path, module):
+            if name in sources and name != module:
+                graph[module].add(name)
+    return graph
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def test_no_import_cycle_between_modules_even_through_function_level_imports() -> None:
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_imports_only_go_down_the_layers(layer: str) -> None:
+    wrong = []
+    for module, path in _sources().items():
+        if not _under(module, layer):
+            continue
+        allowed = ENTRY_POINT_IMPORTS.get(module, ())
+        for name, at_top in _imports(path, module):
+            for forbidden in FORBIDDEN[layer]:
+                if _under(name, forbidden) and not (not at_top and any(_under(name, a) for a in allowed)):
+                    wrong.append(f"{module} imports {name}")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_only_the_fleet_package_names_a_redis_key_or_rq_internals() -> None:
+    markers = ("tunefleet:v1" + ":", "rq" + ":")
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] in ("fleet", ".venv", ".venv-deploy", "node_modules", "protos"):
+            continue
+        text = path.read_text(errors="replace")
+        found += [f"{relative}: {m}" for m in markers if m in text]
+    assert not found, "\n".join(found)
+
+
+def test_modules_are_small() -> None:
+    big = {m: n for m, p in _sources().items() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}; split them by what they do"
