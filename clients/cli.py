@@ -7,17 +7,24 @@ PlannerService over gRPC. Results print as tables, or as JSON with --json.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from google.protobuf import json_format
-from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
+from tunefleet.v1 import hardware_pb2, plan_pb2, planner_pb2, training_pb2
 
 from clients import connection, fleet_cli, health, render
+from clients.arguments import (
+    BadInputError,
+    count,
+    fraction,
+    margin,
+    model_ref,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
 from spec.enums import spellings
@@ -51,100 +58,10 @@ LOSSES = spellings(training_pb2.Loss, "LOSS_")
 DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
 OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
 RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
-_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
-
-
-class BadInputError(Exception):
-    """A flag the user must change; the message names it. Exit status EXIT_BAD_INPUT."""
-
-
-def count(text: str) -> int:
-    """'10M' -> 10_000_000; '1.5B' -> 1_500_000_000; '2e7' -> 20_000_000."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a count; write e.g. 500000, 10M or 1.5B")
-    value = float(m.group(1)) * _SUFFIX[m.group(2)]
-    if not math.isfinite(value) or value >= 2 ** 63:
-        raise argparse.ArgumentTypeError(f"'{text}' is too large to be a count")
-    return int(value)
-
-
-def _number(cast: type[int] | type[float], kind: str, zero_allowed: bool = False) -> Callable[[str], float]:
-    """A finite number above 0 (or from 0, with zero_allowed)."""
-    bound = "a finite number of 0 or more" if zero_allowed else "1 or more" if cast is int else "greater than 0"
-
-    def parse(text: str) -> float:
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
-        if value < 0 or (value == 0 and not zero_allowed):
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-    return parse
-
-
-positive_int = _number(int, "a whole number")
-positive_float = _number(float, "a number")
-non_negative_float = _number(float, "a number", zero_allowed=True)
-
-
-def fraction(text: str) -> float:
-    """A number in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be at least 0 and less than 1, got {text}")
-    return value
-
-
-def margin(text: str) -> float:
-    """'10%' or 0.1: headroom demanded beyond the predicted total, as a fraction of it (0 to 1)."""
-    number = text.strip().removesuffix("%")
-    try:
-        value = float(number) / (100 if text.strip().endswith("%") else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a margin; write e.g. 10% or 0.1") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0% and 100%, got {text}")
-    return value
-
-
 def _add_margin_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=margin, default=0.0,
                    help="headroom to demand beyond the predicted total, e.g. 10%%: fits only with that much to spare "
                         "(the output also gives the likely range and says 'tight' when the GPU is inside it)")
-
-
-_MODEL_FORMS = ("give the model's folder (with its config.json), the config.json itself, or a catalog name "
-                "('tunefleet models')")
-
-
-def _looks_local(text: str) -> bool:
-    """A path a user typed (./tiny, ../m, /models/x, ~/m, C:\\m), as opposed to a hub id such as org/name."""
-    return text.startswith((".", "/", "~", "\\")) or (len(text) > 1 and text[1] == ":") or text.endswith(".json")
-
-
-def model_ref(text: str) -> model_pb2.ModelRef:
-    """A catalog name, or a config.json (or a folder holding one), carried with the folder's absolute path so a saved
-    plan still finds the weights from another working directory."""
-    path = Path(text).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-        if not path.is_file():
-            raise BadInputError(f"--model: folder {text} has no config.json; {_MODEL_FORMS}")
-    if path.is_file():
-        try:
-            return model_pb2.ModelRef(config_json=path.read_text(), weights=str(path.parent.resolve()))
-        except OSError as exc:
-            raise BadInputError(f"--model: cannot read {path}: {exc.strerror}") from None
-    if _looks_local(text):
-        raise BadInputError(f"--model: {text} does not exist (looked in {Path.cwd()}); {_MODEL_FORMS}")
-    return model_pb2.ModelRef(catalog_name=text)
 
 
 def _add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
 from planner.confidence import Band, band
-from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, parameter_split, per_gpu_memory
+from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, per_gpu_memory
+from planner.parameters import parameter_split
 from spec.errors import InvalidFieldError
 from spec.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 

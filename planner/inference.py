@@ -9,7 +9,8 @@ from planner import constants as k
 from planner.catalog import Catalog
 from planner.confidence import band
 from planner.fit import FitResult, check_margin, gib
-from planner.memory import MemoryBreakdown, host_memory, parameter_split, weight_storage_bytes
+from planner.memory import MemoryBreakdown, host_memory
+from planner.parameters import parameter_split, weight_storage_bytes
 from spec.errors import InvalidFieldError
 from spec.limits import MAX_TOKENS_PER_MICRO_BATCH
 from spec.schema import Hardware, Method, ModelSpec, TrainingSpec

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from planner import constants as k
 from planner.architecture import parameter_counts
-from planner.memory import parameter_split
+from planner.parameters import parameter_split
 from spec.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 
 

@@ -48,7 +48,8 @@ def _imports(path: Path, module: str) -> Iterator[tuple[str, bool]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
             for alias in node.names:
                 yield f"{base}.{alias.name}", id(node) in top
                 yield base, id(node) in top

@@ -33,7 +33,7 @@ VISION_MODULES = r".*\bvisual\..*"
 
 def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> LoraConfig:
     """LoraConfig for the plan; a target module the model lacks is a PlanError naming the ones it has. A frozen
-    vision tower gets no adapters, as the planner counts it (planner.memory.parameter_split)."""
+    vision tower gets no adapters, as the planner counts it (planner.parameters.parameter_split)."""
     available = linear_module_names(model)
     if spec.target_modules == (ALL_LINEAR,) and _has_experts(model):
         # PEFT reads all-linear on a mixture of experts as its attention linears and its 3-D expert tensors too

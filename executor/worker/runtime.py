@@ -35,6 +35,7 @@ from common.net import free_port
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.rendezvous import Rendezvous
 from executor.worker import holder
+from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead
 from executor.worker.gang_member import Member
 from executor.worker.publisher import Publisher
@@ -52,7 +53,7 @@ from fleet.events import EventLog
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
 from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
-from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S, FenceGuard, Leases, self_fence_after_s
+from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
 from fleet.recovery import Sweeper, release_held, requeue_held
 from spec.errors import LeaseLostError, PlanError
 from spec.paths import Roots
@@ -67,16 +68,6 @@ DEFAULT_DRAIN_GRACE_S = 300.0
 # still missing after that stays in progress.jsonl.
 BACKFILL_AFTER_END_S = 120.0
 DEFAULT_WORK_DIR = Path("runs")
-
-
-@dataclass
-class _Held:
-    """The job this worker runs now, its lease, and (once its output directory is known) its event publisher."""
-
-    job_id: str
-    fence: int
-    renewed_at: float  # monotonic time of the last successful renewal
-    publisher: Publisher | None = None
 
 
 @dataclass
@@ -102,6 +93,7 @@ class WorkerRuntime:
         self.events = EventLog(self.redis)
         self.registry = HostRegistry(self.redis)
         self.leases = Leases(self.redis, self.lease_ttl_s)
+        self.control = JobControl(self.store, self.leases, self.host_id, self.lease_ttl_s, self.stopping)
         self.sweeper = Sweeper(self.redis)
         self.queues = queues.class_queue_names(self.gpus.gpu_class)
         self.job_queues = queues.JobQueues(self.redis)
@@ -123,7 +115,7 @@ class WorkerRuntime:
             reason = claimed if claimed == "missing" else progress_pb2.Phase.Name(int(claimed))
             log.info("job.skipped", job_id=job_id, reason=reason)
             return {"job_id": job_id, "skipped": reason}
-        held = _Held(job_id, claimed, time.monotonic())
+        held = Held(job_id, claimed, time.monotonic())
         self.running_job_id = job_id
         self.heartbeat()
         try:
@@ -140,7 +132,7 @@ class WorkerRuntime:
             self.running_job_id = ""
             self.heartbeat()
 
-    def _run_claimed(self, held: _Held) -> dict[str, Any]:
+    def _run_claimed(self, held: Held) -> dict[str, Any]:
         job_id = held.job_id
         structlog.contextvars.bind_contextvars(job_id=job_id, fence=held.fence)
         record = self.store.raw(job_id)  # read once: the plan and its timeout
@@ -189,7 +181,7 @@ class WorkerRuntime:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **(environment or {})))
 
-    def _supervise(self, held: _Held, plan_path: Path, out: Path, timeout_s: int,
+    def _supervise(self, held: Held, plan_path: Path, out: Path, timeout_s: int,
                    lead: GangLead | None = None) -> Outcome:
         """Run the launcher to its end, renewing the lease; stop it for Cancel, the job's timeout, a drain or a
         preemption (those two checkpoint first), and at once when the lease is lost. As a gang's leader (node 0)
@@ -206,13 +198,13 @@ class WorkerRuntime:
         if reason is not None:
             return reason
         if lead:
-            return lead.settle(lambda: self._keep_lease(held))
+            return lead.settle(lambda: self.control.keep_lease(held))
         log_path = launcher_log_path(out, 0)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
                                                   f"ended; its last lines ({log_path}):\n"
                                                   f"{log_tail(log_path, LOG_TAIL_LINES)}")
 
-    def _run_tree(self, held: _Held, plan_path: Path, out: Path, timeout_s: int, lead: GangLead | None,
+    def _run_tree(self, held: Held, plan_path: Path, out: Path, timeout_s: int, lead: GangLead | None,
                   environment: dict[str, str]) -> tuple[Outcome | None, int]:
         """Start the launcher and supervise it to its end, publishing its events: why it was stopped (None when
         it ended on its own), and its exit status."""
@@ -223,7 +215,7 @@ class WorkerRuntime:
         interrupt_at = hard_stop_at = 0.0
         try:
             for now in while_running(proc):
-                lost = self._keep_lease(held)
+                lost = self.control.keep_lease(held)
                 if lost is not None:
                     kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
                     reason = lost
@@ -235,7 +227,7 @@ class WorkerRuntime:
                     break
                 publisher.pump()
                 if reason is None:
-                    reason = self._stop_reason(held.job_id, deadline, timeout_s, out) or (
+                    reason = self.control.stop_reason(held.job_id, deadline, timeout_s, out) or (
                         lead.drain_request() if lead else None)
                     if reason is not None:
                         log.info("job.stopping", reason=reason.message, checkpoint_first=reason.checkpoint_first)
@@ -262,7 +254,7 @@ class WorkerRuntime:
 
     # --- a multi-node job: this host leads its gang (node 0) ---
 
-    def _lead(self, held: _Held, plan: plan_pb2.Plan, queue: str, plan_path: Path, out: Path,
+    def _lead(self, held: Held, plan: plan_pb2.Plan, queue: str, plan_path: Path, out: Path,
               timeout_s: int) -> Outcome:
         """Form the job's gang (fleet.gangs), then run node 0 of it; the gang is gone when this returns."""
         nodes, gpu_class = plan.hardware.nodes, self.gpus.gpu_class
@@ -305,7 +297,7 @@ class WorkerRuntime:
             for ticket in tickets.values():
                 self.job_queues.withdraw(ticket, queue)
 
-    def _form(self, held: _Held, gang: Gang, out: Path, timeout_s: int) -> GangView | Outcome:
+    def _form(self, held: Held, gang: Gang, out: Path, timeout_s: int) -> GangView | Outcome:
         """Wait for every member to join, keeping the lease and the gang alive; why not, as an Outcome."""
         give_up_at = time.monotonic() + self.gang_timeout_s
         job_deadline = time.monotonic() + timeout_s
@@ -324,11 +316,11 @@ class WorkerRuntime:
                 return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} left the forming gang: {why}", retry_later=True)
             if view.complete:
                 return view
-            lost = self._keep_lease(held)
+            lost = self.control.keep_lease(held)
             if lost is not None:
                 return lost
             gang.keep()
-            reason = self._stop_reason(held.job_id, job_deadline, timeout_s, out)
+            reason = self.control.stop_reason(held.job_id, job_deadline, timeout_s, out)
             if reason is not None:
                 return reason
             if time.monotonic() > give_up_at:
@@ -358,51 +350,7 @@ class WorkerRuntime:
             self.running_job_id = ""
             self.heartbeat()
 
-    def _keep_lease(self, held: _Held) -> Outcome | None:
-        """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
-        another host holds it, or Redis could not be reached for so long that the lease may have expired."""
-        now = time.monotonic()
-        if now - held.renewed_at < RENEW_INTERVAL_S:
-            return None
-        try:
-            if self.leases.renew(held.job_id, self.host_id, held.fence):
-                held.renewed_at = now
-                return None
-            why = "its lease expired and the job moved to another host"
-        except redis.RedisError as e:
-            if now - held.renewed_at < self_fence_after_s(self.lease_ttl_s):
-                log.warning("job.lease_renew_failed", error=str(e))
-                return None
-            why = (f"it could not renew its lease for {now - held.renewed_at:.0f} s ({e}); the lease may expire "
-                   "and the job move")
-        log.warning("job.lease_lost", why=why)
-        return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} stopped the run: {why}", lease_lost=True)
-
-    def _stop_reason(self, job_id: str, deadline: float, timeout_s: int, out: Path) -> Outcome | None:
-        try:
-            asked = self.store.stop_requests(job_id)
-        except redis.RedisError as e:
-            log.warning("job.stop_requests_unreadable", error=str(e))
-            return None
-        if asked.cancel_reason is not None:
-            why = asked.cancel_reason
-            return Outcome(progress_pb2.PHASE_CANCELLED,
-                           f"cancelled{': ' + why if why else ''}; checkpoints kept in {out / 'checkpoints'}")
-        if self.stopping.is_set():
-            return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
-                                                      "its last checkpoint", requeue=True, checkpoint_first=True)
-        if asked.preempted_for is not None:
-            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted by higher-priority job {asked.preempted_for}; "
-                                                      "requeued to resume from its checkpoint", requeue=True,
-                           checkpoint_first=True)
-        if time.monotonic() > deadline:
-            return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
-                                                      f"{queues.JOB_TIMEOUT_MARGIN:g} + "
-                                                      f"{queues.JOB_TIMEOUT_STARTUP_S} s); checkpoints kept in "
-                                                      f"{out / 'checkpoints'}")
-        return None
-
-    def _fail_quietly(self, held: _Held, message: str) -> None:
+    def _fail_quietly(self, held: Held, message: str) -> None:
         """Record FAILED after an unexpected worker error, so the job does not look alive forever."""
         try:
             last = self._last_event(held.job_id)
@@ -425,11 +373,11 @@ class WorkerRuntime:
         return self.store.get(job_id, with_plan=False).last_event
 
     @staticmethod
-    def _publisher(held: _Held) -> Publisher:
+    def _publisher(held: Held) -> Publisher:
         assert held.publisher is not None, "the publisher starts with the job's output directory"
         return held.publisher
 
-    def _finish(self, held: _Held, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
+    def _finish(self, held: Held, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
         job_id = held.job_id
         last = self._last_event(job_id)
         if outcome.lease_lost:

@@ -167,10 +167,10 @@ def test_a_job_no_worker_serves_waits_with_a_reason_and_cancels_while_queued(exe
 def test_watch_on_trimmed_history_says_so_then_replays_what_is_kept(start_service, tiny_model, counting_data):
     service = start_service(events_max_len=3)
     plan = _plan(tiny_model, counting_data, "fleet-trim")
-    plan.hardware.gpu = "a100-80gb"  # no worker: the test publishes the run's events itself, as rank 0 would
+    plan.hardware.gpu = "a100-80gb"  # no worker: the test publishes the run's events itself, as a worker would
     with ExecutorClient(service.address) as client:
         client.submit(plan)
-        log = EventLog(service.executor.redis)
+        log = EventLog(service.executor.connection)
         for seq in range(2, 9):
             phase = progress_pb2.PHASE_DONE if seq == 8 else progress_pb2.PHASE_TRAINING
             assert log.publish(progress_pb2.ProgressEvent(job_id="fleet-trim", sequence=seq, phase=phase, step=seq))
@@ -329,10 +329,10 @@ def test_the_watch_client_reconnects_across_a_service_restart_and_misses_nothing
     server, port, executor = serve("127.0.0.1:0")
     address = f"127.0.0.1:{port}"
     plan = _plan(tiny_model, counting_data, "fleet-restart")
-    plan.hardware.gpu = "a100-80gb"  # no worker: the test publishes the run's events as rank 0 would
+    plan.hardware.gpu = "a100-80gb"  # no worker: the test publishes the run's events as a worker would
     client = ExecutorClient(address)
     client.submit(plan)
-    log = EventLog(executor.redis)
+    log = EventLog(executor.connection)
     received: list[progress_pb2.ProgressEvent] = []
     got_two = threading.Event()
 

@@ -15,7 +15,7 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 
 from common.rpc import MAX_ERROR_CHARS
 from planner.catalog import default_catalog
-from planner.memory import parameter_split
+from planner.parameters import parameter_split
 from planner.search import Constraints, _hardware_options
 from spec.limits import MAX_RECOMMEND_LIMIT
 

@@ -1,0 +1,84 @@
+"""What the worker checks while it holds a job: its lease (renewed when due; lost, or unconfirmable for too long,
+stops the run) and what has been asked of the job (Cancel, the worker's own drain, preemption, the timeout)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+import structlog
+from tunefleet.v1 import progress_pb2
+
+from executor.worker.publisher import Publisher
+from executor.worker.supervision import Outcome
+from fleet import queues
+from fleet.jobs import JobStore
+from fleet.leases import RENEW_INTERVAL_S, Leases, self_fence_after_s
+
+log = structlog.get_logger("executor.worker.control")
+
+
+@dataclass
+class Held:
+    """The job this worker runs now, its lease, and (once its output directory is known) its event publisher."""
+
+    job_id: str
+    fence: int
+    renewed_at: float  # monotonic time of the last successful renewal
+    publisher: Publisher | None = None
+
+
+@dataclass
+class JobControl:
+    store: JobStore
+    leases: Leases
+    host_id: str
+    lease_ttl_s: float
+    stopping: threading.Event  # this worker is shutting down
+
+    def keep_lease(self, held: Held) -> Outcome | None:
+        """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
+        another host holds it, or Redis could not be reached for so long that the lease may have expired."""
+        now = time.monotonic()
+        if now - held.renewed_at < RENEW_INTERVAL_S:
+            return None
+        try:
+            if self.leases.renew(held.job_id, self.host_id, held.fence):
+                held.renewed_at = now
+                return None
+            why = "its lease expired and the job moved to another host"
+        except redis.RedisError as e:
+            if now - held.renewed_at < self_fence_after_s(self.lease_ttl_s):
+                log.warning("job.lease_renew_failed", error=str(e))
+                return None
+            why = (f"it could not renew its lease for {now - held.renewed_at:.0f} s ({e}); the lease may expire "
+                   "and the job move")
+        log.warning("job.lease_lost", why=why)
+        return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} stopped the run: {why}", lease_lost=True)
+
+    def stop_reason(self, job_id: str, deadline: float, timeout_s: int, out: Path) -> Outcome | None:
+        try:
+            asked = self.store.stop_requests(job_id)
+        except redis.RedisError as e:
+            log.warning("job.stop_requests_unreadable", error=str(e))
+            return None
+        if asked.cancel_reason is not None:
+            why = asked.cancel_reason
+            return Outcome(progress_pb2.PHASE_CANCELLED,
+                           f"cancelled{': ' + why if why else ''}; checkpoints kept in {out / 'checkpoints'}")
+        if self.stopping.is_set():
+            return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
+                                                      "its last checkpoint", requeue=True, checkpoint_first=True)
+        if asked.preempted_for is not None:
+            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted by higher-priority job {asked.preempted_for}; "
+                                                      "requeued to resume from its checkpoint", requeue=True,
+                           checkpoint_first=True)
+        if time.monotonic() > deadline:
+            return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
+                                                      f"{queues.JOB_TIMEOUT_MARGIN:g} + "
+                                                      f"{queues.JOB_TIMEOUT_STARTUP_S} s); checkpoints kept in "
+                                                      f"{out / 'checkpoints'}")
+        return None

@@ -1,0 +1,304 @@
+"""Activations a training step keeps for backward: per decoder layer, tensor by tensor as transformers, PEFT and
+PyTorch save them (checked against saved_tensors_hooks in tests/planner/test_activations.py), and outside the
+layers (embeddings, final norm, logits and loss). Pure functions; no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner import constants as k
+from planner.architecture import norms_per_layer, qk_norm_rows
+from planner.parameters import ParameterSplit
+from spec.schema import Architecture, Attention, Family, Loss, Method, Objective, TrainingSpec
+
+# Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
+_FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO2)
+# Norms that multiply by (1 + weight), a new fp32 vector each call that the multiply saves
+_GEMMA_NORMS = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
+
+
+def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
+    """Bytes one norm saves for backward, per token.
+
+    RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd; when its weight trains,
+    the normalised input to the weight multiply is saved too (fp32 in Gemma, which multiplies in fp32).
+    GPT-2's and Phi's LayerNorm saves its input, mean and rstd whether or not its weight trains.
+    """
+    h = a.hidden_size
+    if a.family in (Family.GPT2, Family.PHI):
+        return b * h + 8
+    normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY else b) * h if weight_trains else 0
+    return 4 * h + 4 + normalised
+
+
+def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, k: bool = True) -> float:
+    """Bytes the q_norm and k_norm (qk_norm_rows: over each head, or over the whole projection) save per token: the
+    fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply (fp32 in
+    Gemma 3 and OLMo 2, which multiply in fp32), as `_norm_bytes`."""
+    rows_q, rows_k = qk_norm_rows(a)
+    if not rows_q:
+        return 0.0
+    normalised = 4 if a.family in _FP32_WEIGHT_MULTIPLY else b
+    widths = [(a.q_dim, rows_q)] * q + [(a.kv_dim, rows_k)] * k
+    return sum(4 * width + 4 * rows + (normalised * width if weight_trains else 0) for width, rows in widths)
+
+
+def _first_linears(a: Architecture) -> tuple[str, ...]:
+    """The linears that read a layer's input norm: q, k and v, and in Phi's parallel block fc1 too."""
+    return ("q_proj", "k_proj", "v_proj", "fc1") if a.family is Family.PHI else _qkv_names(a)
+
+
+def _qkv_names(a: Architecture) -> tuple[str, ...]:
+    """The linears that read the attention input: Phi-3 fuses them into one."""
+    return ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+
+
+@dataclass(frozen=True)
+class _Linear:
+    names: tuple[str, ...]
+    width: int
+    # The input is a tensor something else already saves (the attention output for o_proj under SDPA/flash).
+    input_already_saved: bool = False
+
+
+def _group_input_bytes(group: _Linear, t: TrainingSpec, split: ParameterSplit) -> float:
+    """Inputs saved by a group of linears that share one input tensor, and their adapters' outputs, per token."""
+    b = t.precision.activation_bytes
+    if t.method in (Method.FULL, Method.FREEZE):
+        return 0.0 if group.input_already_saved else b * group.width
+    lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
+    hits = sum(1 for n in group.names if n in lora_names)
+    if not hits:
+        return 0.0
+    lora_out = hits * b * t.lora.rank  # lora_A's output, saved by lora_B
+    if t.applies_lora_dropout:  # each adapter draws its own dropout: a new tensor plus its mask
+        return hits * (b + k.DROPOUT_MASK_BYTES) * group.width + lora_out
+    return (0.0 if group.input_already_saved else b * group.width) + lora_out
+
+
+def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> float:
+    """What a recomputed layer still holds when backward reaches its eager attention scores (the MLP and the
+    output projection done): its input norm, the q/k/v inputs and adapters, q/k norms, q and k (repeated) as the
+    scores' matmul saves them."""
+    b, full = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE)
+    norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full)
+    qkv = _group_input_bytes(_Linear(_first_linears(a), a.hidden_size), t, split)
+    return norm + _head_norms_bytes(a, b, full) + qkv + 2 * b * a.q_dim
+
+
+def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
+                                   seq_len: int) -> float:
+    """Bytes one decoder layer saves for backward, per token of the micro-batch.
+
+    Checked tensor by tensor against torch.autograd.graph.saved_tensors_hooks on real transformers
+    models (tests/planner/test_activations.py).
+    """
+    b = t.precision.activation_bytes
+    h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
+    full = t.method in (Method.FULL, Method.FREEZE)
+    flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
+
+    norms = norms_per_layer(a) * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
+    if a.family is Family.GPT2:
+        groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
+                  _Linear(("mlp.c_proj",), i)]
+    elif a.family is Family.PHI:
+        # one LayerNorm, whose output the attention and the MLP both read (a parallel block); each of their outputs
+        # goes through the residual dropout, which keeps its mask
+        norms += 2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0
+        groups = [_Linear(_first_linears(a), h), _Linear(("dense",), q, flash_like), _Linear(("fc2",), i)]
+    else:
+        qkv = _qkv_names(a)
+        gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
+        groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like)]
+        if not a.num_experts:  # a mixture of experts' feed-forward is counted with its experts below
+            groups += [_Linear(gate_up, h), _Linear(("down_proj",), i)]
+        elif a.shared_expert_intermediate_size:  # Qwen2-MoE's shared expert and its gate read the MLP's input
+            groups += [_Linear(("gate_proj", "up_proj", "shared_expert_gate"), h),
+                       _Linear(("down_proj",), a.shared_expert_intermediate_size)]
+    linears = sum(_group_input_bytes(g, t, split) for g in groups)
+
+    heads = a.num_attention_heads
+    if flash_like:
+        # q and k after RoPE, v (a view: it keeps the whole fused qkv output alive in Phi-3), the output
+        # (o_proj reads it through a view) and the fp32 log-sum-exp per head. transformers passes k/v
+        # unrepeated (enable_gqa) when there is no padding mask.
+        v_storage = q + 2 * kv if a.family is Family.PHI3 else kv
+        core = b * (q + kv) + b * v_storage + b * q + 4 * heads
+    else:
+        # q, k and v repeated to every head, the fp32 softmax and (below fp32) its cast back; Gemma 2's
+        # logit soft-capping saves its tanh output. The output's transpose().contiguous() copy is the o_proj
+        # input counted above. Without grouped heads repeat_kv returns v itself, and with one sequence matmul folds
+        # the batch into a view of it: in Phi-3 a slice that keeps the whole fused qkv output alive.
+        cast = b if b != 4 else 0
+        softcap = b if a.family is Family.GEMMA2 else 0
+        one_sequence = t.sequences_per_micro_batch == 1
+        v_storage = q + 2 * kv if a.family is Family.PHI3 and kv == q and one_sequence else q
+        core = b * (2 * q + v_storage) + (4 + cast + softcap) * heads * seq_len
+
+    if a.num_experts:
+        # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
+        # (the gate's view keeps all of it), the activation and the down output (for the routing-weight multiply),
+        # three int64 permutations, the routing weight (fp32; Qwen2/3-MoE cast it to the activations' dtype); per
+        # token the router's fp32 softmax, its top-k indices (int64) and, where the weights are normalised
+        # (Mixtral always, Qwen3-MoE as it ships, not Qwen2-MoE: norm_topk_prob), the top-k values and their sum
+        # (fp32). Trained experts also save the grouped matmuls' inputs, and a trained router its input (which a
+        # shared expert's group counts).
+        e, top_k = a.num_experts, a.experts_per_token
+        weight = b if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE) else 4
+        normalised = top_k * 4 + 4 if a.family is not Family.QWEN2_MOE else 0
+        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised
+        if full:
+            mlp += top_k * (b * h + b * i) + (0 if a.shared_expert_intermediate_size else b * h)
+        if a.shared_expert_intermediate_size:
+            # its MLP (activation input and output, up output), the gate's sigmoid output and the shared output
+            # (the gate multiply saves both)
+            mlp += 3 * b * a.shared_expert_intermediate_size + b + b * h
+    elif a.family not in (Family.GPT2, Family.PHI):
+        mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
+    else:
+        mlp = 4 * b * i  # gelu_new (GPT-2, Phi) saves its input, the tanh output and both product operands
+    return norms + linears + core + mlp
+
+
+def _decoder_layer_fixed_bytes(a: Architecture) -> int:
+    """Per-layer bytes independent of the batch: Gemma's norms (Gemma 3's q/k norms too, over a head) multiply by
+    (1 + weight) in fp32, a new vector per norm that the multiply saves; a mixture of experts' int32 group
+    offsets."""
+    gemma = 0
+    if a.family in _GEMMA_NORMS:
+        rows_q, rows_k = qk_norm_rows(a)
+        head_norms = a.q_dim // rows_q + a.kv_dim // rows_k if rows_q else 0
+        gemma = 4 * (norms_per_layer(a) * a.hidden_size + head_norms)
+    return gemma + 4 * a.num_experts
+
+
+def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """What one trained decoder layer saves for backward for a micro-batch of `tokens` tokens."""
+    per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length)
+    return int(per_token * tokens + _decoder_layer_fixed_bytes(a))
+
+
+def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
+    v = a.vision
+    assert v is not None
+    e, m = v.embed_dim, v.embed_dim * v.mlp_ratio
+    # Two LayerNorms (input, mean, rstd), their outputs, q/k/v, attention output and the proj
+    # input, then fc1 output, QuickGELU's sigmoid and the fc2 input.
+    return 10 * b * e + 16 + 3 * b * m
+
+
+def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """Peak bytes of the logits/loss, at the first op of the loss backward: log_softmax's saved fp32 output, its
+    gradient and the gradient of its input. The model's own (bf16) logits and their fp32 upcast are freed by
+    then: the executor keeps only the loss of the model output (objective.Sft), and neither is saved for backward
+    (simulated: benchmarks/simulate.py, peak at _log_softmax_backward_data)."""
+    b = t.precision.activation_bytes
+    if t.objective is Objective.DPO:  # chosen and rejected rows; the last position of each has no next token
+        return (tokens - t.sequences_per_micro_batch) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
+    fp32_copies = k.LOGITS_FP32_COPIES * 4
+    if t.loss is Loss.CHUNKED:
+        return int(min(tokens, k.CHUNKED_LOSS_TOKENS) * a.vocab_size * (b + fp32_copies))
+    return int(tokens * a.vocab_size * fp32_copies)
+
+
+def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """What eager attention saves of the softmax per layer: its fp32 output and, below fp32, the cast back."""
+    if t.attention is not Attention.EAGER:
+        return 0
+    cast = t.precision.activation_bytes if t.precision.activation_bytes != 4 else 0
+    return (4 + cast) * a.num_attention_heads * t.sequence_length * tokens
+
+
+def _eager_softmax_backward_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """Eager attention's softmax backward: the saved fp32 probabilities, the fp32 upcast of their gradient and the
+    gradient of the scores alive together, 3 x 4 bytes per head and query-key pair (simulated:
+    benchmarks/simulate.py, peak at _softmax_backward_data in a recomputed layer)."""
+    if t.attention is not Attention.EAGER:
+        return 0
+    return k.EAGER_SOFTMAX_BACKWARD_FP32_COPIES * 4 * a.num_attention_heads * t.sequence_length * tokens
+
+
+def _log_prob_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """cross_entropy's saved fp32 log_softmax output (chunked losses hold one chunk at a time)."""
+    rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
+    return rows * a.vocab_size * 4
+
+
+def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> float:
+    """Saved outside the decoder layers, the log-probs aside: labels (int64), RoPE cos/sin, the final norm,
+    lm_head's input when lm_head trains, and Gemma 2's final soft-capping tanh.
+
+    With trainable embeddings the embedding saves the token ids (and Gemma its scale). With frozen ones the
+    first layer's input needs no gradient, so (without checkpointing) its input norm saves nothing and its
+    q/k/v adapters' dropouts keep no mask."""
+    b, h = t.precision.activation_bytes, a.hidden_size
+    full = t.method in (Method.FULL, Method.FREEZE)
+    embeddings_train = t.method is Method.FULL
+    gemma = a.family in _GEMMA_NORMS
+    ids = (2 if embeddings_train else 1) * k.TOKEN_ID_BYTES * tokens
+    if t.sequences_per_micro_batch == 1:
+        # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
+        # single sequence, whose slice is contiguous already: the padded tensor is what stays
+        ids += k.TOKEN_ID_BYTES
+    # RoPE's cos and sin, in the activations' dtype (OLMo 2 keeps them in fp32)
+    rope_bytes = 4 if a.family is Family.OLMO2 else b
+    rope = 0 if a.family is Family.GPT2 else 2 * rope_bytes * a.resolved_rotary_dims * t.sequence_length
+    final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
+    softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
+    first_layer = 0.0
+    if not embeddings_train and not t.gradient_checkpointing:
+        # the first layer's input norm (OLMo 2 has none: its norms read the attention and MLP outputs)
+        first_layer = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
+        adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
+        if t.applies_lora_dropout:
+            first_layer += sum(n in adapted for n in _first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
+        if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
+            first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
+    scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
+    return ids + rope + final + softcap + scale - first_layer
+
+
+def outside_layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """Everything the forward saves for backward outside the decoder layers."""
+    return int(_outside_layers_bytes(a, t, split, tokens) + _log_prob_bytes(a, t, tokens))
+
+
+def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
+    """(all saved activations including logits, the logits part) for one micro-batch on one GPU."""
+    total, logits, _ = activation_terms(a, t, split)
+    return total, logits
+
+
+def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int, int]:
+    """activation_bytes and what is kept as the forward ends, before the loss: checkpointed layers' inputs (or
+    every layer's saved tensors) and what is saved outside them."""
+    b = t.precision.activation_bytes
+    tokens = t.sequences_per_micro_batch * t.sequence_length
+    per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
+    layers = split.trainable_decoder_layers
+    h = a.hidden_size
+    logits = logits_bytes(a, t, tokens)
+    outside = _outside_layers_bytes(a, t, split, tokens)  # the log-probs are part of the logits peak term
+    eager = _eager_softmax_backward_bytes(a, t, tokens)
+    if t.gradient_checkpointing:
+        # each layer keeps its input; backward recomputes one layer at a time, and its attention backward (eager)
+        # holds the softmax's fp32 S x S tensors beside what the layer saved before its scores
+        if eager:
+            eager += int(_before_scores_bytes_per_token(a, t, split) * tokens)
+        body = layers * b * h * tokens + max(per_layer, eager, logits) + outside
+        logits_term = 0
+    else:
+        body = layers * per_layer + outside
+        # the last layer's softmax backward runs after the logits are freed, with every other layer's activations
+        # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
+        logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens))
+    vision = 0.0
+    if a.vision is not None and split.vision_trainable and t.image_tokens:
+        patches = t.micro_batch_size * t.image_tokens * a.vision.spatial_merge_size ** 2
+        block = _vision_block_bytes_per_patch(a, b) * patches
+        vision = (a.vision.depth * b * a.vision.embed_dim * patches + block) if t.gradient_checkpointing \
+            else a.vision.depth * block
+    total = int(body + logits_term + vision)
+    forward_end = (layers * b * h * tokens + outside) if t.gradient_checkpointing else body
+    return total, logits if not t.gradient_checkpointing else int(min(logits, body)), int(forward_end + vision)

@@ -1,0 +1,64 @@
+"""Which parameters a method trains, and the bytes of the base weights as stored (dense or quantised).
+Pure functions; no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner import constants as k
+from planner.architecture import LinearLayer, lora_parameter_count, lora_targets, parameter_counts
+from spec.schema import Architecture, LoraSpec, Method, Precision, TrainingSpec
+
+
+@dataclass(frozen=True)
+class ParameterSplit:
+    """Which parameters exist, which train, and how the base weights are stored."""
+
+    total: int
+    trainable: int
+    adapter: int
+    quantised: int
+    lora_layers: tuple[LinearLayer, ...]
+    trainable_decoder_layers: int
+    vision_trainable: bool
+
+
+def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
+    if method is Method.QLORA:
+        absmax = (1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)) if double_quant \
+            else 4 / k.NF4_BLOCK_SIZE
+        return 0.5 + absmax
+    return float(k.INT8_BYTES_PER_PARAM)
+
+
+# Keys are small: an Architecture and a LoraSpec whose target modules are de-duplicated and capped
+# (spec.limits: at most 32 names of at most 256 characters), so the cache holds at most a few MB.
+@lru_cache(maxsize=512)
+def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vision_tower: bool,
+                    freeze_trainable_layers: int) -> ParameterSplit:
+    counts = parameter_counts(arch)
+    vision_trainable = arch.vision is not None and train_vision_tower
+    linear_weights = sum(layer.count * layer.in_features * layer.out_features
+                         for layer in lora_targets(arch, ("all-linear",), "training.lora.target_modules"))
+    expert_weights = arch.num_layers * arch.num_experts * 3 * arch.hidden_size * arch.intermediate_size
+    quantised = linear_weights + expert_weights if method in (Method.QLORA, Method.LORA_8BIT) else 0
+    if method.uses_adapters:
+        layers = tuple(layer for layer in lora_targets(arch, lora.target_modules, "training.lora.target_modules")
+                       if layer.part == "decoder" or vision_trainable)
+        adapter = lora_parameter_count(layers, lora.rank)
+        return ParameterSplit(counts.total, adapter, adapter, quantised, layers, arch.num_layers, vision_trainable)
+    if method is Method.FREEZE:
+        n = min(freeze_trainable_layers, arch.num_layers)
+        return ParameterSplit(counts.total, n * counts.decoder_layer, 0, 0, (), n, False)
+    trainable = counts.total - (0 if vision_trainable else counts.vision)
+    return ParameterSplit(counts.total, trainable, 0, 0, (), arch.num_layers, vision_trainable)
+
+
+def weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
+    """Bytes of the base model's weights as stored on the GPU (whole model, unpartitioned)."""
+    dense_bytes = 4 if t.precision is Precision.FP32 else 2
+    if split.quantised:
+        per_quantised = _quantised_bytes_per_param(t.method, t.double_quant)
+        return split.quantised * per_quantised + (split.total - split.quantised) * dense_bytes
+    return split.total * dense_bytes
