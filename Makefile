@@ -11,7 +11,7 @@ DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
 CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install redis deploy-tools run plan test lint protos protos-check buf-lint bench bench-accuracy bench-simulate serve clean
+.PHONY: help install lock redis deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-accuracy bench-simulate serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -20,19 +20,24 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml constraints.txt | $(PY)
 	# torch first (the local CPU build), then DeepSpeed without build isolation so it builds
-	# against that torch instead of downloading a CUDA one.
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q --no-build-isolation "deepspeed>=0.18,<1"
-	$(PIP) install -q -e '.[train,queue,dev]'
+	# against that torch instead of downloading a CUDA one. Every version is the one constraints.txt records:
+	# the memory model is byte-exact against particular transformers / DeepSpeed / PEFT / TRL versions.
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt --no-build-isolation "deepspeed>=0.18,<1"
+	$(PIP) install -q -c constraints.txt -e '.[train,queue,dev]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
 	# executor.training points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
 	DS_ACCELERATOR=cpu $(PY) -c "import executor.training; from deepspeed.accelerator import get_accelerator as a; \
 		[a().create_op_builder(n).load(verbose=False) for n in ('ShareMemCommBuilder', 'FusedAdamBuilder')]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install tunefleet with every extra
+install: $(STAMP) ## create .venv and install tunefleet with every extra, at the versions in constraints.txt
+
+lock: $(STAMP) ## record the versions .venv runs in constraints.txt (after a deliberate upgrade; then make bench-simulate)
+	{ sed -n '/^#/p' constraints.txt; $(PIP) freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 redis: ## install redis-server from Debian's packages if it is missing (tests start their own on a free port)
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
@@ -58,6 +63,9 @@ deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustom
 
 test: $(STAMP) $(DEPLOY_STAMP) redis protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP) $(DEPLOY_STAMP) redis ## the inner loop: every test that starts no training process and installs nothing
+	$(PY) -m pytest -q -m "not training and not install"
 
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check common planner clients executor tests benchmarks

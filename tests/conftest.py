@@ -85,3 +85,16 @@ def redis_url(redis_server: str) -> str:
 
     redis.Redis.from_url(redis_server).flushall()
     return redis_server
+
+
+# Modules whose every test starts training processes (DeepSpeed ranks on the CPU); a test elsewhere that starts
+# a fleet worker does too. They are marked `training`, and make test-fast leaves them out.
+TRAINING_MODULES = {"test_training", "test_resilience", "test_dpo", "test_vision", "test_multinode", "test_simulate"}
+TRAINING_FIXTURES = {"start_worker"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        if module in TRAINING_MODULES or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.training)

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # The planner and executor-service images: no torch, no build tools in the final stage, non-root.
-# Build from the repository root (versions come from pyproject.toml, the same the tests install):
+# Build from the repository root (versions: constraints.txt, the same the tests install):
 #   docker build -f deploy/docker/service.Dockerfile --target planner  -t tunefleet-planner .
 #   docker build -f deploy/docker/service.Dockerfile --target executor -t tunefleet-executor .
 #
@@ -11,7 +11,7 @@ FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad
 
 FROM base AS source
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY protos protos
 COPY common common
 COPY spec spec
@@ -26,11 +26,11 @@ COPY clients clients
 # of python:3.11-slim (~125 MB uncompressed), against 5.5 GB for a venv with CUDA torch.
 FROM source AS build-planner
 RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
-        --no-binary=tunefleet . && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
+        --no-binary=tunefleet -c constraints.txt . && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
 
 FROM source AS build-executor
 RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
-        --no-binary=tunefleet ".[queue]" && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
+        --no-binary=tunefleet -c constraints.txt ".[queue]" && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
 
 FROM base AS runtime
 RUN groupadd --system --gid 10001 tunefleet && \

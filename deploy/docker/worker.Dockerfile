@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # The worker image: CUDA torch, DeepSpeed with its CUDA ops prebuilt, PEFT, bitsandbytes, NVML; non-root.
-# Build from the repository root (versions come from pyproject.toml's train and queue extras, the same the
-# tests install; torch==2.13.0 from PyPI is its CUDA 12.8 build here, the CPU build on the test machines):
+# Build from the repository root (versions: constraints.txt, the same the tests install; torch==2.13.0 from
+# PyPI is its CUDA 12.8 build here, the CPU build on the test machines):
 #   docker build -f deploy/docker/worker.Dockerfile -t tunefleet-worker .
 #   docker build -f deploy/docker/worker.Dockerfile --build-arg TORCH_CUDA_ARCH_LIST="9.0" -t ... .   # H100 only
 #
@@ -13,7 +13,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev && \
     rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY protos protos
 COPY common common
 COPY spec spec
@@ -25,9 +25,10 @@ COPY clients clients
 ARG TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0"
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}
 RUN python3.11 -m venv /opt/tunefleet && \
-    /opt/tunefleet/bin/pip install --no-cache-dir "$(python3.11 -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["train"] if d.startswith("torch")))')" && \
+    /opt/tunefleet/bin/pip install --no-cache-dir -c constraints.txt "$(python3.11 -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["train"] if d.startswith("torch")))')" && \
     DS_BUILD_OPS=0 DS_BUILD_FUSED_ADAM=1 DS_BUILD_CPU_ADAM=1 DS_BUILD_UTILS=1 \
-        /opt/tunefleet/bin/pip install --no-cache-dir --no-build-isolation ".[train,queue]" "bitsandbytes>=0.45,<1"
+        /opt/tunefleet/bin/pip install --no-cache-dir --no-build-isolation -c constraints.txt ".[train,queue]" \
+        "bitsandbytes>=0.45,<1"
 
 FROM nvidia/cuda:12.8.1-runtime-ubuntu22.04@sha256:fcbbd60a5ad3db3a1c7375bf14546b369b54064c513224310b2026df50c7a9bd AS worker
 ARG DEBIAN_FRONTEND=noninteractive

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import resource
 from dataclasses import dataclass
 
@@ -33,3 +34,18 @@ def reset_peak_memory() -> None:
 def relative_error(measured: float, predicted: float) -> float:
     """(predicted - measured) / measured: positive when the planner over-predicts."""
     return (predicted - measured) / measured if measured else 0.0
+
+
+# The distributions whose versions a run's Feedback records (the memory model is exact against particular ones).
+RECORDED_LIBRARIES = ("tunefleet", "torch", "transformers", "deepspeed", "peft", "trl", "accelerate")
+
+
+def library_versions() -> dict[str, str]:
+    """Installed version of each recorded library (those not installed are left out)."""
+    found = {}
+    for name in RECORDED_LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found

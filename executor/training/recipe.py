@@ -28,7 +28,7 @@ from tunefleet.v1 import progress_pb2
 
 from executor.training import checkpoint, corpus, data, dpo
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
-from executor.training.measure import peak_memory, relative_error, reset_peak_memory
+from executor.training.measure import library_versions, peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
 from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLoss
 from spec.errors import DoesNotFitError, ExecutorError, LeaseLostError, PlanError
@@ -306,7 +306,8 @@ class Trainer:
             measured_peak_gpu_reserved_bytes=peak.gpu_reserved_bytes, predicted_step_time_s=predicted.step_time_s,
             measured_step_time_s=step_time_s, predicted_tokens_per_s=predicted.tokens_per_s,
             measured_tokens_per_s=tokens_per_step / step_time_s if step_time_s else 0.0, nodes=self.cfg.nodes,
-            world_size=self.world_size, predicted_communication_time_s=predicted.communication_time_per_step_s)
+            world_size=self.world_size, predicted_communication_time_s=predicted.communication_time_per_step_s,
+            library_versions=library_versions())
         summary = {"plan_id": self.cfg.plan_id, "total_steps": total, "steps_this_run": steps_run,
                    "final_dir": str(self.cfg.final_dir), "peak_host_memory_bytes": peak.host_bytes,
                    "feedback": json_format.MessageToDict(feedback, preserving_proto_field_name=True)}

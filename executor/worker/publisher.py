@@ -13,6 +13,7 @@ The file and the stream agree: when a worker takes a job, the events the fleet w
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from spec.progress import JsonlProgressSink, ProgressTail, read_events
 
 log = structlog.get_logger("executor.worker.publisher")
 ADOPT_PAGE = 500  # stream events read per page when a worker adopts them into the file
+FLUSH_RETRY_S = 1.0  # between publish attempts after a run, on top of the Redis client's own retries
 
 
 class Publisher:
@@ -37,6 +39,7 @@ class Publisher:
         self._tail = ProgressTail(progress_path)
         self._backlog: list[progress_pb2.ProgressEvent] = []
         self.lease_lost = False
+        self._pause = threading.Event()  # never set: a bounded wait between attempts
 
     def adopt(self) -> None:
         """Append to the file the stream's events it does not have yet (written by the fleet while the job
@@ -90,7 +93,7 @@ class Publisher:
         own retries); what is still missing then stays in progress.jsonl."""
         give_up_at = time.monotonic() + within_s
         while not self.pump() and time.monotonic() < give_up_at:
-            continue
+            self._pause.wait(FLUSH_RETRY_S)
 
     def feedback(self) -> progress_pb2.Feedback | None:
         """The run's measured-against-predicted record, from the summary.json it wrote before its DONE."""

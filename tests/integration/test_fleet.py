@@ -3,6 +3,7 @@ processes (rq), real DeepSpeed + PEFT training of a tiny Llama on the CPU."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -84,6 +85,8 @@ def test_submit_watch_to_done_every_event_once_in_order(executor_service, start_
         job = client.get("fleet-done")
         assert job.phase == progress_pb2.PHASE_DONE and job.host_id == "host-a"
         assert job.feedback.measured_step_time_s > 0 and job.feedback.measured_tokens_per_s > 0
+        assert {name: job.feedback.library_versions[name] for name in ("torch", "deepspeed", "transformers", "peft")} \
+            == {name: importlib.metadata.version(name) for name in ("torch", "deepspeed", "transformers", "peft")}
         out = worker.work_dir / "fleet-done"
         assert job.output_uri == str(out) and (out / "final" / "adapter_model.safetensors").is_file()
         # the run's local record holds the same events as the stream, the service's QUEUED included

@@ -75,7 +75,14 @@ class ProgressEvent(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[float] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., peak_host_memory_bytes: _Optional[int] = ..., eta_s: _Optional[float] = ..., message: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Feedback(_message.Message):
-    __slots__ = ("predicted_peak_gpu_memory_bytes", "measured_peak_gpu_memory_bytes", "measured_peak_gpu_reserved_bytes", "predicted_step_time_s", "measured_step_time_s", "predicted_tokens_per_s", "measured_tokens_per_s", "nodes", "world_size", "predicted_communication_time_s")
+    __slots__ = ("predicted_peak_gpu_memory_bytes", "measured_peak_gpu_memory_bytes", "measured_peak_gpu_reserved_bytes", "predicted_step_time_s", "measured_step_time_s", "predicted_tokens_per_s", "measured_tokens_per_s", "nodes", "world_size", "predicted_communication_time_s", "library_versions")
+    class LibraryVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PREDICTED_PEAK_GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEASURED_PEAK_GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEASURED_PEAK_GPU_RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +93,7 @@ class Feedback(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_COMMUNICATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    LIBRARY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     predicted_peak_gpu_memory_bytes: int
     measured_peak_gpu_memory_bytes: int
     measured_peak_gpu_reserved_bytes: int
@@ -96,4 +104,5 @@ class Feedback(_message.Message):
     nodes: int
     world_size: int
     predicted_communication_time_s: float
-    def __init__(self, predicted_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_reserved_bytes: _Optional[int] = ..., predicted_step_time_s: _Optional[float] = ..., measured_step_time_s: _Optional[float] = ..., predicted_tokens_per_s: _Optional[float] = ..., measured_tokens_per_s: _Optional[float] = ..., nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., predicted_communication_time_s: _Optional[float] = ...) -> None: ...
+    library_versions: _containers.ScalarMap[str, str]
+    def __init__(self, predicted_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_reserved_bytes: _Optional[int] = ..., predicted_step_time_s: _Optional[float] = ..., measured_step_time_s: _Optional[float] = ..., predicted_tokens_per_s: _Optional[float] = ..., measured_tokens_per_s: _Optional[float] = ..., nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., predicted_communication_time_s: _Optional[float] = ..., library_versions: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -1,0 +1,138 @@
+"""Every image's package set installs and starts — the image test that needs no container engine.
+
+Each image of deploy/docker installs one package set: the planner image the base install (`pip install .`), the
+executor-service image `.[queue]`, the worker image `.[train,queue]`. For each, the test installs that set from
+the checkout into a clean virtualenv (pip, under constraints.txt, as the Dockerfile does), runs the image's
+ENTRYPOINT with --help, starts it as its CMD says (ports made free) and runs its HEALTHCHECK command against it.
+The suite's own venv has every extra, which would hide an import only an extra provides; these venvs do not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.net import free_port
+from common.wait import wait_until
+from tests.deploy.test_deploy import IMAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+CONSTRAINTS = ROOT / "constraints.txt"
+INSTALL_TIMEOUT_S = 900
+START_TIMEOUT_S = 60
+pytestmark = pytest.mark.install
+
+
+def _pip(venv: Path, *args: str) -> None:
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(CONSTRAINTS), *args],
+                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    assert done.returncode == 0, f"pip install {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+def _venv(tmp_path_factory: pytest.TempPathFactory, extras: str) -> Path:
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    _pip(venv, "--upgrade", "pip", "setuptools", "wheel")
+    if "train" in extras:  # as the worker image and `make install` do: torch, then DeepSpeed built against it
+        _pip(venv, "torch==2.13.0")
+        _pip(venv, "--no-build-isolation", "deepspeed")
+    _pip(venv, f"{ROOT}{extras}")
+    return venv
+
+
+def _run(venv: Path, command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    program = str(venv / "bin" / command[0])
+    return subprocess.run([program, *command[1:]], capture_output=True, text=True, timeout=120, cwd=venv.parent,
+                          **kwargs)  # type: ignore[call-overload]
+
+
+def _freed(command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The CMD with every host:port flag given a free loopback port; and the new address of each flag."""
+    freed, addresses = list(command), {}
+    for i, arg in enumerate(command[:-1]):
+        if arg.endswith("-address"):
+            addresses[arg] = freed[i + 1] = f"127.0.0.1:{free_port()}"
+    return freed, addresses
+
+
+@pytest.fixture(scope="module")
+def core_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv(tmp_path_factory, "")
+
+
+@pytest.fixture(scope="module")
+def queue_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv(tmp_path_factory, "[queue]")
+
+
+@pytest.fixture(scope="module")
+def worker_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv(tmp_path_factory, "[train,queue]")
+
+
+@pytest.fixture()
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _serves(venv: Path, image: str, started: list[subprocess.Popen[str]], *extra: str) -> None:
+    stage = IMAGES[image]
+    helped = _run(venv, [*stage["ENTRYPOINT"], "--help"])
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
+    cmd, addresses = _freed(stage["CMD"])
+    started.append(subprocess.Popen([str(venv / "bin" / stage["ENTRYPOINT"][0]), *stage["ENTRYPOINT"][1:], *cmd,
+                                     *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    cwd=venv.parent))
+    health = [*stage["HEALTHCHECK"][:-1], addresses["--health-address"]]
+    assert stage["HEALTHCHECK"][-1].startswith("127.0.0.1:"), "the check names the health port the CMD binds"
+    checks: list[subprocess.CompletedProcess[str]] = []
+
+    def healthy() -> bool:
+        assert started[-1].poll() is None, f"{image} exited: {started[-1].stdout.read() if started[-1].stdout else ''}"
+        checks.append(_run(venv, health))
+        return checks[-1].returncode == 0
+
+    wait_until(healthy, START_TIMEOUT_S, poll_s=0.5)
+    assert "Traceback" not in checks[-1].stderr
+
+
+def test_the_base_install_plans_and_the_planner_image_serves_and_answers_its_healthcheck(core_venv: Path,
+                                                                                         started: list) -> None:
+    fit = _run(core_venv, ["tunefleet", "fit", "--model", "meta-llama/Llama-3.1-8B", "--method", "qlora",
+                           "--gpu", "rtx-4090"])
+    assert fit.returncode == 0 and fit.stdout.startswith("FITS: meta-llama/Llama-3.1-8B"), fit.stderr
+    imported = _run(core_venv, ["python", "-c", "import torch"])
+    assert imported.returncode != 0, "the base install must not carry the training stack"
+    _serves(core_venv, "tunefleet-planner", started)
+
+
+def test_the_executor_image_serves_against_redis_and_answers_its_healthcheck(queue_venv: Path, redis_url: str,
+                                                                             started: list) -> None:
+    _serves(queue_venv, "tunefleet-executor", started, "--redis", redis_url)
+    trained = _run(queue_venv, ["tunefleet", "train", "plan.json"])
+    assert trained.returncode == 2 and "Traceback" not in trained.stderr, trained.stderr
+
+
+def test_the_worker_image_starts_registers_and_drains(worker_venv: Path, redis_url: str, tmp_path: Path) -> None:
+    stage = IMAGES["tunefleet-worker"]
+    helped = _run(worker_venv, [*stage["ENTRYPOINT"], "--help"])
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
+    # The image has no HEALTHCHECK (no port: its liveness is its heartbeat in Redis); it starts, registers, finds
+    # its queues empty and stops (--burst), with its work dir where the test says.
+    ran = _run(worker_venv, [*stage["ENTRYPOINT"], "--work-dir", str(tmp_path), "--redis", redis_url,
+                             "--gpu-class", "cpu", "--burst"])
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    assert "worker.started" in ran.stdout + ran.stderr and "worker.stopped" in ran.stdout + ran.stderr
+    checked = _run(worker_venv, ["tunefleet", "train", "--help"])
+    assert checked.returncode == 0 and "usage: tunefleet train" in checked.stdout

@@ -1,0 +1,117 @@
+"""The one event path, piece by piece on a real Redis: the worker adopts the fleet's events into progress.jsonl,
+publishes what the run writes there in order under its fence (with the Feedback on DONE), and answers the run's
+"still the holder?" over its Unix socket; a run that lost its job writes nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from google.protobuf import json_format
+from rq import Queue
+from tunefleet.v1 import executor_pb2, progress_pb2
+
+from devtools.tiny import make_plan
+from executor.worker import holder
+from executor.worker.publisher import Publisher
+from fleet.connection import HOLDER_RETRY, connect
+from fleet.events import EventLog
+from fleet.jobs import JobStore, NewJob, now_ms
+from fleet.keys import job_key
+from fleet.leases import FenceGuard, Leases
+from fleet.lifecycle import Lifecycle
+from spec.errors import LeaseLostError
+from spec.holder import UNKNOWN_RETRY_S, WorkerHolder
+from spec.progress import JsonlProgressSink, read_events
+
+QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
+
+
+@pytest.fixture()
+def fleet(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+def _claimed(fleet: redis.Redis, tiny_model: Path, data: Path, out: Path, job_id: str = "job-p") -> int:
+    """Submit the job and claim it, as a worker that rq handed it to does; the new fence."""
+    plan = make_plan(tiny_model, data, out, plan_id=job_id)
+    queue = "tunefleet.cpu.normal"
+    Lifecycle(fleet).submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL, queue=queue, gpu_class="cpu",
+                                   gpus=1, timeout_s=600, events_max_len=100))
+    Queue(queue, connection=fleet).remove(job_id)
+    fence = Leases(fleet).claim(job_id, "host-a", now_ms(), QUEUED, LOADING)
+    assert isinstance(fence, int)
+    return fence
+
+
+def _publisher(fleet: redis.Redis, out: Path, fence: int, job_id: str = "job-p") -> Publisher:
+    return Publisher(EventLog(fleet), out / "progress.jsonl", out / "summary.json", job_id, fence)
+
+
+def test_the_file_and_the_stream_hold_the_same_events_in_order_with_the_feedback_on_done(
+        fleet, tiny_model, counting_data, tmp_path):
+    fence = _claimed(fleet, tiny_model, counting_data, tmp_path)
+    publisher = _publisher(fleet, tmp_path, fence)
+    publisher.adopt()
+    assert [e.phase for e in read_events(tmp_path / "progress.jsonl")] == [QUEUED], "the fleet's QUEUED adopted"
+    took = publisher.emit(progress_pb2.ProgressEvent(phase=LOADING, message="host-a took the job"))
+    assert took.sequence == 2
+    rank0 = JsonlProgressSink(tmp_path / "progress.jsonl", "job-p")  # what rank 0 opens: numbers after the file
+    for step in (1, 2):
+        rank0.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=step))
+    feedback = progress_pb2.Feedback(measured_step_time_s=0.25, library_versions={"torch": "2.13.0"})
+    (tmp_path / "summary.json").write_text(json.dumps({"feedback": json_format.MessageToDict(feedback)}))
+    rank0.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_DONE, step=2))
+    rank0.close()
+    assert publisher.pump()
+    stream = EventLog(fleet).read_after("job-p", 0, 100)
+    assert [e.sequence for e in stream] == [e.sequence for e in read_events(tmp_path / "progress.jsonl")] \
+        == [1, 2, 3, 4, 5]
+    job = JobStore(fleet).get("job-p")
+    assert job.phase == progress_pb2.PHASE_DONE and job.feedback == feedback
+    assert publisher.pump(), "publishing again changes nothing"
+    assert len(EventLog(fleet).read_after("job-p", 0, 100)) == 5
+
+
+def test_a_publisher_whose_job_moved_on_publishes_nothing_more(fleet, tiny_model, counting_data, tmp_path):
+    fence = _claimed(fleet, tiny_model, counting_data, tmp_path)
+    publisher = _publisher(fleet, tmp_path, fence)
+    publisher.adopt()
+    fleet.hincrby(job_key("job-p"), "fence", 1)  # another claim took the job (a sweep requeued it, a worker took it)
+    sink = JsonlProgressSink(tmp_path / "progress.jsonl", "job-p")
+    sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=7))
+    sink.close()
+    assert publisher.pump() and publisher.lease_lost
+    assert [e.phase for e in EventLog(fleet).read_after("job-p", 0, 100)] == [QUEUED]
+
+
+def test_the_run_asks_its_worker_whether_it_still_holds_the_job(fleet, redis_url, tiny_model, counting_data,
+                                                                 tmp_path):
+    fence = _claimed(fleet, tiny_model, counting_data, tmp_path)
+    with holder.serving(FenceGuard(connect(redis_url, HOLDER_RETRY), "job-p", fence)) as environment:
+        asking = WorkerHolder(Path(next(iter(environment.values()))))
+        assert asking.confirm() and asking.fence == fence
+        sink = JsonlProgressSink(tmp_path / "progress.jsonl", "job-p", holder=asking)
+        sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=1))
+        fleet.hincrby(job_key("job-p"), "fence", 1)
+        with pytest.raises(LeaseLostError):
+            asking.confirm()
+        with pytest.raises(LeaseLostError):
+            sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=2))
+        sink.close()
+    assert [e.step for e in read_events(tmp_path / "progress.jsonl")] == [1], "a run that lost its job wrote on"
+
+
+def test_when_redis_cannot_say_the_run_goes_on_without_waiting_on_each_event(tmp_path):
+    closed = "redis://127.0.0.1:1/0"  # nothing listens on port 1: every check fails at once
+    with holder.serving(FenceGuard(connect(closed, HOLDER_RETRY), "job-p", 3)) as environment:
+        asking = WorkerHolder(Path(next(iter(environment.values()))))
+        started = time.monotonic()
+        assert asking.confirm() is False
+        assert asking.confirm() is False, "an unknown answer stands for a while"
+        assert time.monotonic() - started < UNKNOWN_RETRY_S, "the second answer was asked again"
+    gone = WorkerHolder(tmp_path / "no-worker.sock")
+    assert gone.confirm() is False
