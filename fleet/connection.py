@@ -36,3 +36,8 @@ def connect(url: str, policy: RetryPolicy = SERVICE_RETRY) -> redis.Redis:
         url, retry=Retry(ExponentialWithJitterBackoff(cap=policy.cap_s, base=policy.base_s), policy.retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError], socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=SOCKET_TIMEOUT_S, health_check_interval=30)
+
+
+def reach(connection: redis.Redis) -> None:
+    """Raises redis.RedisError when the fleet's Redis cannot be reached (a start-up check)."""
+    connection.ping()

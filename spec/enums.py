@@ -9,7 +9,7 @@ enum and a proto enum that disagree.
 from __future__ import annotations
 
 import enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from spec.errors import InvalidFieldError
 
@@ -32,7 +32,15 @@ def proto_table(domain: type[E], proto_enum: Any, prefix: str) -> dict[E, int]:
     return {domain[name]: value for name, value in named.items()}
 
 
-def from_proto(table: dict[E, int], value: int, default: E, field: str) -> E:
+@overload
+def from_proto(table: dict[E, int], value: int, default: E, field: str) -> E: ...
+
+
+@overload
+def from_proto(table: dict[E, int], value: int, default: None, field: str) -> E | None: ...
+
+
+def from_proto(table: dict[E, int], value: int, default: E | None, field: str) -> E | None:
     """The domain member of a proto value (0, unset: the default); InvalidFieldError naming the field otherwise."""
     if value == 0:
         return default

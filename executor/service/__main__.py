@@ -14,6 +14,7 @@ from executor.service.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connec
 from executor.service.servicer import ExecutorConfig
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S
 from fleet import connection
+from fleet.connection import reach
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN
 from fleet.recovery import DEFAULT_RETRY_BACKOFF_S, DEFAULT_RETRY_LIMIT, MAX_RETRY_BACKOFF_S, FleetPolicy
 
@@ -68,7 +69,7 @@ def serve(argv: list[str] | None = None) -> int:
                             policy=fleet_policy)
     executor = connect(args.redis, config)
     try:
-        executor.redis.ping()
+        reach(executor.connection)
     except redis.RedisError as e:
         print(f"tunefleet serve executor: cannot reach Redis at {args.redis} ({e}); start redis-server or pass "
               "--redis URL", file=sys.stderr)
