@@ -30,6 +30,9 @@ def to_dict(msg: Message) -> dict[str, Any]:
                 out[fd.name] = value.ToJsonString() if msg.HasField(fd.name) else None
             elif fd.containing_oneof is None or msg.HasField(fd.name):
                 out[fd.name] = to_dict(value)
+        elif fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            value_field = fd.message_type.fields_by_name["value"]
+            out[fd.name] = {k: to_dict(v) if value_field.message_type is not None else v for k, v in value.items()}
         elif fd.message_type is not None:
             out[fd.name] = [to_dict(v) for v in value]
         elif fd.enum_type is not None:

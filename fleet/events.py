@@ -106,6 +106,11 @@ class EventLog:
                                  max="+", count=count)
         return [decode_entry(fields) for _, fields in rows]
 
+    def at(self, job_id: str, sequence: int) -> progress_pb2.ProgressEvent | None:
+        """The kept event with this sequence, or None when the stream does not hold it."""
+        rows = self.redis.xrange(events_key(job_id), min=f"{sequence}-0", max=f"{sequence}-0", count=1)
+        return decode_entry(rows[0][1]) if rows else None
+
     def first_sequence(self, job_id: str) -> int:
         """The oldest sequence still kept, or 0 when the stream is empty or gone."""
         rows = self.redis.xrange(events_key(job_id), count=1)

@@ -9,7 +9,8 @@ output directory and is always the holder.
 Wire format, one exchange per connection: the run sends `confirm\n`; the worker answers one line,
 `held <fence>` (this run may write), `lost <why>` (another host runs the job now: write nothing, stop) or
 `unknown <why>` (Redis cannot say now: a checkpoint waits for the next one, an event goes to the file, and the
-worker publishes it later under its own fence, which Redis refuses if it is stale).
+worker publishes it later under its own fence, which Redis refuses if it is stale). No worker listening on the
+socket any more counts as `lost`: the worker died, and the run is about to die with it.
 """
 
 from __future__ import annotations
@@ -77,8 +78,12 @@ class WorkerHolder:
                 s.connect(str(self.path))
                 s.sendall(REQUEST)
                 answer = s.makefile("rb").readline(MAX_ANSWER_BYTES).decode(errors="replace").strip()
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            # the worker that supervises this run is gone: its job will be run again elsewhere, and the run's
+            # process group dies with it; an event written now could never be published
+            raise LeaseLostError(f"the worker that runs this job is gone ({e})") from e
         except OSError:
-            return False  # the worker is busy or gone; if it is gone, the run's process group dies with it
+            return False  # the worker did not answer in time
         verdict, _, detail = answer.partition(" ")
         if verdict == HELD:
             self.fence = int(detail or 0)

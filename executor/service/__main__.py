@@ -1,4 +1,5 @@
-"""python -m executor: serve the ExecutorService until SIGTERM/SIGINT, then drain gracefully."""
+"""python -m executor.service (tunefleet serve executor): serve the ExecutorService until SIGTERM/SIGINT, then
+drain gracefully."""
 
 from __future__ import annotations
 

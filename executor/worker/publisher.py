@@ -13,6 +13,7 @@ The file and the stream agree: when a worker takes a job, the events the fleet w
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from tunefleet.v1 import progress_pb2
 
 from fleet.events import EventLog
 from spec.errors import LeaseLostError
-from spec.progress import JsonlProgressSink, ProgressTail, read_events
+from spec.progress import JsonlProgressSink, ProgressTail, event_to_json, read_events
 
 log = structlog.get_logger("executor.worker.publisher")
 ADOPT_PAGE = 500  # stream events read per page when a worker adopts them into the file
@@ -42,11 +43,20 @@ class Publisher:
         self._pause = threading.Event()  # never set: a bounded wait between attempts
 
     def adopt(self) -> None:
-        """Append to the file the stream's events it does not have yet (written by the fleet while the job
-        waited), then follow the file from its end: what is before was published by an earlier holder, or
-        can no longer be (the stream refuses an event older than its newest)."""
-        previous = read_events(self.path)
-        after = previous[-1].sequence if previous else 0
+        """Make the file agree with the stream, then follow it from its end. Events at the file's end that the
+        stream does not hold as they are (a holder whose worker died wrote them, and the fleet has numbered its
+        own events since) leave the file; the stream's events after the last one both hold (written by the fleet
+        while the job waited) are appended. What is before was published by an earlier holder."""
+        events = read_events(self.path)
+        last = self.events.last_sequence(self.job_id)
+        agreed = len(events)
+        while agreed and not self._in_stream(events[agreed - 1], last):
+            agreed -= 1
+        if agreed < len(events):
+            log.warning("events.unpublished_dropped", count=len(events) - agreed,
+                        sequences=[e.sequence for e in events[agreed:]][:20])
+            _rewrite(self.path, events[:agreed])
+        after = events[agreed - 1].sequence if agreed else 0
         sink = JsonlProgressSink(self.path, self.job_id, start_after=after)
         try:
             while page := self.events.read_after(self.job_id, after, ADOPT_PAGE):
@@ -56,6 +66,14 @@ class Publisher:
         finally:
             sink.close()
         self._tail.read_new()
+
+    def _in_stream(self, event: progress_pb2.ProgressEvent, last_sequence: int) -> bool:
+        """The stream holds this event (or can no longer say: the entry was trimmed, which only happens to events
+        it once held)."""
+        if event.sequence > last_sequence:
+            return False
+        kept = self.events.at(self.job_id, event.sequence)
+        return kept is None or kept == event
 
     def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         """One event of the worker's own: into the file, numbered after everything before it (the stream's
@@ -105,3 +123,10 @@ class Publisher:
 
     def _feedback(self, event: progress_pb2.ProgressEvent) -> progress_pb2.Feedback | None:
         return self.feedback() if event.phase == progress_pb2.PHASE_DONE else None
+
+
+def _rewrite(path: Path, events: list[progress_pb2.ProgressEvent]) -> None:
+    """The file holding exactly these events, replaced atomically."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(event_to_json(e) + "\n" for e in events))
+    os.replace(partial, path)

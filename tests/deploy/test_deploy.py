@@ -296,11 +296,15 @@ def test_images_install_the_versions_the_tests_use_and_start_commands_that_exist
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     train = {re.split(r"[=<>!~ ]", r, maxsplit=1)[0]: r for r in pyproject["optional-dependencies"]["train"]}
     makefile = (ROOT / "Makefile").read_text()
-    # the Makefile installs torch and DeepSpeed first (the local CPU build, then DeepSpeed against it)
-    assert f"install -q {train['torch']}" in makefile and f'"{train["deepspeed"]}"' in makefile
+    # the Makefile installs torch and DeepSpeed first (the local CPU build, then DeepSpeed against it), every
+    # install under the recorded versions
+    pinned = "install -q -c constraints.txt"
+    assert f"{pinned} {train['torch']}" in makefile and f'"{train["deepspeed"]}"' in makefile
+    assert makefile.count(pinned) == 3
     service, worker = DOCKERFILES["service"].text, DOCKERFILES["worker"].text
-    assert "--no-binary=tunefleet . &&" in service, "the planner image installs the core only (no torch)"
-    assert '--no-binary=tunefleet ".[queue]"' in service and '".[train,queue]"' in worker
+    assert "--no-binary=tunefleet -c constraints.txt . &&" in service, "the planner image installs the core only"
+    assert '--no-binary=tunefleet -c constraints.txt ".[queue]"' in service
+    assert '-c constraints.txt ".[train,queue]"' in worker
     assert '["optional-dependencies"]["train"]' in worker and 'd.startswith("torch")' in worker
     for text in (service, worker):
         assert all("@sha256:" in line for line in text.splitlines()

@@ -9,6 +9,7 @@ The suite's own venv has every extra, which would hide an import only an extra p
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,14 +34,30 @@ def _pip(venv: Path, *args: str) -> None:
     assert done.returncode == 0, f"pip install {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
-def _venv(tmp_path_factory: pytest.TempPathFactory, extras: str) -> Path:
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the images' build stage copies (the Dockerfile's own COPY lines), and nothing else: a file the install
+    needs and the Dockerfile forgets fails here; pip builds in this copy, not in the checkout."""
+    tree = tmp_path_factory.mktemp("source")
+    copies = [line.split()[1:] for line in (ROOT / "deploy" / "docker" / "service.Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") and "--from" not in line]
+    for *sources, destination in copies:
+        for name in sources:
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, tree / destination, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(ROOT / name, tree / name)
+    return tree
+
+
+def _venv(tmp_path_factory: pytest.TempPathFactory, source: Path, extras: str) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     _pip(venv, "--upgrade", "pip", "setuptools", "wheel")
     if "train" in extras:  # as the worker image and `make install` do: torch, then DeepSpeed built against it
         _pip(venv, "torch==2.13.0")
         _pip(venv, "--no-build-isolation", "deepspeed")
-    _pip(venv, f"{ROOT}{extras}")
+    _pip(venv, f"{source}{extras}")
     return venv
 
 
@@ -60,18 +77,18 @@ def _freed(command: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def core_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _venv(tmp_path_factory, "")
+def core_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
+    return _venv(tmp_path_factory, source, "")
 
 
 @pytest.fixture(scope="module")
-def queue_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _venv(tmp_path_factory, "[queue]")
+def queue_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
+    return _venv(tmp_path_factory, source, "[queue]")
 
 
 @pytest.fixture(scope="module")
-def worker_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _venv(tmp_path_factory, "[train,queue]")
+def worker_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
+    return _venv(tmp_path_factory, source, "[train,queue]")
 
 
 @pytest.fixture()

@@ -113,5 +113,29 @@ def test_when_redis_cannot_say_the_run_goes_on_without_waiting_on_each_event(tmp
         assert asking.confirm() is False
         assert asking.confirm() is False, "an unknown answer stands for a while"
         assert time.monotonic() - started < UNKNOWN_RETRY_S, "the second answer was asked again"
-    gone = WorkerHolder(tmp_path / "no-worker.sock")
-    assert gone.confirm() is False
+    with pytest.raises(LeaseLostError, match="worker that runs this job is gone"):
+        WorkerHolder(tmp_path / "no-worker.sock").confirm()
+
+
+def test_a_dead_holder_s_unpublished_events_leave_the_file_and_the_fleet_s_take_their_place(
+        fleet, tiny_model, counting_data, tmp_path):
+    fence = _claimed(fleet, tiny_model, counting_data, tmp_path)
+    first = _publisher(fleet, tmp_path, fence)
+    first.adopt()
+    first.emit(progress_pb2.ProgressEvent(phase=LOADING, message="host-a took the job"))  # 2, published
+    orphans = JsonlProgressSink(tmp_path / "progress.jsonl", "job-p")  # rank 0 after its worker died: 3 and 4
+    for step in (1, 2):
+        orphans.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=step))
+    orphans.close()
+    # the sweeper requeues the job: its QUEUED takes sequence 3 in the stream
+    fleet.hincrby(job_key("job-p"), "fence", 1)
+    EventLog(fleet).publish(progress_pb2.ProgressEvent(job_id="job-p", sequence=3, phase=QUEUED, message="requeued"))
+    fleet.hset(job_key("job-p"), "phase", QUEUED)
+    fence = Leases(fleet).claim("job-p", "host-b", now_ms(), QUEUED, LOADING)
+    assert isinstance(fence, int)
+    second = _publisher(fleet, tmp_path, fence)
+    second.adopt()
+    second.emit(progress_pb2.ProgressEvent(phase=LOADING, message="host-b took the job"))
+    in_file = read_events(tmp_path / "progress.jsonl")
+    assert [(e.sequence, e.phase) for e in in_file] == [(1, QUEUED), (2, LOADING), (3, QUEUED), (4, LOADING)]
+    assert in_file == EventLog(fleet).read_after("job-p", 0, 100), "the file and the stream disagree"

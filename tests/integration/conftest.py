@@ -24,14 +24,14 @@ HEARTBEAT_S = 0.5
 
 
 def serve_process(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """`python -m <module> --address 127.0.0.1:0 ARGS` (planner or executor) and the address it serves on, read
-    from its JSON 'serving' log line; its output keeps draining into nowhere."""
+    """`python -m <module> --address 127.0.0.1:0 ARGS` (planner or executor.service) and the address it serves on,
+    read from its JSON '<service>.serving' log line; its output keeps draining into nowhere."""
     proc = subprocess.Popen([sys.executable, "-m", module, "--address", "127.0.0.1:0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert proc.stdout is not None
     for line in proc.stdout:
-        found = re.search(rf'"port": (\d+).*"event": "{module}\.serving"', line)
+        found = re.search(rf'"port": (\d+).*"event": "{module.partition(".")[0]}\.serving"', line)
         if found:
             threading.Thread(target=proc.stdout.read, daemon=True).start()
             return proc, f"127.0.0.1:{found.group(1)}"

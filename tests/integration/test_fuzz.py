@@ -185,7 +185,7 @@ def planner() -> Iterator[tuple[Probe, psutil.Process]]:
 
 @pytest.fixture()
 def executor(redis_url: str) -> Iterator[tuple[Probe, psutil.Process]]:
-    proc, address = serve_process("executor", "--redis", redis_url, "--drain-delay-s", "0")
+    proc, address = serve_process("executor.service", "--redis", redis_url, "--drain-delay-s", "0")
     probe = Probe(address)
     yield probe, psutil.Process(proc.pid)
     probe.channel.close()

@@ -45,8 +45,9 @@ def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
         start_service, start_worker, tiny_model, counting_data, tmp_path):
     service = start_service(policy=FleetPolicy(retry_backoff_s=1.0), sweep_interval_s=1.0)
     shared = tmp_path / "shared"
-    workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared),
-                                      start_worker("host-b", shared_dir=shared))}
+    lease = ("--lease-ttl-s", "10")  # the lost host's lease lapses sooner than the default 30 s
+    workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared, extra=lease),
+                                      start_worker("host-b", shared_dir=shared, extra=lease))}
     total = 150
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
