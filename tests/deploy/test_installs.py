@@ -2,9 +2,10 @@
 
 Each image of deploy/docker installs one package set: the planner image the base install (`pip install .`), the
 executor-service image `.[queue]`, the worker image `.[train,queue]`. For each, the test installs that set from
-the checkout into a clean virtualenv (pip, under constraints.txt, as the Dockerfile does), runs the image's
-ENTRYPOINT with --help, starts it as its CMD says (ports made free) and runs its HEALTHCHECK command against it.
-The suite's own venv has every extra, which would hide an import only an extra provides; these venvs do not.
+what the Dockerfile copies into a virtualenv of its own (pip, under constraints.txt, as the Dockerfile does),
+runs the image's ENTRYPOINT with --help, starts it as its CMD says (ports made free) and runs its HEALTHCHECK
+command against it. The suite's own venv has every extra, which would hide an import only an extra provides;
+this one has only what the image has.
 """
 
 from __future__ import annotations
@@ -54,9 +55,6 @@ def _venv(tmp_path_factory: pytest.TempPathFactory, source: Path, extras: str) -
     venv = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     _pip(venv, "--upgrade", "pip", "setuptools", "wheel")
-    if "train" in extras:  # as the worker image and `make install` do: torch, then DeepSpeed built against it
-        _pip(venv, "torch==2.13.0")
-        _pip(venv, "--no-build-isolation", "deepspeed")
     _pip(venv, f"{source}{extras}")
     return venv
 
@@ -76,19 +74,25 @@ def _freed(command: list[str]) -> tuple[list[str], dict[str, str]]:
     return freed, addresses
 
 
+# One virtualenv grows through the three package sets, in the order of the tests below: installing an extra on top
+# of a set yields exactly the larger set, so each check still sees only what its image installs.
 @pytest.fixture(scope="module")
 def core_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
     return _venv(tmp_path_factory, source, "")
 
 
 @pytest.fixture(scope="module")
-def queue_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
-    return _venv(tmp_path_factory, source, "[queue]")
+def queue_venv(core_venv: Path, source: Path) -> Path:
+    _pip(core_venv, f"{source}[queue]")
+    return core_venv
 
 
 @pytest.fixture(scope="module")
-def worker_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
-    return _venv(tmp_path_factory, source, "[train,queue]")
+def worker_venv(queue_venv: Path, source: Path) -> Path:
+    _pip(queue_venv, "torch==2.13.0")  # as the worker image and `make install` do: torch, then DeepSpeed against it
+    _pip(queue_venv, "--no-build-isolation", "deepspeed")
+    _pip(queue_venv, f"{source}[train,queue]")
+    return queue_venv
 
 
 @pytest.fixture()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,33 +222,46 @@ def test_sigterm_cancels_cleanly_and_the_plan_resumes(tiny_model: Path, tmp_path
     assert checkpoint.latest(out / "checkpoints") is not None
 
 
-def test_running_a_finished_plan_again_changes_nothing(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
-    plan_path = write_plan(make_plan(tiny_model, counting_data, tmp_path / "run", max_steps=3), tmp_path / "p.json")
-    assert train(plan_path, progress_interval_s=0).succeeded
-    summary = (tmp_path / "run" / "summary.json").read_text()
-    adapter = (tmp_path / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns
+@pytest.fixture(scope="module")
+def finished_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One short run to its end (a checkpoint at its last step), shared by the tests that start from a finished run;
+    each works on its own copy."""
+    base = tmp_path_factory.mktemp("finished")
+    data = counting_text(base / "data.jsonl", records=64)
+    plan = write_plan(make_plan(tiny_model, data, base / "run", max_steps=2, checkpoint_every=2), base / "p.json")
+    assert train(plan, progress_interval_s=0).succeeded
+    return base
 
-    again = train(plan_path, progress_interval_s=0)
-    assert again.succeeded and "already complete at step 3" in again.last_event.message
-    assert (tmp_path / "run" / "summary.json").read_text() == summary
-    assert (tmp_path / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns == adapter
+
+def _copy_of(finished: Path, tmp_path: Path) -> Path:
+    shutil.copytree(finished, tmp_path / "copy")
+    return tmp_path / "copy"
 
 
-def test_a_tampered_checkpoint_is_refused_not_loaded(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
+def test_running_a_finished_plan_again_changes_nothing(finished_run: Path, tmp_path: Path) -> None:
+    base = _copy_of(finished_run, tmp_path)
+    summary = (base / "run" / "summary.json").read_text()
+    adapter = (base / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns
+
+    again = train(base / "p.json", str(base / "run"), progress_interval_s=0)
+    assert again.succeeded and "already complete at step 2" in again.last_event.message
+    assert (base / "run" / "summary.json").read_text() == summary
+    assert (base / "run" / "final" / "adapter_model.safetensors").stat().st_mtime_ns == adapter
+
+
+def test_a_tampered_checkpoint_is_refused_not_loaded(tiny_model: Path, finished_run: Path, tmp_path: Path) -> None:
     """Issue 9, item 10: DeepSpeed unpickles checkpoint files; only what the run signed may reach it."""
-    out = tmp_path / "run"
-    first = train(write_plan(make_plan(tiny_model, counting_data, out, max_steps=2, checkpoint_every=2),
-                             tmp_path / "p.json"), progress_interval_s=0)
-    assert first.succeeded
+    base = _copy_of(finished_run, tmp_path)
+    out = base / "run"
     found = checkpoint.latest(out / "checkpoints")
     assert found is not None
     states = next(found[1].rglob("*model_states.pt"))
     data = bytearray(states.read_bytes())
     data[-1] ^= 0xFF  # same size: the listing still counts it complete
     states.write_bytes(bytes(data))
-    longer = write_plan(make_plan(tiny_model, counting_data, out, max_steps=4, checkpoint_every=2),
+    longer = write_plan(make_plan(tiny_model, base / "data.jsonl", out, max_steps=4, checkpoint_every=2),
                         tmp_path / "p4.json")
-    again = train(longer, progress_interval_s=0)
+    again = train(longer, str(out), progress_interval_s=0)
     assert not again.succeeded
     assert again.last_event.phase == progress_pb2.PHASE_FAILED
     assert "was not loaded" in again.last_event.message and "does not match the hash" in again.last_event.message
