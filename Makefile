@@ -68,8 +68,8 @@ test-fast: $(STAMP) $(DEPLOY_STAMP) redis ## the inner loop: every test that sta
 	$(PY) -m pytest -q -m "not training and not install"
 
 lint: $(STAMP) ## ruff and mypy
-	$(VENV)/bin/ruff check common spec planner fleet clients executor devtools tests benchmarks
-	$(VENV)/bin/mypy common spec planner fleet clients executor devtools
+	$(VENV)/bin/ruff check common contract planner fleet clients executor devtools tests benchmarks
+	$(VENV)/bin/mypy common contract planner fleet clients executor devtools
 
 protos: $(STAMP) ## regenerate Python code from protos/
 	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. tunefleet/v1/*.proto

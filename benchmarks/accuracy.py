@@ -19,11 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import RESULTS, print_table, write_csv
-from planner.catalog import Catalog, default_catalog
-from planner.memory import per_gpu_memory
-from planner.throughput import step_time
-from spec.errors import SpecError
-from spec.schema import (
+from contract.errors import SpecError
+from contract.schema import (
     ALL_LINEAR,
     Architecture,
     Attention,
@@ -36,6 +33,9 @@ from spec.schema import (
     Precision,
     TrainingSpec,
 )
+from planner.catalog import Catalog, default_catalog
+from planner.memory import per_gpu_memory
+from planner.throughput import step_time
 
 PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
 GiB = 2**30

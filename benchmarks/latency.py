@@ -13,11 +13,11 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 
 from benchmarks.common import pct, print_table, time_calls, write_csv
 from common.rpc import shutdown
+from contract.schema import Hardware, Method, TrainingSpec, Workload
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.search import Constraints, recommend
 from planner.server import create_server
-from spec.schema import Hardware, Method, TrainingSpec, Workload
 
 SUSTAINED_S = 5.0
 CLIENT_THREADS = 8

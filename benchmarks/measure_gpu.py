@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, as_single_rank
+from contract.deepspeed_config import deepspeed_config
+from contract.schema import Attention, Hardware, LoraSpec, Method, Offload, Precision, TrainingSpec
 from planner.catalog import default_catalog
 from planner.memory import per_gpu_memory
 from planner.throughput import step_time
-from spec.deepspeed_config import deepspeed_config
-from spec.schema import Attention, Hardware, LoraSpec, Method, Offload, Precision, TrainingSpec
 
 GROUP_TIMEOUT_S = 540  # inside the GPU host's 10-minute command limit
 WARMUP_STEPS = 1

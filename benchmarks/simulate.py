@@ -45,10 +45,8 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
-from executor.training.measure import relative_error  # noqa: E402
-from planner.architecture import config_json  # noqa: E402
-from spec.deepspeed_config import deepspeed_config  # noqa: E402
-from spec.schema import (  # noqa: E402
+from contract.deepspeed_config import deepspeed_config  # noqa: E402
+from contract.schema import (  # noqa: E402
     ALL_LINEAR,
     Attention,
     DpoSpec,
@@ -58,6 +56,8 @@ from spec.schema import (  # noqa: E402
     Objective,
     TrainingSpec,
 )
+from executor.training.measure import relative_error  # noqa: E402
+from planner.architecture import config_json  # noqa: E402
 
 GiB = 2**30
 UNDER_PREDICTION_LIMIT = -0.02

@@ -23,12 +23,12 @@ import transformers
 from tunefleet.v1 import training_pb2
 
 from benchmarks.common import as_single_rank, print_table, write_csv
+from contract.progress import JsonlProgressSink
+from contract.run_config import parse_plan, run_config_from_plan
 from devtools.tiny import build_model, counting_text, make_plan, write_plan
 from executor.training import checkpoint
 from executor.training.model import detect_host
 from executor.training.recipe import Setup, Trainer
-from spec.progress import JsonlProgressSink
-from spec.run_config import parse_plan, run_config_from_plan
 
 WARMUP_STEPS = 3
 BLOCKS = 24

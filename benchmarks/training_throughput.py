@@ -21,11 +21,11 @@ from typing import Any
 from tunefleet.v1 import progress_pb2, training_pb2
 
 from benchmarks.common import as_single_rank, print_table, write_csv
+from contract import training as training_spec
+from contract.progress import read_events
 from devtools.tiny import build_model, make_plan, write_plan
 from planner.catalog import default_catalog
 from planner.throughput import flops_per_token
-from spec import training as training_spec
-from spec.progress import read_events
 
 WARMUP_STEPS = 3
 MODEL = "meta-llama/Llama-3.2-1B"
@@ -55,8 +55,8 @@ def _data(path: Path, records: int, words: int) -> Path:
 
 
 def _executor_tokens_per_s(plan_path: Path, out: Path) -> float:
+    from contract.paths import Roots
     from executor.training.launcher import train
-    from spec.paths import Roots
 
     base = plan_path.parent.resolve()  # model, data, plan and run all live in the benchmark's scratch directory
     result = train(plan_path, progress_interval_s=0, roots=Roots((base,), (base,)))

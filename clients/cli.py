@@ -27,7 +27,7 @@ from clients.arguments import (
 )
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
-from spec.enums import spellings
+from contract.enums import spellings
 
 GiB = 1024**3
 # Exit status, for scripts: `tunefleet fit ... && rent-the-gpu`.
@@ -48,7 +48,7 @@ EXAMPLES = """examples:
   tunefleet submit plan.json --watch          # run a plan on the fleet and follow it
   tunefleet jobs --feedback --json            # measured vs predicted, for calibration
 """
-# Every choice is spelled as the proto spells it (spec.enums): a value added to a proto enum is a choice here.
+# Every choice is spelled as the proto spells it (contract.enums): a value added to a proto enum is a choice here.
 METHODS = spellings(training_pb2.Method, "METHOD_")
 PRECISIONS = spellings(training_pb2.Precision, "PRECISION_")
 OFFLOADS = spellings(training_pb2.Offload, "OFFLOAD_")

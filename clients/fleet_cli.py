@@ -77,7 +77,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_plan(path: Path) -> plan_pb2.Plan:
-    from spec.run_config import parse_plan  # pure: no torch
+    from contract.run_config import parse_plan  # pure: no torch
 
     if not path.is_file():
         raise SystemExit(f"error: plan file {path} does not exist; write one with "
@@ -104,7 +104,7 @@ PlanSource = Callable[[list[str]], plan_pb2.Plan]
 
 
 def _plan_to_submit(a: argparse.Namespace, recommended: PlanSource) -> plan_pb2.Plan:
-    from spec.errors import PlanError
+    from contract.errors import PlanError
 
     if (a.plan is None) == (a.from_recommend is None):
         raise SystemExit("error: give a plan file, or --from-recommend with the options of 'tunefleet recommend'")

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from clients.render import gib, table
-from spec.progress import describe
+from contract.progress import describe
 
 
 def phase_name(phase: int) -> str:

@@ -10,7 +10,7 @@ from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
 from clients.connection import Connection, channel_for, metadata
 from clients.errors import from_domain_error, from_rpc_error
-from spec.errors import SpecError
+from contract.errors import SpecError
 
 R = TypeVar("R")
 DEFAULT_TIMEOUT_S = 30.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.errors import MissingError, UnavailableError
-from spec.errors import ExecutorError
+from contract.errors import ExecutorError
 
 
 class JobNotFoundError(ExecutorError, MissingError):

@@ -17,10 +17,10 @@ import redis
 import structlog
 from tunefleet.v1 import progress_pb2
 
+from contract.errors import LeaseLostError
+from contract.progress import TERMINAL_PHASES
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, now_ms
 from fleet.keys import events_key, job_key
-from spec.errors import LeaseLostError
-from spec.progress import TERMINAL_PHASES
 
 log = structlog.get_logger("fleet.events")
 EVENT_FIELD = b"e"

@@ -15,9 +15,9 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, hardware_pb2
 
+from contract.errors import InvalidFieldError, PlanError
 from fleet.keys import HOSTS_INDEX, host_key
 from planner.catalog import Catalog, normalise_gpu_name
-from spec.errors import InvalidFieldError, PlanError
 
 CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
 # A worker refreshes its record every HEARTBEAT_INTERVAL_S; the record expires HOST_TTL_S after the last

@@ -24,9 +24,9 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
+from contract.errors import PlanError
 from fleet.errors import JobNotFoundError
 from fleet.keys import JOBS_INDEX, job_key
-from spec.errors import PlanError
 
 JOB_SCHEMA_VERSION = "1"
 # Events kept per job stream (oldest trimmed first; the job record keeps the last event whatever is trimmed).

@@ -22,8 +22,8 @@ from typing import Any
 
 import redis
 
+from contract.errors import LeaseLostError
 from fleet.keys import RUNNING_SET, job_key, lease_key
-from spec.errors import LeaseLostError
 
 # A lease outlives its last renewal by LEASE_TTL_S; a worker renews every RENEW_INTERVAL_S. A lost host is
 # found LEASE_TTL_S after its last renewal plus at most one sweep interval (fleet.recovery).

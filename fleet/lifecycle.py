@@ -9,12 +9,12 @@ from typing import Any
 import redis
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from contract.errors import PlanError
+from contract.progress import TERMINAL_PHASES, new_event
 from fleet import queues
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
 from fleet.keys import JOBS_INDEX, job_key
-from spec.errors import PlanError
-from spec.progress import TERMINAL_PHASES, new_event
 
 
 class Lifecycle:

@@ -18,13 +18,13 @@ import redis
 import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from contract.progress import TERMINAL_PHASES, new_event
 from fleet import queues
 from fleet.events import EventLog
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
 from fleet.jobs import RUNNING_PHASES, now_ms
 from fleet.keys import POLICY, RETRYING, RUNNING_SET, job_key, lease_key
-from spec.progress import TERMINAL_PHASES, new_event
 
 log = structlog.get_logger("fleet.recovery")
 SWEEP_INTERVAL_S = 5.0

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.schema import Architecture, Attention, Family, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
 from planner.architecture import norms_per_layer, qk_norm_rows
 from planner.parameters import ParameterSplit
-from spec.schema import Architecture, Attention, Family, Loss, Method, Objective, TrainingSpec
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
 _FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO2)

@@ -13,10 +13,10 @@ from typing import Any
 
 from common.bounds import echo
 from common.strict_json import loads_object
+from contract.errors import InvalidFieldError
+from contract.limits import CONFIG_JSON_CHARS, CONFIG_JSON_DEPTH
+from contract.schema import ALL_LINEAR, Architecture, Family, VisionTower
 from planner.errors import UnsupportedError
-from spec.errors import InvalidFieldError
-from spec.limits import CONFIG_JSON_CHARS, CONFIG_JSON_DEPTH
-from spec.schema import ALL_LINEAR, Architecture, Family, VisionTower
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from common.bounds import echo
+from contract.schema import Flavor, GpuSpec, ModelSpec
 from planner.data.flavors import FLAVORS
 from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
 from planner.data.prices import PRICES
 from planner.errors import UnknownNameError
-from spec.schema import Flavor, GpuSpec, ModelSpec
 
 
 def normalise_gpu_name(name: str) -> str:

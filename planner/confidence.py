@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.schema import Method, TrainingSpec
 from planner import constants as k
 from planner.memory import MemoryBreakdown
-from spec.schema import Method, TrainingSpec
 
 
 @dataclass(frozen=True)

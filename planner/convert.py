@@ -8,16 +8,10 @@ from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, trainin
 
 from common.bounds import echo
 from common.errors import FieldError
-from planner.architecture import parameter_counts, read_config
-from planner.catalog import Catalog, did_you_mean
-from planner.errors import UnknownNameError, UnsupportedError
-from planner.estimate import Estimate
-from planner.fit import FitResult
-from planner.search import Constraints, RankBy, Recommendation, Rejected
-from spec.enums import from_proto, proto_table
-from spec.errors import InvalidFieldError
-from spec.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
-from spec.schema import (
+from contract.enums import from_proto, proto_table
+from contract.errors import InvalidFieldError
+from contract.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
+from contract.schema import (
     Architecture,
     Family,
     Flavor,
@@ -30,7 +24,13 @@ from spec.schema import (
     VisionTower,
     Workload,
 )
-from spec.training import METHOD, training_to_proto
+from contract.training import METHOD, training_to_proto
+from planner.architecture import parameter_counts, read_config
+from planner.catalog import Catalog, did_you_mean
+from planner.errors import UnknownNameError, UnsupportedError
+from planner.estimate import Estimate
+from planner.fit import FitResult
+from planner.search import Constraints, RankBy, Recommendation, Rejected
 
 FAMILY = proto_table(Family, model_pb2.ModelFamily, "MODEL_FAMILY_")
 INTERCONNECT = proto_table(Interconnect, hardware_pb2.Interconnect, "INTERCONNECT_")

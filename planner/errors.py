@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.errors import MissingError
-from spec.errors import InvalidFieldError, SpecError
+from contract.errors import InvalidFieldError, SpecError
 
 
 class PlannerError(SpecError):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.errors import InvalidFieldError
+from contract.limits import MAX_TRAINING_TOKENS
+from contract.schema import Hardware, ModelSpec, TrainingSpec, Workload
 from planner import constants as k
 from planner.throughput import StepTime, step_time, total_steps
-from spec.errors import InvalidFieldError
-from spec.limits import MAX_TRAINING_TOKENS
-from spec.schema import Hardware, ModelSpec, TrainingSpec, Workload
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from contract.errors import InvalidFieldError
+from contract.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
 from planner.confidence import Band, band
 from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, per_gpu_memory
 from planner.parameters import parameter_split
-from spec.errors import InvalidFieldError
-from spec.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 
 GiB = 1024**3
 # The largest byte count a uint64 field carries on every client (int64's maximum: Java and JSON readers).

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from contract.errors import InvalidFieldError
+from contract.limits import MAX_TOKENS_PER_MICRO_BATCH
+from contract.schema import Hardware, Method, ModelSpec, TrainingSpec
 from planner import constants as k
 from planner.catalog import Catalog
 from planner.confidence import band
 from planner.fit import FitResult, check_margin, gib
 from planner.memory import MemoryBreakdown, host_memory
 from planner.parameters import parameter_split, weight_storage_bytes
-from spec.errors import InvalidFieldError
-from spec.limits import MAX_TOKENS_PER_MICRO_BATCH
-from spec.schema import Hardware, Method, ModelSpec, TrainingSpec
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner import constants as k
-from planner.activations import activation_terms
-from planner.architecture import (
-    largest_layer_params,
-    linear_layers,
-)
-from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
-from spec import deepspeed_config as ds
-from spec.schema import (
+from contract import deepspeed_config as ds
+from contract.schema import (
     Architecture,
     Hardware,
     Method,
@@ -28,6 +21,13 @@ from spec.schema import (
     Precision,
     TrainingSpec,
 )
+from planner import constants as k
+from planner.activations import activation_terms
+from planner.architecture import (
+    largest_layer_params,
+    linear_layers,
+)
+from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
 
 
 @dataclass(frozen=True)

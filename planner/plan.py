@@ -8,11 +8,11 @@ import uuid
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import model_pb2, plan_pb2, training_pb2
 
+from contract import training as training_spec
+from contract.deepspeed_config import DEFAULT_LEARNING_RATE, DEFAULT_WARMUP_STEPS, deepspeed_config
 from planner import convert
 from planner.estimate import Estimate
 from planner.fit import FitResult
-from spec import training as training_spec
-from spec.deepspeed_config import DEFAULT_LEARNING_RATE, DEFAULT_WARMUP_STEPS, deepspeed_config
 
 DEFAULT_CHECKPOINT_EVERY_STEPS = 200
 DEFAULT_SEED = 42

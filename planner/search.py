@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from common.errors import AbandonedError
+from contract.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Precision, TrainingSpec, Workload
 from planner.catalog import Catalog
 from planner.estimate import Estimate, estimate
 from planner.fit import FitResult, fit, max_micro_batch
 from planner.memory import host_memory
-from spec.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Precision, TrainingSpec, Workload
 
 GPU_COUNTS = (1, 2, 4, 8)
 

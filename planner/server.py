@@ -8,9 +8,9 @@ from tunefleet.v1 import planner_pb2, planner_pb2_grpc
 
 from common.admission import caller_gone
 from common.rpc import ServerOptions, build_server, call_unary
+from contract.limits import REQUEST_BOUNDS
 from planner.catalog import Catalog, default_catalog
 from planner.service import Planner
-from spec.limits import REQUEST_BOUNDS
 
 # Calls that compute, by admission pool: quick ones (milliseconds) never wait behind searches (up to a second);
 # the List calls only read the catalog.

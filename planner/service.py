@@ -8,6 +8,9 @@ from dataclasses import replace
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
+from contract import training as training_spec
+from contract.errors import InvalidFieldError
+from contract.schema import Hardware, ModelSpec, Precision, TrainingSpec
 from planner import convert
 from planner.catalog import Catalog
 from planner.errors import NotFoundError
@@ -16,9 +19,6 @@ from planner.fit import FitResult, fit
 from planner.inference import InferenceSpec, inference_fit
 from planner.plan import build_plan
 from planner.search import half_precision, recommend
-from spec import training as training_spec
-from spec.errors import InvalidFieldError
-from spec.schema import Hardware, ModelSpec, Precision, TrainingSpec
 
 DEFAULT_RECOMMEND_LIMIT = 10
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from contract.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 from planner import constants as k
 from planner.architecture import parameter_counts
 from planner.parameters import parameter_split
-from spec.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
 
 
 @dataclass(frozen=True)

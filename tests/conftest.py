@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from common.rpc import ServerOptions, shutdown
+from contract.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV
 from planner.server import create_server
-from spec.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV
 
 TOKEN = "test-token"
 # Nothing in the suite may come from the Hugging Face hub: models and data are built locally.

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("common", "spec", "planner", "fleet", "executor", "clients")
+PRODUCT = ("common", "contract", "planner", "fleet", "executor", "clients")
 MAX_MODULE_LINES = 450
 # What each layer may not import (a prefix names a package and everything under it).
 FORBIDDEN = {
-    "spec": ("planner", "fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
+    "contract": ("planner", "fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
     "planner": ("fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
     "fleet": ("executor", "clients", "devtools", "torch"),
     "executor.service": ("executor.worker", "executor.training", "clients", "devtools", "torch"),
     "executor.worker": ("executor.service", "clients", "devtools", "torch"),
     "executor.training": ("fleet", "executor.service", "executor.worker", "clients", "devtools", "redis", "rq"),
     "clients": ("fleet", "devtools", "torch", "redis", "rq"),
-    "common": ("spec", "planner", "fleet", "executor", "clients", "devtools"),
+    "common": ("contract", "planner", "fleet", "executor", "clients", "devtools"),
 }
 # The CLI is every command's entry point: it alone may start the executor's commands (inside the subcommand).
 ENTRY_POINT_IMPORTS = {"clients.cli": ("executor",)}

@@ -14,7 +14,7 @@ WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY protos protos
 COPY common common
-COPY spec spec
+COPY contract contract
 COPY planner planner
 COPY fleet fleet
 COPY executor executor

@@ -12,12 +12,12 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
 from common.bounds import Bounds
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
+from contract.limits import PLAN_BOUNDS
 from executor.service.metrics import EVENTS_STREAMED, register_fleet_collector
 from executor.service.servicer import Executor, ExecutorConfig
 from fleet import connection
 from fleet.errors import FleetUnavailableError
 from planner.catalog import default_catalog
-from spec.limits import PLAN_BOUNDS
 
 # Every executor request: the plan inside Submit has a plan file's bounds; a cancel reason is kept (cut) anyway.
 REQUEST_BOUNDS = PLAN_BOUNDS.prefixed("plan.").merged(Bounds(string_chars={"reason": 4096, "page_token": 1024}))

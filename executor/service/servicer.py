@@ -11,6 +11,8 @@ import redis
 import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from contract.errors import PlanError
+from contract.run_config import run_config_from_plan
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
 from fleet.event_hub import StreamHub
@@ -28,8 +30,6 @@ from fleet.jobs import (
 from fleet.lifecycle import Lifecycle
 from fleet.recovery import GANG_WAIT, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from planner.catalog import Catalog
-from spec.errors import PlanError
-from spec.run_config import run_config_from_plan
 
 log = structlog.get_logger("executor.service.servicer")
 DEFAULT_PAGE_SIZE = 50

@@ -17,10 +17,10 @@ import structlog
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from contract.progress import TERMINAL_PHASES
 from fleet.event_hub import StreamHub, Subscriber
 from fleet.events import EventLog
 from fleet.jobs import JobStore
-from spec.progress import TERMINAL_PHASES
 
 log = structlog.get_logger("executor.service.watch")
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0

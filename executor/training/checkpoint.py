@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from spec.errors import PlanError
+from contract.errors import PlanError
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from contract.errors import ExecutorError
+from contract.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
+from contract.progress import describe, event_to_json
 from executor.training.rendezvous import Rendezvous
-from spec.errors import ExecutorError
-from spec.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
-from spec.progress import describe, event_to_json
 
 # The training stack (torch, DeepSpeed) is imported only when a run starts, so that `tunefleet --help`
 # and the planner commands work on an install without the 'train' extra.

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.errors import PlanError
+from contract.paths import Roots
+from contract.run_config import RunConfig
+from contract.schema import Objective
 from executor.training import data, preference, vision
 from executor.training.model import is_vision, load_config, load_tokenizer
-from spec.errors import PlanError
-from spec.paths import Roots
-from spec.run_config import RunConfig
-from spec.schema import Objective
 
 Examples = Sequence[data.Example] | Sequence[preference.PairExample]  # vision.VisionExample is a data.Example
 

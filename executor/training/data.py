@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from spec.errors import PlanError
-from spec.run_config import DatasetConfig, DatasetFormat
+from contract.errors import PlanError
+from contract.run_config import DatasetConfig, DatasetFormat
 
 IGNORE_INDEX = -100  # label value transformers' cross-entropy skips
 

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.functional import logsigmoid
 
+from contract.schema import DpoSpec
 from executor.training import data
-from spec.schema import DpoSpec
 
 LogProbs = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one value per pair
 

@@ -16,13 +16,10 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
-from executor.training import corpus, data
-from executor.training.model import check_host, check_model, detect_host
-from executor.training.rendezvous import Rendezvous
-from spec.errors import LeaseLostError, PlanError, TrainingFailedError
-from spec.holder import holder_from_environment
-from spec.paths import Roots
-from spec.progress import (
+from contract.errors import LeaseLostError, PlanError, TrainingFailedError
+from contract.holder import holder_from_environment
+from contract.paths import Roots
+from contract.progress import (
     DEFAULT_PROGRESS_INTERVAL_S,
     TERMINAL_PHASES,
     JsonlProgressSink,
@@ -30,7 +27,10 @@ from spec.progress import (
     ProgressTail,
     log_tail,
 )
-from spec.run_config import RunConfig, parse_plan, run_config_from_plan
+from contract.run_config import RunConfig, parse_plan, run_config_from_plan
+from executor.training import corpus, data
+from executor.training.model import check_host, check_model, detect_host
+from executor.training.rendezvous import Rendezvous
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3
@@ -65,7 +65,7 @@ def read_run_config(plan_path: Path, output_dir: str | None = None) -> RunConfig
 
 
 def confine(cfg: RunConfig, roots: Roots) -> None:
-    """The run reads only under the host's data roots and writes only under its output roots (spec.paths)."""
+    """The run reads only under the host's data roots and writes only under its output roots (contract.paths)."""
     roots.writable("output_uri", cfg.output_dir)
     if cfg.dataset.local_path:
         roots.readable("dataset.local_path", cfg.dataset.local_path)
@@ -153,7 +153,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
 
     Raises PlanError / HostError before anything runs when the plan cannot run here. A supervised run (a fleet
     worker's) kills its whole process group if the worker dies (no rank outlives it); its rank 0 asks the worker
-    before each write whether the run still holds the job (spec.holder). A run that stopped at a STOP
+    before each write whether the run still holds the job (contract.holder). A run that stopped at a STOP
     file (checkpoint written) or on INTERRUPT_SIGNAL ends without a terminal event. One node of a multi-node run
     (a Rendezvous) records no end either: the gang leader decides it, knowing whether a node was lost.
     """

@@ -10,10 +10,10 @@ import transformers
 from peft import get_peft_model, prepare_model_for_kbit_training
 from trl.trainer.utils import disable_dropout_in_model
 
+from contract.errors import HostError, PlanError
+from contract.run_config import RunConfig
+from contract.schema import Attention, Method, Objective, Precision, TrainingSpec
 from executor.training.peft_config import lora_config
-from spec.errors import HostError, PlanError
-from spec.run_config import RunConfig
-from spec.schema import Attention, Method, Objective, Precision, TrainingSpec
 
 _ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
 _DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}

@@ -10,10 +10,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from contract.schema import DpoSpec
 from executor.training import data, dpo
 from executor.training.preference import PairExample
 from executor.training.vision import VisionExample
-from spec.schema import DpoSpec
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from typing import Any
 
 from peft import LoraConfig, TaskType
 
-from spec.errors import PlanError
-from spec.schema import ALL_LINEAR, LoraSpec
+from contract.errors import PlanError
+from contract.schema import ALL_LINEAR, LoraSpec
 
 
 def linear_module_names(model: Any) -> set[str]:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.errors import PlanError
 from executor.training import data
-from spec.errors import PlanError
 
 _KEYS = ("chosen", "rejected")
 _COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")  # TRL's names, and the stored arrays'

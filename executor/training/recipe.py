@@ -26,17 +26,17 @@ from google.protobuf import json_format
 from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
+from contract.errors import DoesNotFitError, ExecutorError, LeaseLostError, PlanError
+from contract.holder import Holder, holder_from_environment
+from contract.paths import Roots
+from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
+from contract.run_config import RunConfig
+from contract.schema import Objective
 from executor.training import checkpoint, corpus, data, dpo
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import library_versions, peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
 from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLoss
-from spec.errors import DoesNotFitError, ExecutorError, LeaseLostError, PlanError
-from spec.holder import Holder, holder_from_environment
-from spec.paths import Roots
-from spec.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
-from spec.run_config import RunConfig
-from spec.schema import Objective
 
 log = structlog.get_logger("executor.training")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when its parent dies

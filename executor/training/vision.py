@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from contract.errors import PlanError
+from contract.paths import Roots
+from contract.run_config import DatasetConfig, OversizeImages
 from executor.training import data
-from spec.errors import PlanError
-from spec.paths import Roots
-from spec.run_config import DatasetConfig, OversizeImages
 
 
 @dataclass(frozen=True)

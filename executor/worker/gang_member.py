@@ -14,12 +14,12 @@ from pathlib import Path
 
 import structlog
 
+from contract.errors import PlanError
+from contract.paths import Roots
 from executor.training.command import EXIT_REFUSED
 from executor.training.rendezvous import Rendezvous
 from executor.worker.supervision import STOP_GRACE_S, SUPERVISE_POLL_S, kill_group, while_running
 from fleet.gangs import GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
-from spec.errors import PlanError
-from spec.paths import Roots
 
 log = structlog.get_logger("executor.worker.gang_member")
 Launch = Callable[[Path, Path, Rendezvous], "subprocess.Popen[bytes]"]

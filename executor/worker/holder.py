@@ -1,4 +1,4 @@
-"""The worker's side of spec.holder: answers its run's "do I still hold the job?" on a Unix socket, by checking the
+"""The worker's side of contract.holder: answers its run's "do I still hold the job?" on a Unix socket, by checking the
 job's fencing token in Redis (fleet.leases.FenceGuard)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import redis
 import structlog
 
+from contract.errors import LeaseLostError
+from contract.holder import HELD, HOLDER_SOCKET_ENV, LOST, MAX_ANSWER_BYTES, UNKNOWN, answer
 from fleet.leases import FenceGuard
-from spec.errors import LeaseLostError
-from spec.holder import HELD, HOLDER_SOCKET_ENV, LOST, MAX_ANSWER_BYTES, UNKNOWN, answer
 
 log = structlog.get_logger("executor.worker.holder")
 READ_TIMEOUT_S = 5.0  # a run that connects and sends nothing holds one handler thread this long at most

@@ -23,9 +23,9 @@ import structlog
 from google.protobuf import json_format
 from tunefleet.v1 import progress_pb2
 
+from contract.errors import LeaseLostError
+from contract.progress import JsonlProgressSink, ProgressTail, event_to_json, read_events
 from fleet.events import EventLog
-from spec.errors import LeaseLostError
-from spec.progress import JsonlProgressSink, ProgressTail, event_to_json, read_events
 
 log = structlog.get_logger("executor.worker.publisher")
 ADOPT_PAGE = 500  # stream events read per page when a worker adopts them into the file

@@ -32,6 +32,10 @@ from google.protobuf import json_format
 from tunefleet.v1 import plan_pb2, progress_pb2
 
 from common.net import free_port
+from contract.errors import LeaseLostError, PlanError
+from contract.paths import Roots
+from contract.progress import TERMINAL_PHASES, log_tail
+from contract.run_config import launcher_log_path, stop_path
 from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.rendezvous import Rendezvous
 from executor.worker import holder
@@ -55,10 +59,6 @@ from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
 from fleet.recovery import Sweeper, release_held, requeue_held
-from spec.errors import LeaseLostError, PlanError
-from spec.paths import Roots
-from spec.progress import TERMINAL_PHASES, log_tail
-from spec.run_config import launcher_log_path, stop_path
 
 log = structlog.get_logger("executor.worker.runtime")
 # A drain or preemption lets the ranks finish their step and write a checkpoint for this long before the run

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from spec.progress import log_tail
-from spec.run_config import launcher_log_path, node_log_path
+from contract.progress import log_tail
+from contract.run_config import launcher_log_path, node_log_path
 
 SUPERVISE_POLL_S = 0.2  # how often a running job checks for Cancel, shutdown, timeout and new events
 STOP_GRACE_S = 60.0  # after an interrupt, how long the tree gets to stop before it is killed

@@ -7,7 +7,7 @@ TPU flavors are listed so the planner can say why it does not plan for them.
 
 from __future__ import annotations
 
-from spec.schema import Flavor
+from contract.schema import Flavor
 
 GiB = 1024**3
 HF = "huggingface"

@@ -9,7 +9,7 @@ Prices live in prices.py and are merged in by the catalog.
 
 from __future__ import annotations
 
-from spec.schema import GpuSpec, Interconnect
+from contract.schema import GpuSpec, Interconnect
 
 GiB = 1024**3
 TFLOPS = 1e12

@@ -11,9 +11,7 @@ import torch
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from benchmarks.simulate import Row, planned_allocated_bytes, simulate  # noqa: E402
-from planner.architecture import config_json  # noqa: E402
-from planner.catalog import default_catalog  # noqa: E402
-from spec.schema import (  # noqa: E402
+from contract.schema import (  # noqa: E402
     ALL_LINEAR,
     Attention,
     DpoSpec,
@@ -22,6 +20,8 @@ from spec.schema import (  # noqa: E402
     Objective,
     TrainingSpec,
 )
+from planner.architecture import config_json  # noqa: E402
+from planner.catalog import default_catalog  # noqa: E402
 
 TINY_LLAMA = dict(model_type="llama", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import transformers
 
+from contract.errors import PlanError
+from contract.run_config import DatasetConfig, DatasetFormat
 from executor.training import data
-from spec.errors import PlanError
-from spec.run_config import DatasetConfig, DatasetFormat
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from tunefleet.v1 import executor_pb2, hardware_pb2, progress_pb2
 
+from contract.errors import PlanError
+from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
 from fleet import queues
 from fleet.hosts import gpu_class_for, plan_gpu_class
 from fleet.jobs import decode_page_token, encode_page_token
 from planner.catalog import default_catalog
-from spec.errors import PlanError
-from spec.progress import JsonlProgressSink, ProgressTail, event_to_json
 
 GiB = 1024**3
 

@@ -12,6 +12,8 @@ from rq.job import Job
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from common.wait import wait_until
+from contract.errors import PlanError
+from contract.run_config import run_config_from_plan
 from devtools.tiny import make_plan
 from executor.service.servicer import Executor
 from executor.training.rendezvous import Rendezvous, interface_of
@@ -23,8 +25,6 @@ from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key, member_key
 from fleet.leases import Leases
 from fleet.recovery import GANG_WAIT, FleetPolicy, Sweeper, release_held
 from planner.catalog import default_catalog
-from spec.errors import PlanError
-from spec.run_config import run_config_from_plan
 
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
 SHORT_TTL_S = 0.3

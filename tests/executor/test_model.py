@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from contract.schema import Method, TrainingSpec  # noqa: E402
 from executor.training.model import prepare_model  # noqa: E402
-from spec.schema import Method, TrainingSpec  # noqa: E402
 
 LAYERS, TRAINABLE = 4, 1
 
@@ -45,8 +45,8 @@ def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model
     many parameters as the planner counts."""
     import json
 
+    from contract.schema import ALL_LINEAR, LoraSpec
     from planner.architecture import architecture_from_config, lora_parameter_count, lora_targets
-    from spec.schema import ALL_LINEAR, LoraSpec
 
     shape = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=64, num_experts_per_tok=2)

@@ -13,10 +13,10 @@ import pytest
 from google.protobuf import json_format
 from tunefleet.v1 import plan_pb2
 
+from contract.errors import PlanError
+from contract.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
+from contract.run_config import parse_plan, run_config_from_plan
 from devtools.tiny import make_plan
-from spec.errors import PlanError
-from spec.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
-from spec.run_config import parse_plan, run_config_from_plan
 from tests.executor.plan_edits import edit_deepspeed
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import transformers
 
+from contract.errors import PlanError
+from contract.schema import DpoSpec
 from executor.training import dpo, preference
-from spec.errors import PlanError
-from spec.schema import DpoSpec
 
 
 @pytest.fixture(scope="module")

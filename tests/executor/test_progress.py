@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
-from spec.progress import JsonlProgressSink, describe, read_events
+from contract.progress import JsonlProgressSink, describe, read_events
 
 
 def test_sequence_continues_across_sinks_and_skips_a_cut_line(tmp_path: Path) -> None:

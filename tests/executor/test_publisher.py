@@ -14,6 +14,9 @@ from google.protobuf import json_format
 from rq import Queue
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from contract.errors import LeaseLostError
+from contract.holder import UNKNOWN_RETRY_S, WorkerHolder
+from contract.progress import JsonlProgressSink, read_events
 from devtools.tiny import make_plan
 from executor.worker import holder
 from executor.worker.publisher import Publisher
@@ -23,9 +26,6 @@ from fleet.jobs import JobStore, NewJob, now_ms
 from fleet.keys import job_key
 from fleet.leases import FenceGuard, Leases
 from fleet.lifecycle import Lifecycle
-from spec.errors import LeaseLostError
-from spec.holder import UNKNOWN_RETRY_S, WorkerHolder
-from spec.progress import JsonlProgressSink, read_events
 
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
 

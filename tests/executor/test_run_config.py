@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tunefleet.v1 import plan_pb2, training_pb2
 
+from contract.errors import PlanError
+from contract.run_config import DatasetFormat, parse_plan, run_config_from_plan
 from devtools.tiny import make_plan
-from spec.errors import PlanError
-from spec.run_config import DatasetFormat, parse_plan, run_config_from_plan
 from tests.executor.plan_edits import clear_field, edit_deepspeed, set_field
 
 

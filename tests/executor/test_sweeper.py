@@ -12,6 +12,8 @@ import redis
 from rq import Queue
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from contract.errors import LeaseLostError, PlanError
+from contract.progress import new_event
 from devtools.tiny import make_plan
 from executor.service.servicer import Executor, check_shared_output
 from fleet import queues
@@ -22,8 +24,6 @@ from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key
 from fleet.leases import FenceGuard, Leases
 from fleet.recovery import FleetPolicy, Sweeper, requeue_held
 from planner.catalog import default_catalog
-from spec.errors import LeaseLostError, PlanError
-from spec.progress import new_event
 
 CPU = HostGpus("cpu", 0, 0)
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING

@@ -15,10 +15,10 @@ import transformers
 from peft import PeftModel
 from tunefleet.v1 import progress_pb2, training_pb2
 
+from contract.errors import PlanError
+from contract.progress import read_events
 from devtools.tiny import make_plan, preference_pairs, write_plan
 from executor.training.launcher import check_plan, train
-from spec.errors import PlanError
-from spec.progress import read_events
 from tests.integration.training_helpers import logits, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tunefleet.v1 import executor_pb2, model_pb2, planner_pb2, training_pb2
 
+from contract.errors import PlanError
+from contract.run_config import parse_plan, run_config_from_plan
 from devtools.tiny import make_plan
-from spec.errors import PlanError
-from spec.run_config import parse_plan, run_config_from_plan
 from tests.integration.conftest import serve_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

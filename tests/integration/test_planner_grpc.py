@@ -14,8 +14,8 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 from clients.errors import InvalidArgument, Unauthenticated
 from clients.planner_client import PlannerClient
 from common.rpc import shutdown
+from contract.limits import MAX_RECOMMEND_LIMIT
 from planner.server import create_server
-from spec.limits import MAX_RECOMMEND_LIMIT
 from tests.conftest import TOKEN
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from grpc_status import rpc_status
 from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc, training_pb2
 
 from common.rpc import MAX_ERROR_CHARS
+from contract.limits import MAX_RECOMMEND_LIMIT
 from planner.catalog import default_catalog
 from planner.parameters import parameter_split
 from planner.search import Constraints, _hardware_options
-from spec.limits import MAX_RECOMMEND_LIMIT
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import pytest
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from clients.executor_client import ExecutorClient
+from contract.progress import read_events
 from devtools.local_redis import start_redis_server, stop_redis_server
 from fleet.recovery import FleetPolicy
-from spec.progress import read_events
 from tests.integration.fleet_helpers import (
     WAIT_S,
     all_events,

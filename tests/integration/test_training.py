@@ -18,11 +18,11 @@ from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoin
 from peft import LoraConfig, PeftModel, get_peft_model
 from tunefleet.v1 import plan_pb2, progress_pb2, training_pb2
 
+from contract.errors import HostError, PlanError
+from contract.progress import read_events
 from devtools.tiny import LINEAR_MODULES, counting_text, make_plan, write_plan
 from executor.training import checkpoint
 from executor.training.launcher import train
-from spec.errors import HostError, PlanError
-from spec.progress import read_events
 from tests.integration.training_helpers import logits as _logits
 from tests.integration.training_helpers import wait_for_phase as _wait_for
 

@@ -14,6 +14,10 @@ from peft import PeftModel, get_peft_model
 from PIL import Image
 from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, progress_pb2, training_pb2
 
+from contract.errors import PlanError
+from contract.paths import Roots
+from contract.progress import read_events
+from contract.run_config import run_config_from_plan
 from devtools.tiny import build_vision_model, image_chat, make_plan, write_plan
 from executor.training import checkpoint, corpus
 from executor.training.launcher import check_plan, train
@@ -21,10 +25,6 @@ from executor.training.model import Host, load_model
 from executor.training.peft_config import lora_config
 from planner.catalog import default_catalog
 from planner.service import Planner
-from spec.errors import PlanError
-from spec.paths import Roots
-from spec.progress import read_events
-from spec.run_config import run_config_from_plan
 from tests.integration.training_helpers import logits
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

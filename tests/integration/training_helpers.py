@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from tunefleet.v1 import progress_pb2
 
-from spec.progress import read_events
+from contract.progress import read_events
 
 _KILL_DEADLINE_S = 300.0
 _PROGRESS_POLL_S = 0.02

@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
+from contract.schema import Attention, LoraSpec, Method, Precision, TrainingSpec  # noqa: E402
 from planner.activations import decoder_layer_saved_bytes, outside_layers_saved_bytes  # noqa: E402
 from planner.architecture import architecture_from_config  # noqa: E402
 from planner.parameters import parameter_split  # noqa: E402
-from spec.schema import Attention, LoraSpec, Method, Precision, TrainingSpec  # noqa: E402
 
 MICRO_BATCH, SEQ = 2, 16
 LAYERS = 3

@@ -96,9 +96,9 @@ def test_malformed_config_json_names_the_problem() -> None:
 
 
 def test_an_unknown_model_type_in_the_llama_layout_is_answered_as_llama_with_a_note() -> None:
+    from contract.schema import Family
     from planner.architecture import read_config
     from planner.errors import UnsupportedError
-    from spec.schema import Family
 
     qwen3_8b = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288,
                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from contract.schema import Hardware, Method, Precision, TrainingSpec
 from planner.catalog import default_catalog
 from planner.fit import BF16_PURE_NOTE, fit, suggestions
-from spec.schema import Hardware, Method, Precision, TrainingSpec
 
 
 def _kbit_notes(method: Method) -> list[str]:

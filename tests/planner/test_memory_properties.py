@@ -7,10 +7,10 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contract.schema import Hardware, Method, Offload, Precision, TrainingSpec
 from planner.catalog import default_catalog
 from planner.constants import ALLOCATOR_OVERHEAD_FRACTION
 from planner.memory import host_memory, per_gpu_memory
-from spec.schema import Hardware, Method, Offload, Precision, TrainingSpec
 
 CATALOG = default_catalog()
 MODELS = st.sampled_from([m.name for m in CATALOG.models])

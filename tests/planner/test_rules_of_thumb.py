@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from contract.schema import Hardware, Method, Precision, TrainingSpec
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.memory import per_gpu_memory
-from spec.schema import Hardware, Method, Precision, TrainingSpec
 
 CATALOG = default_catalog()
 GB = 1e9

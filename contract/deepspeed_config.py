@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spec.schema import Offload, Optimizer, Precision, TrainingSpec
+from contract.schema import Offload, Optimizer, Precision, TrainingSpec
 
 # DeepSpeed communication buckets tunefleet writes into every generated config (elements).
 REDUCE_BUCKET_ELEMENTS = 50_000_000

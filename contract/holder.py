@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from spec.errors import LeaseLostError
+from contract.errors import LeaseLostError
 
 HOLDER_SOCKET_ENV = "TUNEFLEET_HOLDER_SOCKET"
 REQUEST = b"confirm\n"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.bounds import echo
-from spec.errors import PlanError
+from contract.errors import PlanError
 
 DATA_ROOTS_ENV = "TUNEFLEET_DATA_ROOTS"
 OUTPUT_ROOTS_ENV = "TUNEFLEET_OUTPUT_ROOTS"

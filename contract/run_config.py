@@ -20,11 +20,11 @@ from common.bounds import echo
 from common.errors import FieldError
 from common.rpc import MAX_RECEIVE_MESSAGE_BYTES
 from common.strict_json import loads_object
-from spec import training as training_spec
-from spec.deepspeed_keys import check_deepspeed_config
-from spec.errors import InvalidFieldError, PlanError
-from spec.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
-from spec.schema import Method, Objective, Optimizer, Precision, TrainingSpec
+from contract import training as training_spec
+from contract.deepspeed_keys import check_deepspeed_config
+from contract.errors import InvalidFieldError, PlanError
+from contract.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
+from contract.schema import Method, Objective, Optimizer, Precision, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from spec.errors import InvalidFieldError
-from spec.limits import MAX_TOKENS_PER_MICRO_BATCH
+from contract.errors import InvalidFieldError
+from contract.limits import MAX_TOKENS_PER_MICRO_BATCH
 
 
 class Family(enum.Enum):

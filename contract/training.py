@@ -1,13 +1,13 @@
-"""The training spec across the wire: proto <-> spec.schema.TrainingSpec, with the proto's defaults for what a
+"""The training spec across the wire: proto <-> contract.schema.TrainingSpec, with the proto's defaults for what a
 request leaves unset. The planner and the executor read a plan's training section through these two functions."""
 
 from __future__ import annotations
 
 from tunefleet.v1 import training_pb2
 
-from spec.enums import from_proto, proto_table
-from spec.errors import InvalidFieldError
-from spec.schema import (
+from contract.enums import from_proto, proto_table
+from contract.errors import InvalidFieldError
+from contract.schema import (
     DEFAULT_DPO_BETA,
     Attention,
     DpoSpec,

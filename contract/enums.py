@@ -1,7 +1,7 @@
 """Each enum of the contract is defined once, in the protos; every other spelling of it is derived here.
 
 The CLI spelling of a proto value is its name without the enum's prefix, lower-case, `_` as `-`
-(METHOD_LORA_8BIT -> "lora-8bit"). A domain enum (spec.schema, planner.search) names its members as the proto
+(METHOD_LORA_8BIT -> "lora-8bit"). A domain enum (contract.schema, planner.search) names its members as the proto
 does without the prefix (Method.LORA_8BIT), and proto_table pairs them by that name, refusing at import a domain
 enum and a proto enum that disagree.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any, TypeVar, overload
 
-from spec.errors import InvalidFieldError
+from contract.errors import InvalidFieldError
 
 E = TypeVar("E", bound=enum.Enum)
 

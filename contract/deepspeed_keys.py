@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spec.errors import PlanError
+from contract.errors import PlanError
 
 _FIELD = "deepspeed_config_json"
 _NUMBER = (int, float)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from google.protobuf import json_format
 from tunefleet.v1 import progress_pb2
 
-from spec.holder import Holder, OwnDirectory
+from contract.holder import Holder, OwnDirectory
 
 DEFAULT_PROGRESS_INTERVAL_S = 10.0  # seconds between a run's training events
 TERMINAL_PHASES = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
