@@ -30,7 +30,8 @@ pytestmark = pytest.mark.install
 
 
 def _pip(venv: Path, *args: str) -> None:
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(CONSTRAINTS), *args],
+    # --no-compile: byte-compiling torch and transformers is most of an install's time, and proves nothing here
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", "-c", str(CONSTRAINTS), *args],
                           capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
     assert done.returncode == 0, f"pip install {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 

@@ -184,7 +184,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_yield_che
         start_service, start_worker, tiny_model, counting_data):
     service = start_service(policy=FleetPolicy(preemption=True), sweep_interval_s=0.5)
     start_worker("host-a")
-    total = 150  # long enough to still run when the high-priority job arrives at its step 3, and yield
+    total = 60  # long enough to still run when the high-priority job arrives at its step 3, and yield
     with ExecutorClient(service.address, timeout_s=60) as client:
         client.submit(fleet_plan(tiny_model, counting_data, "low", max_steps=total), priority=executor_pb2.PRIORITY_LOW)
         watch_until(client, "low", lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 3)

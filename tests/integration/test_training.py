@@ -100,7 +100,7 @@ def _group_gone(pgid: int) -> bool:
 
 def test_sigkill_after_a_checkpoint_resumes_to_the_same_end(tiny_model: Path, tmp_path: Path) -> None:
     data = counting_text(tmp_path / "data.jsonl", records=96)
-    steps, every = 160, 40
+    steps, every = 80, 20
 
     def plan_for(out: Path) -> Path:
         plan = make_plan(tiny_model, data, out, method=LORA, zero_stage=2, ranks=2, max_steps=steps,
