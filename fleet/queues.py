@@ -75,9 +75,14 @@ def parse_queue_name(name: str) -> tuple[str, int] | None:
 class JobQueues:
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
+        # One rq Queue per name, kept: rq caches the server's version on it (get_job_position asks for it).
+        # The names are the fleet's classes x 3 tiers (validated plans), so this stays small.
+        self._queues: dict[str, Queue] = {}
 
     def _queue(self, name: str) -> Queue:
-        return Queue(name, connection=self.redis, serializer=JSONSerializer)
+        if name not in self._queues:
+            self._queues[name] = Queue(name, connection=self.redis, serializer=JSONSerializer)
+        return self._queues[name]
 
     def enqueue(self, job_id: str, queue: str, timeout_s: int, pipeline: Any = None, at_front: bool = False) -> None:
         """Queue the job (inside the caller's transaction when a pipeline is given)."""

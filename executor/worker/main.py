@@ -14,7 +14,8 @@ import structlog
 
 from common.log import configure_logging
 from common.net import route_address
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S, add_root_arguments, roots_from_arguments
+from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
+from executor.training.command import add_root_arguments, roots_from_arguments
 from executor.worker import runtime as worker_runtime
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
 from fleet import queues

@@ -113,16 +113,15 @@ class Publisher:
         while not self.pump() and time.monotonic() < give_up_at:
             self._pause.wait(FLUSH_RETRY_S)
 
-    def feedback(self) -> progress_pb2.Feedback | None:
-        """The run's measured-against-predicted record, from the summary.json it wrote before its DONE."""
+    def _feedback(self, event: progress_pb2.ProgressEvent) -> progress_pb2.Feedback | None:
+        """With the run's DONE: its measured-against-predicted record, from the summary.json it wrote before."""
+        if event.phase != progress_pb2.PHASE_DONE:
+            return None
         try:
             recorded = json.loads(self.summary_path.read_text())["feedback"]
         except (OSError, ValueError, KeyError):
             return None
         return json_format.ParseDict(recorded, progress_pb2.Feedback(), ignore_unknown_fields=True)
-
-    def _feedback(self, event: progress_pb2.ProgressEvent) -> progress_pb2.Feedback | None:
-        return self.feedback() if event.phase == progress_pb2.PHASE_DONE else None
 
 
 def _rewrite(path: Path, events: list[progress_pb2.ProgressEvent]) -> None:

@@ -34,9 +34,8 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 from common.net import free_port
 from contract.errors import LeaseLostError, PlanError
 from contract.paths import Roots
-from contract.progress import TERMINAL_PHASES, log_tail
+from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
 from contract.run_config import launcher_log_path, stop_path
-from executor.training.command import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.rendezvous import Rendezvous
 from executor.worker import holder
 from executor.worker.control import Held, JobControl
