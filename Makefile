@@ -61,8 +61,13 @@ $(DEPLOY_STAMP):
 
 deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustomize) for the offline deploy/ checks
 
+# The suite runs on two pytest-xdist workers, a test file each at a time (--dist loadfile: a file's fixtures stay
+# in one process): much of a fleet test is waiting (leases lapsing, gangs forming, Redis restarting), which the
+# other worker's training fills. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(DEPLOY_STAMP) redis protos-check ## install, check generated code is current, run the whole test suite
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP) $(DEPLOY_STAMP) redis ## the inner loop: every test that starts no training process and installs nothing
 	$(PY) -m pytest -q -m "not training and not install"
@@ -88,13 +93,14 @@ $(BUF):
 buf-lint: $(BUF) ## buf lint (STANDARD rules) over protos/
 	$(BUF) lint
 
-bench: $(STAMP) redis ## latency, load, estimators, training-loop overhead, fleet, recovery; tables to stdout, CSV to benchmarks/results/
+bench: $(STAMP) redis ## latency, load, estimators, training-loop overhead, fleet, recovery, reads at 10k jobs; tables to stdout, CSV to benchmarks/results/
 	$(PY) -m benchmarks.latency
 	$(PY) -m benchmarks.load
 	$(PY) -m benchmarks.estimators
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.training_overhead
 	$(PY) -m benchmarks.fleet
 	$(PY) -m benchmarks.fleet_recovery
+	$(PY) -m benchmarks.fleet_reads
 
 bench-multinode: $(STAMP) redis ## multi-node gangs on this machine: gang start latency, step time 1 vs 2 nodes
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.multinode

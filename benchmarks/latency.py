@@ -1,5 +1,7 @@
-"""Planner latency: in-process Fit, gRPC Fit round trip, Recommend over the full catalog, and
-sustained Fit throughput over gRPC. Targets: Fit p50 < 200 µs, gRPC p50 < 2 ms, Recommend p50 < 100 ms."""
+"""Planner latency: in-process Fit (warm, and cold with every planner cache emptied first), gRPC Fit round trip,
+Recommend over the full catalog, and sustained Fit throughput over gRPC with client and server in this one process
+(benchmarks/load.py measures the server alone, on every core). Goals (issue 26): Fit p50 <= 50 µs, gRPC p50 <=
+0.5 ms, Recommend p50 <= 10 ms."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc,
 from benchmarks.common import pct, print_table, time_calls, write_csv
 from common.rpc import shutdown
 from contract.schema import Hardware, Method, TrainingSpec, Workload
+from planner import memo
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.search import Constraints, recommend
@@ -32,7 +35,14 @@ def main() -> None:
 
     fit_s = time_calls(lambda: fit(model, t, hw, catalog), 5000)
     rows.append(["fit in-process", len(fit_s), f"{pct(fit_s, 50) * 1e6:.0f} us", f"{pct(fit_s, 99) * 1e6:.0f} us",
-                 "< 200 us"])
+                 "<= 50 us"])
+
+    def cold() -> None:
+        memo.clear()
+        fit(model, t, hw, catalog)
+    cold_s = time_calls(cold, 500)
+    rows.append(["fit in-process, caches emptied", len(cold_s), f"{pct(cold_s, 50) * 1e6:.0f} us",
+                 f"{pct(cold_s, 99) * 1e6:.0f} us", "first call for a model and spec"])
 
     request = planner_pb2.FitRequest(model=model_pb2.ModelRef(catalog_name="meta-llama/Llama-3.1-8B"),
                                      training=training_pb2.TrainingSpec(method=training_pb2.METHOD_QLORA),
@@ -43,12 +53,12 @@ def main() -> None:
     stub = planner_pb2_grpc.PlannerServiceStub(channel)
     rpc_s = time_calls(lambda: stub.Fit(request), 2000)
     rows.append(["fit over gRPC (loopback)", len(rpc_s), f"{pct(rpc_s, 50) * 1e3:.2f} ms",
-                 f"{pct(rpc_s, 99) * 1e3:.2f} ms", "< 2 ms"])
+                 f"{pct(rpc_s, 99) * 1e3:.2f} ms", "<= 0.5 ms"])
 
     workload = Workload(dataset_tokens=10_000_000)
     rec_s = time_calls(lambda: recommend(model, t, workload, Constraints(), catalog), 30, warmup=3)
     rows.append(["recommend, full catalog", len(rec_s), f"{pct(rec_s, 50) * 1e3:.1f} ms",
-                 f"{pct(rec_s, 99) * 1e3:.1f} ms", "< 100 ms"])
+                 f"{pct(rec_s, 99) * 1e3:.1f} ms", "<= 10 ms"])
 
     done = 0
     deadline = time.perf_counter() + SUSTAINED_S
@@ -62,7 +72,7 @@ def main() -> None:
 
     with ThreadPoolExecutor(CLIENT_THREADS) as pool:
         done = sum(pool.map(lambda _: worker(), range(CLIENT_THREADS)))
-    rows.append([f"sustained fit over gRPC, {CLIENT_THREADS} client threads", done,
+    rows.append([f"sustained fit over gRPC, {CLIENT_THREADS} client threads in this process", done,
                  f"{done / SUSTAINED_S:,.0f} req/s", "", f"{os.cpu_count()} cores, reported"])
     channel.close()
     shutdown(server, health_servicer, 1.0)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tunefleet.v1 import model_pb2
 
+from contract.limits import CONFIG_JSON_CHARS
+
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
@@ -93,9 +95,18 @@ def model_ref(text: str) -> model_pb2.ModelRef:
             raise BadInputError(f"--model: folder {text} has no config.json; {_MODEL_FORMS}")
     if path.is_file():
         try:
-            return model_pb2.ModelRef(config_json=path.read_text(), weights=str(path.parent.resolve()))
+            size = path.stat().st_size
+            if size > CONFIG_JSON_CHARS:
+                raise BadInputError(f"--model: {path} is {size:,} bytes; a config.json is a few KB (at most "
+                                    f"{CONFIG_JSON_CHARS:,} are read): point --model at the model's config.json")
+            with path.open("rb") as f:
+                text = f.read(CONFIG_JSON_CHARS + 1).decode("utf-8")
         except OSError as exc:
             raise BadInputError(f"--model: cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise BadInputError(f"--model: {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                f"{exc.start:,}); point --model at the model's config.json") from None
+        return model_pb2.ModelRef(config_json=text, weights=str(path.parent.resolve()))
     if _looks_local(text):
         raise BadInputError(f"--model: {text} does not exist (looked in {Path.cwd()}); {_MODEL_FORMS}")
     return model_pb2.ModelRef(catalog_name=text)

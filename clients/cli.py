@@ -356,7 +356,7 @@ def _run_command(args: argparse.Namespace) -> int:
         from executor.service.__main__ import serve as serve_executor
         return serve_executor(args.rest)
     if args.command == "serve":
-        from planner.__main__ import serve
+        from planner.serve import serve
         return serve(args.rest)
     if args.command in fleet_cli.COMMANDS:
         return fleet_cli.main(args, recommended_plan)

@@ -92,7 +92,7 @@ def _watch(client: ExecutorClient, job_id: str, after: int, as_json: bool) -> in
         for r in client.watch(job_id, after):
             if r.HasField("event"):
                 last = r.event
-            print(render.dumps(r), flush=True)
+            print(render.dumps_line(r), flush=True)  # JSON Lines: one response a line
     else:
         last = fleet_render.follow(client.watch(job_id, after), predicted)
     if not as_json and last.phase != progress_pb2.PHASE_DONE:

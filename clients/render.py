@@ -49,6 +49,11 @@ def dumps(msg: Message) -> str:
     return json.dumps(to_dict(msg), indent=2)
 
 
+def dumps_line(msg: Message) -> str:
+    """One message as one line of JSON (JSON Lines, for streams a script reads line by line)."""
+    return json.dumps(to_dict(msg), separators=(",", ":"))
+
+
 def gib(n: float) -> str:
     return f"{n / GiB:,.1f} GiB"
 

@@ -5,6 +5,7 @@ a thread; and the check long handlers use to stop when their caller is gone."""
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,13 +51,48 @@ class StreamGate:
         metrics.OPEN_STREAMS.dec()
 
 
+class FifoSlots:
+    """`n` slots handed out in arrival order: a release gives its slot to the longest waiter, so a call never waits
+    behind calls that arrived after it (a semaphore polled with a timeout sends a waiter to the back of the line
+    at every poll: Recommend p99 1.9 s where the queue was 0.3 s deep)."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiters: deque[threading.Event] = deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, gone: Callable[[], bool]) -> None:
+        """Take a slot, waiting in line; AbandonedError once `gone()` says the caller left."""
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return
+            handed = threading.Event()
+            self._waiters.append(handed)
+        while not handed.wait(_ADMISSION_POLL_S):
+            if gone():
+                with self._lock:
+                    if not handed.is_set():
+                        self._waiters.remove(handed)
+                        raise AbandonedError("the caller left before a compute slot was free")
+                self.release()  # handed a slot as it left: pass it on
+                raise AbandonedError("the caller left before a compute slot was free")
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiters:
+                self._waiters.popleft().set()
+            else:
+                self._free += 1
+
+
 class Admission:
     """Bounds the expensive calls. Each pool (e.g. quick Fit/Estimate, long Recommend searches, so that one kind
     cannot starve the other) has its own compute slots; together at most `max_admitted` calls compute or wait
     (waiting no longer than their deadline); any beyond are refused at once with RESOURCE_EXHAUSTED."""
 
     def __init__(self, slots_by_pool: Mapping[str, int], max_admitted: int) -> None:
-        self._slots = {pool: threading.BoundedSemaphore(n) for pool, n in slots_by_pool.items()}
+        self._slots = {pool: FifoSlots(n) for pool, n in slots_by_pool.items()}
         self._lock = threading.Lock()
         self._admitted = 0
         self._limit = max_admitted
@@ -69,11 +105,8 @@ class Admission:
                                      "waiting); retry with backoff")
             self._admitted += 1
         try:
-            gone = caller_gone(context)
             with metrics.EXPENSIVE_CALLS.labels(pool, "waiting").track_inprogress():
-                while not slots.acquire(timeout=_ADMISSION_POLL_S):
-                    if gone():
-                        raise AbandonedError("the caller left before a compute slot was free")
+                slots.acquire(caller_gone(context))
             try:
                 with metrics.EXPENSIVE_CALLS.labels(pool, "computing").track_inprogress():
                     return fn()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import threading
 import time
@@ -37,6 +38,15 @@ class Sampled:
                 return 0
             self._last, count, self._count = now, self._count, 0
             return count
+
+
+def caller_id(metadata: object) -> str:
+    """Who is calling, as far as a bearer token tells: "token-" and 12 hex digits of its SHA-256 (the token
+    itself is never stored or logged), or "anonymous" when the call carries none."""
+    given = dict(metadata or ()).get("authorization", "")  # type: ignore[call-overload]
+    if not given:
+        return "anonymous"
+    return "token-" + hashlib.sha256(given.removeprefix("Bearer ").encode()).hexdigest()[:12]
 
 
 # At most one "denied" log line per this many seconds (with the number of denials it covers).

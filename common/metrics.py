@@ -11,17 +11,21 @@ from contextlib import contextmanager
 from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 
 RPC_TOTAL = Counter("tunefleet_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
 RPC_LATENCY_S = Histogram("tunefleet_rpc_duration_seconds", "gRPC call duration (a stream: until it ends)",
                           ["method"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                2.5, 10, 60, 600, 3600))
 
+# Gauges are summed over a service's worker processes (common.processes) that are alive.
 EXPENSIVE_CALLS = Gauge("tunefleet_rpc_expensive_calls", "expensive calls admitted, by pool and state (computing, "
-                        "waiting for a compute slot)", ["pool", "state"])
+                        "waiting for a compute slot)", ["pool", "state"], multiprocess_mode="livesum")
 
-OPEN_STREAMS = Gauge("tunefleet_rpc_open_streams", "streaming calls open (Watch)")
+OPEN_STREAMS = Gauge("tunefleet_rpc_open_streams", "streaming calls open (Watch)", multiprocess_mode="livesum")
+
+SERVING_PROCESSES = Gauge("tunefleet_serving_processes", "server processes serving the port",
+                          multiprocess_mode="livesum")
 
 
 def observe_rpc(method: str, code: str, duration_s: float) -> None:
@@ -29,20 +33,25 @@ def observe_rpc(method: str, code: str, duration_s: float) -> None:
     RPC_LATENCY_S.labels(method).observe(duration_s)
 
 
-def start_metrics_server(address: str) -> tuple[WSGIServer, int]:
-    """Serve /metrics on host:port (port 0 picks a free one); returns the server and its port."""
+def start_metrics_server(address: str, multiprocess_dir: str = "") -> tuple[WSGIServer, int]:
+    """Serve /metrics on host:port (port 0 picks a free one); returns the server and its port. With
+    `multiprocess_dir`, the metrics of every worker process writing there (prometheus-client multiprocess mode)."""
     host, _, port = address.rpartition(":")
-    server, _thread = prometheus_client.start_http_server(int(port), addr=host or "0.0.0.0")
+    registry = prometheus_client.REGISTRY
+    if multiprocess_dir:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=multiprocess_dir)
+    server, _thread = prometheus_client.start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
     return server, server.server_port
 
 
 @contextmanager
-def metrics_endpoint(address: str) -> Iterator[int]:
+def metrics_endpoint(address: str, multiprocess_dir: str = "") -> Iterator[int]:
     """/metrics while the block runs; nothing when address is empty (yields 0)."""
     if not address:
         yield 0
         return
-    server, port = start_metrics_server(address)
+    server, port = start_metrics_server(address, multiprocess_dir)
     try:
         yield port
     finally:

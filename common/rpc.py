@@ -24,6 +24,7 @@ from common.admission import Admission, StreamGate
 from common.auth import HEALTH_PREFIX, BearerTokenInterceptor
 from common.bounds import Bounds, echo
 from common.errors import AbandonedError, ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
+from common.threads import DEFAULT_IDLE_S, ElasticThreadPool
 
 log = structlog.get_logger("tunefleet.rpc")
 REQUEST_ID_KEY = "x-request-id"
@@ -123,17 +124,22 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
     request out of `bounds` (common.bounds) before its handler runs."""
 
     def __init__(self, bounds: Bounds, admission: Admission, expensive: Mapping[str, str],
-                 streams: StreamGate) -> None:
+                 streams: StreamGate, load: Callable[[], int] = lambda: 0, max_in_flight: int = 0) -> None:
         self._bounds = bounds
         self._admission = admission
         self._streams = streams
         self._expensive = expensive
+        self._load, self._max_in_flight = load, max_in_flight
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = continuation(details)
         if handler is None or details.method.startswith(HEALTH_PREFIX):
             return handler
         method = details.method
+        if self._max_in_flight and self._load() >= self._max_in_flight:
+            # Refused here (counted in the metrics), before gRPC's own limit would refuse it uncounted.
+            return _refusal(handler, method, ExhaustedError(
+                f"the server is at its limit of {self._max_in_flight} calls in flight; retry with backoff"))
         metadata = dict(details.invocation_metadata or ())
         request_id = metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex
 
@@ -204,6 +210,25 @@ class RequestContextInterceptor(grpc.ServerInterceptor):
         return handler
 
 
+def _refusal(handler: Any, method: str, error: Exception) -> Any:
+    """A handler of `handler`'s kind that answers `error` at once, counted in the metrics."""
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        metrics.observe_rpc(method, error_status(error)[1].name, 0.0)
+        abort(context, error)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(refuse, request_deserializer=_unread)
+    return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=_unread)
+
+
+def _unread(data: bytes) -> bytes:
+    """A refused call's request is never parsed (None would read as a failed parse to gRPC)."""
+    return b""
+
+
+# gRPC's own concurrency limit, as a multiple of the interceptor's plus room: the interceptor's quick refusals are
+# calls in flight too while a burst arrives, so only a flood far deeper than the limit is refused uncounted.
+BACKSTOP_FACTOR = 4
+BACKSTOP_ROOM = 64
 # Server threads kept free of expensive calls, for health checks, cheap calls and quick refusals.
 RESERVED_WORKERS = 4
 # Threads streams (Watch) may not take: unary calls always find these (beside the reserved ones).
@@ -218,6 +243,11 @@ class ServerOptions:
     # Expensive calls of one pool computing at once. One Python process computes on one core at a time (the GIL):
     # more slots only interleave the same CPU and slow every thread's turn, health checks' included.
     compute_slots: int = 1
+    # A server thread idle this long ends (common.threads): threads a burst of streams started are given back.
+    thread_idle_s: float = DEFAULT_IDLE_S
+    # Whether other processes may bind the same port (common.processes). Off, a second server on a taken port fails
+    # to start instead of silently sharing it (gRPC turns SO_REUSEPORT on unless told otherwise).
+    reuse_port: bool = False
     token: str = ""
     tls_cert_chain: bytes = b""
     tls_private_key: bytes = b""
@@ -234,13 +264,17 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
     admission = Admission({pool: options.compute_slots for pool in set(expensive.values())},
                           options.max_workers - RESERVED_WORKERS)
     streams = StreamGate(max(1, options.max_workers - RESERVED_WORKERS - UNARY_WORKERS))
-    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(bounds, admission, expensive, streams)]
+    pool = ElasticThreadPool(options.max_workers, options.thread_idle_s, "rpc")
+    interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(
+        bounds, admission, expensive, streams, lambda: pool.load, options.max_concurrent_rpcs)]
     if options.token:
         interceptors.insert(0, BearerTokenInterceptor(options.token))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=options.max_workers), interceptors=interceptors,
-                         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
+    # gRPC's own limit is a backstop above the interceptor's, whose refusals the metrics count.
+    server = grpc.server(pool, interceptors=interceptors,
+                         maximum_concurrent_rpcs=options.max_concurrent_rpcs * BACKSTOP_FACTOR + BACKSTOP_ROOM,
                          options=[("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
-                                  ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES)])
+                                  ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+                                  ("grpc.so_reuseport", int(options.reuse_port))])
     register(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -252,11 +286,14 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
 
 def _bind(server: grpc.Server, address: str, options: ServerOptions) -> int:
     """Listen on `address` (TLS when the options carry a certificate); the port bound."""
-    if options.tls_cert_chain:
-        creds = grpc.ssl_server_credentials([(options.tls_private_key, options.tls_cert_chain)])
-        port = server.add_secure_port(address, creds)
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if options.tls_cert_chain:
+            creds = grpc.ssl_server_credentials([(options.tls_private_key, options.tls_cert_chain)])
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as e:  # gRPC's "Failed to bind": the port is taken or the host is not this machine's
+        raise OSError(f"could not bind {address}: {e}") from e
     if port == 0:
         raise OSError(f"could not bind {address}")
     return port

@@ -27,6 +27,12 @@ CONFIG_JSON_CHARS = 1024 * 1024
 CONFIG_JSON_DEPTH = 32
 DEEPSPEED_JSON_CHARS = 64 * 1024
 PATH_CHARS = 4096  # Linux PATH_MAX
+# One JSONL record of a dataset: a 128k-token chat is ~0.5 MB of text; a longer line is refused while reading,
+# before anything is parsed or tokenized.
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+# A plan the fleet stores (serialized bytes): a real plan is 2-10 KB (its prediction ~1 KB, a config.json up to
+# ~8 KB); 64 KiB holds any of them with room, while 10,000 queued jobs stay under 1 GB of Redis.
+MAX_STORED_PLAN_BYTES = 64 * 1024
 
 _architecture = {
     "num_layers": Range(0, 1024, _ARCH), "hidden_size": Range(0, 131072, _ARCH),

@@ -104,7 +104,8 @@ class JsonlProgressSink:
         self.holder = holder or OwnDirectory()
         path.parent.mkdir(parents=True, exist_ok=True)
         previous = read_events(path)
-        self._sequence = max(previous[-1].sequence if previous else 0, start_after)
+        # the highest sequence written, not the last line's (a line after it may be cut or out of order)
+        self._sequence = max([start_after, *(e.sequence for e in previous)])
         self._file = path.open("a", encoding="utf-8")
         if _ends_mid_line(path):
             self._file.write("\n")  # end a line cut by a killed writer, so the next event starts clean

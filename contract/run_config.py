@@ -36,7 +36,8 @@ MAX_NODES = 64
 PLAN_BYTES = MAX_RECEIVE_MESSAGE_BYTES
 PLAN_JSON_DEPTH = 32
 DEEPSPEED_JSON_DEPTH = 8
-_PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The plan id is the fleet's job id and its rq job id: rq accepts [A-Za-z0-9_-]+ (rq.job.JOB_ID_PATTERN), so no '.'.
+_PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 # Methods and objectives this executor trains; the planner can size more than it can run.
 _RUNNABLE_METHODS = (Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.FREEZE)
 
@@ -239,8 +240,20 @@ def _deepspeed_json(plan: plan_pb2.Plan, t: TrainingSpec, world_size: int) -> st
     return text
 
 
+def _path_form(field: str, value: str) -> None:
+    """A path names a file: no NUL or other control character (the OS refuses them, or they hide in logs)."""
+    bad = next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise PlanError(field, f"{echo(value)} holds the control character {bad!r} (at {value.index(bad)}); "
+                               "a path may not contain one")
+
+
 def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
     uri = output_dir or plan.output_uri or f"runs/{plan.plan_id}"
+    _path_form("output_uri", uri)
+    if Path(uri.removeprefix("file://")) in (Path("."), Path("/")):
+        raise PlanError("output_uri", f"{echo(uri)} is the host's work dir (or root) itself; name a directory of "
+                                      "the job's own, e.g. runs/<plan id>")
     if uri.startswith("file://"):
         uri = uri.removeprefix("file://")
     elif "://" in uri:
@@ -284,7 +297,12 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
     except FieldError as e:
         raise PlanError(e.field, e.description) from e
     if not _PLAN_ID.match(plan.plan_id):
-        raise PlanError("plan_id", f"{echo(plan.plan_id)} must be 1-128 letters, digits, '.', '_' or '-'")
+        suggestion = re.sub(r"[^A-Za-z0-9_-]", "-", plan.plan_id).lstrip("_-")[:128] or "my-plan"
+        raise PlanError("plan_id", f"{echo(plan.plan_id)} must be 1-128 letters, digits, '_' or '-', starting with "
+                                   f"a letter or digit (it is the fleet's job id); e.g. {echo(suggestion)}")
+    _path_form("model.weights", plan.model.weights)
+    _path_form("dataset.local_path", plan.dataset.local_path)
+    _path_form("dataset.hub_name", plan.dataset.hub_name)
     model_path = plan.model.weights or plan.model.catalog_name
     if not model_path:
         raise PlanError("model.weights", "is empty; give a Hugging Face model id or a local model folder")

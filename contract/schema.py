@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 from contract.errors import InvalidFieldError
 from contract.limits import MAX_TOKENS_PER_MICRO_BATCH
@@ -259,6 +260,18 @@ class TrainingSpec:
     freeze_trainable_layers: int = 0
     dpo: DpoSpec = field(default_factory=DpoSpec)
 
+    def __hash__(self) -> int:
+        """Specs key the planner's caches: hashed once (a frozen value), not field by field at every lookup."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(_TRAINING_SPEC_FIELDS(self))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the cached hash: string hashes differ between processes."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __post_init__(self) -> None:
         _positive("training.micro_batch_size", self.micro_batch_size)
         if self.objective is not Objective.DPO and self.dpo != DpoSpec():
@@ -315,6 +328,9 @@ class TrainingSpec:
     def sequences_per_micro_batch(self) -> int:
         """The rows of one micro-batch: DPO's chosen and rejected sequences, two per example."""
         return self.micro_batch_size * self.sequences_per_example
+
+
+_TRAINING_SPEC_FIELDS = attrgetter(*(f.name for f in fields(TrainingSpec)))
 
 
 @dataclass(frozen=True)

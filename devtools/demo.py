@@ -1,9 +1,10 @@
 """`make run`: the whole stack on this machine, on embedded defaults, then everything it started is stopped.
 
-Redis (the one on 127.0.0.1:6379 if it answers, else a redis-server started here with its data under
-.tunefleet/redis), the planner, the executor service and one worker (class cpu without a GPU). It builds a
-tiny Llama and a dataset locally (nothing downloaded), asks the planner whether the job fits, submits the plan,
-follows it to DONE with the progress bar, and prints the job's Feedback (measured vs predicted).
+Redis (a redis-server of its own on a free port, with its data under .tunefleet/redis; it never touches a
+Redis it did not start, such as one on 6379), the planner, the executor service and one worker (class cpu
+without a GPU). It builds a tiny Llama and a dataset locally (nothing downloaded), asks the planner whether the
+job fits, submits the plan, follows it to DONE with the progress bar, and prints the job's Feedback (measured vs
+predicted).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import grpc
-import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, progress_pb2
 
@@ -32,7 +32,6 @@ from common.net import free_port
 from common.wait import wait_until
 from devtools.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
-DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 STATE_DIR = Path(".tunefleet")
@@ -83,12 +82,6 @@ def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str) -> Non
 
 
 def _redis(stack: ExitStack, logs: Path) -> str:
-    try:
-        redis.Redis.from_url(DEFAULT_REDIS, socket_timeout=1).ping()
-        _say(f"using the Redis at {DEFAULT_REDIS}")
-        return DEFAULT_REDIS
-    except redis.RedisError:
-        pass
     data = (STATE_DIR / "redis").resolve()
     data.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
@@ -114,7 +107,7 @@ def run(steps: int) -> int:
                                                logs))
         executor = stack.enter_context(_process("executor", [*cli, "serve", "executor", "--address", executor_address,
                                                              "--redis", redis_url], logs))
-        host_id = f"demo-{socket.gethostname()}"
+        host_id = f"demo-{socket.gethostname()}-{os.getpid()}"  # two demos on one machine are two hosts
         stack.enter_context(_process("worker", [*cli, "worker", "--redis", redis_url, "--gpu-class", "cpu",
                                                 "--host-id", host_id, "--work-dir", str(STATE_DIR / "runs"),
                                                 "--data-root", str(STATE_DIR),

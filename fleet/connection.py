@@ -7,10 +7,14 @@ caller decides (the worker keeps its run going, a gRPC call answers UNAVAILABLE,
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
+import structlog
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 
@@ -28,6 +32,10 @@ SERVICE_RETRY = RetryPolicy(retries=24, cap_s=1.0)
 # outage never stalls training; the run then writes its events to its file, and the worker publishes them later.
 HOLDER_RETRY = RetryPolicy(retries=3, cap_s=0.5)
 SOCKET_TIMEOUT_S = 10.0  # a command on a connection that hangs (a Redis paused, a black-holed route)
+# A service probes its Redis this often, each probe waiting this long at most, without retries (Reachability).
+PROBE_INTERVAL_S = 1.0
+PROBE_TIMEOUT_S = 1.0
+log = structlog.get_logger("fleet.connection")
 
 
 def connect(url: str, policy: RetryPolicy = SERVICE_RETRY) -> redis.Redis:
@@ -41,3 +49,43 @@ def connect(url: str, policy: RetryPolicy = SERVICE_RETRY) -> redis.Redis:
 def reach(connection: redis.Redis) -> None:
     """Raises redis.RedisError when the fleet's Redis cannot be reached (a start-up check)."""
     connection.ping()
+
+
+class Reachability:
+    """Whether the fleet's Redis answers now, from a probe every `interval_s` in the background (one PING on a
+    connection of its own, no retries): a service reports NOT_SERVING and refuses calls at once while it does
+    not, instead of each call waiting out the retries. Listeners hear every change."""
+
+    def __init__(self, connection: redis.Redis, interval_s: float = PROBE_INTERVAL_S) -> None:
+        kwargs: dict[str, Any] = dict(connection.connection_pool.connection_kwargs)
+        kwargs.update(socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S,
+                      retry=Retry(NoBackoff(), 0), retry_on_error=[])
+        pool = redis.ConnectionPool(connection_class=connection.connection_pool.connection_class, **kwargs)
+        self._probe = redis.Redis(connection_pool=pool)
+        self._interval_s = interval_s
+        self.up = True
+        self.listeners: list[Callable[[bool], None]] = []
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="redis-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            try:
+                self._probe.ping()
+                up = True
+            except redis.RedisError:
+                up = False
+            if up != self.up:
+                self.up = up
+                log.warning("fleet.redis_reachable" if up else "fleet.redis_unreachable")
+                for listener in self.listeners:
+                    listener(up)
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._interval_s + PROBE_TIMEOUT_S + 1)
+        self._probe.close()

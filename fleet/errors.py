@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.errors import MissingError, UnavailableError
+from common.errors import ExhaustedError, MissingError, UnavailableError
 from contract.errors import ExecutorError
 
 
@@ -12,3 +12,7 @@ class JobNotFoundError(ExecutorError, MissingError):
 
 class FleetUnavailableError(ExecutorError, UnavailableError):
     """The fleet's Redis cannot be reached (UNAVAILABLE); the call may be retried."""
+
+
+class QueueFullError(ExecutorError, ExhaustedError):
+    """A caller already has as many jobs waiting as one caller may (RESOURCE_EXHAUSTED)."""

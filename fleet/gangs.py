@@ -39,6 +39,8 @@ import redis
 from fleet.keys import gang_key, member_key
 
 FORMING, RUNNING, STOPPING = "forming", "running", "stopping"
+# Node 0 found the run hung: every node asks its ranks for their stacks (into the shared output), then STOPPING.
+DUMPING = "dumping"
 # How long a gang may take to form before its hosts are given back (worker --gang-timeout-s).
 DEFAULT_GANG_TIMEOUT_S = 120.0
 # How long a member that stopped renewing (lost host, killed worker) counts as alive; the other nodes stop their

@@ -5,7 +5,7 @@ Keys: fleet.keys (the table of every key).
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s, fence (fencing token, fleet.leases), infra_failures (hosts lost while running it), retry_at_ms,
+timeout_s, submitter, fence (fencing token, fleet.leases), infra_failures (hosts lost while running it), retry_at_ms,
 retry_reason, preempt_requested, preempted_for.
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
@@ -68,6 +68,7 @@ class NewJob:
     gpus: int
     timeout_s: int
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
+    submitter: str = ""  # who submitted it (fleet.lifecycle caps what one caller may keep queued)
 
     def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
         """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""
@@ -77,13 +78,18 @@ class NewJob:
                 "finished_at_ms": 0, "host_id": "", "error": "", "log_path": "", "output_dir": "",
                 "last_event": b"", "last_sequence": 0, "cancel_requested": 0, "fence": 0,
                 "infra_failures": 0, "retry_at_ms": 0, "preempt_requested": 0, "preempted_for": "",
-                "events_max_len": self.events_max_len, "timeout_s": self.timeout_s}
+                "events_max_len": self.events_max_len, "timeout_s": self.timeout_s, "submitter": self.submitter}
 
 
 @dataclass(frozen=True)
 class StopRequests:
     cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
     preempted_for: str | None  # None: not preempted; else the job it yields its host to
+
+
+# What a Job without its plan shows (List), first the field that says whether the record exists at all.
+SUMMARY_FIELDS = ("schema", "phase", "priority", "queue", "gpu_class", "host_id", "submitted_at_ms", "started_at_ms",
+                  "finished_at_ms", "error", "log_path", "output_dir", "infra_failures", "last_event", "feedback")
 
 
 def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
@@ -145,11 +151,29 @@ class JobStore:
             found.append((job_id, ms))
         return found[:batch]
 
-    def records(self, job_ids: list[str]) -> list[dict[bytes, bytes]]:
+    def records(self, job_ids: list[str], fields: tuple[str, ...] = ()) -> list[dict[bytes, bytes]]:
+        """The records of `job_ids` (an empty dict for a missing one): every field, or only `fields` (List and
+        Fleet read what they show, never the plan)."""
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
-            pipe.hgetall(job_key(job_id))
-        return pipe.execute()
+            if fields:
+                pipe.hmget(job_key(job_id), fields)
+            else:
+                pipe.hgetall(job_key(job_id))
+        rows = pipe.execute()
+        if not fields:
+            return rows  # type: ignore[no-any-return]
+        names = [f.encode() for f in fields]
+        return [{} if row[0] is None else {n: v for n, v in zip(names, row, strict=True) if v is not None}
+                for row in rows]
+
+    def queued(self, job_ids: list[str]) -> list[str]:
+        """Those of `job_ids` still waiting: QUEUED (in a queue, or in a retry backoff)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(job_key(job_id), "phase")
+        return [j for j, phase in zip(job_ids, pipe.execute(), strict=True)
+                if phase is not None and int(phase) == progress_pb2.PHASE_QUEUED]
 
     def yielding_to(self, running_job_ids: list[str]) -> dict[str, str]:
         """waiting job id -> the running job asked to yield its host to it (preemption), for the running jobs given."""

@@ -19,6 +19,8 @@
     tunefleet:v1:hosts                    zset    host ids by last heartbeat (s)                    fleet.hosts
     tunefleet:v1:gang:<job_id>            hash    a multi-node job's gang (fields: fleet.gangs)     fleet.gangs
     tunefleet:v1:gang:<job_id>:node:<k>   string  "<host_id>:<fence>" while member k lives          fleet.gangs
+    tunefleet:v1:submitter:<id>           set     job ids a caller submitted that may still be      fleet.lifecycle
+                                                  queued (pruned when counted); the per-caller cap
     rq:queue:tunefleet.<class>.<tier>     list    rq's queues, one per GPU class and tier           fleet.queues
 """
 
@@ -58,3 +60,7 @@ def gang_key(job_id: str) -> str:
 
 def member_key(job_id: str, node_rank: int) -> str:
     return f"{PREFIX}gang:{job_id}:node:{node_rank}"
+
+
+def submitter_key(submitter: str) -> str:
+    return f"{PREFIX}submitter:{submitter}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from common.bounds import echo
@@ -17,6 +16,7 @@ from contract.errors import InvalidFieldError
 from contract.limits import CONFIG_JSON_CHARS, CONFIG_JSON_DEPTH
 from contract.schema import ALL_LINEAR, Architecture, Family, VisionTower
 from planner.errors import UnsupportedError
+from planner.memo import memo
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _vision_linears(v: VisionTower) -> list[tuple[str, int, int, bool, int]]:
             ("merger.mlp.0", merged, merged, True, 1), ("merger.mlp.2", merged, v.out_hidden_size, True, 1)]
 
 
-@lru_cache(maxsize=512)
+@memo(512)
 def linear_layers(a: Architecture) -> tuple[LinearLayer, ...]:
     out = [LinearLayer(n, i, o, b, a.num_layers, "decoder") for n, i, o, b in _decoder_linears(a)]
     if a.vision is not None:
@@ -133,7 +133,7 @@ class ParameterCounts:
         return self.total - self.vision
 
 
-@lru_cache(maxsize=512)
+@memo(512)
 def parameter_counts(a: Architecture) -> ParameterCounts:
     embedding = a.vocab_size * a.hidden_size
     if a.family is Family.GPT2:

@@ -24,6 +24,25 @@ def normalise_gpu_name(name: str) -> str:
     return re.sub(r"-+", "-", key)
 
 
+# What tells models of one GPU apart: memory size or form factor ('a100-40gb', 'h100-pcie'); not a model suffix
+# such as '-ti' (an RTX 2080 Ti is another card than an RTX 2080, which 'rtx-2080' names).
+_VARIANT = re.compile(r"^(\d+gb|pcie|sxm\d*|nvl)")
+
+
+def _ambiguous(gpus: tuple[GpuSpec, ...]) -> dict[str, tuple[GpuSpec, ...]]:
+    """Short names that several GPUs share as a family ('a100': the 40 and 80 GB models; 'h100': PCIe and SXM):
+    alias -> the GPUs whose names start with it. Answering one of them silently would plan the wrong card."""
+    found = {}
+    for gpu in gpus:
+        for alias in map(normalise_gpu_name, gpu.aliases):
+            family = tuple(g for g in gpus if any(_VARIANT.match(normalise_gpu_name(k).removeprefix(alias + "-"))
+                                                  and normalise_gpu_name(k).startswith(alias + "-")
+                                                  for k in (g.name, *g.aliases)))
+            if len(family) > 1:
+                found[alias] = family
+    return found
+
+
 def did_you_mean(name: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
     return f" Did you mean {', '.join(close)}?" if close else ""
@@ -42,11 +61,17 @@ class Catalog:
             for key in (gpu.name, *gpu.aliases):
                 gpu_index[normalise_gpu_name(key)] = gpu
         object.__setattr__(self, "_gpu_index", gpu_index)
+        object.__setattr__(self, "_ambiguous_gpus", _ambiguous(self.gpus))
         object.__setattr__(self, "_flavor_index", {f.name: f for f in self.flavors})
         object.__setattr__(self, "_model_index", {m.name.lower(): m for m in self.models})
+        object.__setattr__(self, "_alias_index", {k.lower(): k for k in self.model_aliases})
 
     def gpu(self, name: str, field: str = "hardware.gpu") -> GpuSpec:
         index: dict[str, GpuSpec] = self._gpu_index  # type: ignore[attr-defined]
+        candidates: tuple[GpuSpec, ...] | None = self._ambiguous_gpus.get(normalise_gpu_name(name))  # type: ignore
+        if candidates:
+            listed = ", ".join(f"{g.name} ({g.display_name}, {g.memory_bytes / 2**30:.0f} GB)" for g in candidates)
+            raise UnknownNameError(field, f"{echo(name)} names {len(candidates)} GPUs: {listed}; give one of them")
         found = index.get(normalise_gpu_name(name))
         if found is None:
             hint = did_you_mean(normalise_gpu_name(name), list(index))
@@ -69,7 +94,7 @@ class Catalog:
 
     def model(self, name: str, field: str = "model.catalog_name") -> ModelSpec:
         index: dict[str, ModelSpec] = self._model_index  # type: ignore[attr-defined]
-        aliases = {k.lower(): k for k in self.model_aliases}
+        aliases: dict[str, str] = self._alias_index  # type: ignore[attr-defined]
         alias = aliases.get(name.strip().lower())
         canonical = self.model_aliases[alias] if alias else name
         found = index.get(canonical.strip().lower())

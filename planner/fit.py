@@ -5,11 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract.errors import InvalidFieldError
-from contract.schema import ALL_LINEAR, Hardware, Loss, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
+from contract.schema import (
+    ALL_LINEAR,
+    Architecture,
+    Hardware,
+    Loss,
+    Method,
+    ModelSpec,
+    Objective,
+    Offload,
+    Precision,
+    TrainingSpec,
+)
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
 from planner.confidence import Band, band
-from planner.memory import HostBreakdown, MemoryBreakdown, host_memory, per_gpu_memory
+from planner.memo import memo
+from planner.memory import MEMORY_CACHE_ENTRIES, HostBreakdown, MemoryBreakdown, gpu_memory, host_memory, per_gpu_memory
 from planner.parameters import parameter_split
 
 GiB = 1024**3
@@ -68,16 +80,26 @@ def _fits(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> tuple[bool, Memory
 
 
 def max_micro_batch(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> int:
-    """Largest micro-batch whose per-GPU peak fits. Peak memory is affine in the micro-batch."""
-    one = per_gpu_memory(model, replace(t, micro_batch_size=1), hw).total_bytes
-    if one > hw.gpu.memory_bytes:
+    """Largest micro-batch whose per-GPU peak fits."""
+    return _max_micro_batch(model.architecture, t, hw.world_size, hw.gpu.memory_bytes)
+
+
+@memo(MEMORY_CACHE_ENTRIES)
+def _max_micro_batch(a: Architecture, t: TrainingSpec, n: int, capacity_bytes: int) -> int:
+    """The peak grows with the micro-batch and is convex in it (the larger of terms affine in it), so the line
+    through micro-batches 1 and 2 bounds the answer from above; a bisection below that bound finds it."""
+    def peak(mb: int) -> int:
+        return gpu_memory(a, replace(t, micro_batch_size=mb), n).total_bytes
+
+    one = peak(1)
+    if one > capacity_bytes:
         return 0
-    two = per_gpu_memory(model, replace(t, micro_batch_size=2), hw).total_bytes
-    slope = max(two - one, 1)
-    best = min(MAX_MICRO_BATCH, 1 + (hw.gpu.memory_bytes - one) // slope)
-    while best > 1 and per_gpu_memory(model, replace(t, micro_batch_size=best), hw).total_bytes > hw.gpu.memory_bytes:
-        best -= 1
-    return int(best)
+    slope = max(peak(2) - one, 1)
+    fits, too_big = 1, min(MAX_MICRO_BATCH, 1 + (capacity_bytes - one) // slope) + 1
+    while too_big - fits > 1:  # peak(fits) fits; too_big is above the bound or does not
+        mid = (fits + too_big) // 2
+        fits, too_big = (mid, too_big) if peak(mid) <= capacity_bytes else (fits, mid)
+    return int(fits)
 
 
 def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,

@@ -27,6 +27,7 @@ from planner.architecture import (
     largest_layer_params,
     linear_layers,
 )
+from planner.memo import memo
 from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
 
 
@@ -187,10 +188,23 @@ def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: 
     return reduce + min(split.trainable, ds.ALLGATHER_BUCKET_ELEMENTS) * grad_bytes
 
 
+# Entries of the per-GPU memory cache. A key is an Architecture, a TrainingSpec and a rank count: frozen values bounded
+# by contract.limits (a LoRA target list at most 32 names of 256 characters, shared by every spec replaced from it),
+# never request bytes; an entry (key and breakdown) is under 1 KB besides the shared key objects, so the cache holds
+# at most ~8 MB. One Recommend over the catalog fills about 500.
+MEMORY_CACHE_ENTRIES = 8192
+
+
 def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBreakdown:
-    a = model.architecture
+    """The per-GPU peak of a training step, term by term. It depends on the hardware only through the number of
+    ranks, so it is computed once per architecture, training spec and rank count (`gpu_memory`) for every GPU."""
+    return gpu_memory(model.architecture, t, hw.world_size)
+
+
+@memo(MEMORY_CACHE_ENTRIES)
+def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
+    """`per_gpu_memory` on `n` ranks, for any GPU."""
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
-    n = hw.world_size
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
 
     weights: float = weight_storage_bytes(split, t)

@@ -4,11 +4,11 @@ Pure functions; no I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from contract.schema import Architecture, LoraSpec, Method, Precision, TrainingSpec
 from planner import constants as k
 from planner.architecture import LinearLayer, lora_parameter_count, lora_targets, parameter_counts
+from planner.memo import memo
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
 
 # Keys are small: an Architecture and a LoraSpec whose target modules are de-duplicated and capped
 # (contract.limits: at most 32 names of at most 256 characters), so the cache holds at most a few MB.
-@lru_cache(maxsize=512)
+@memo(512)
 def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vision_tower: bool,
                     freeze_trainable_layers: int) -> ParameterSplit:
     counts = parameter_counts(arch)

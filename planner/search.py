@@ -11,7 +11,8 @@ from contract.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Preci
 from planner.catalog import Catalog
 from planner.estimate import Estimate, estimate
 from planner.fit import FitResult, fit, max_micro_batch
-from planner.memory import host_memory
+from planner.memo import memo
+from planner.memory import MEMORY_CACHE_ENTRIES, host_memory
 
 GPU_COUNTS = (1, 2, 4, 8)
 
@@ -77,6 +78,24 @@ def _layouts(t: TrainingSpec, n: int) -> list[tuple[int, Offload]]:
     return out
 
 
+# Grid specs are derived once per base spec and rank count, not per GPU: the same few dozen serve the whole
+# catalog. Keys are frozen specs bounded by contract.limits.
+GRID_CACHE_ENTRIES = 1024
+
+
+@memo(GRID_CACHE_ENTRIES)
+def _layout_specs(base: TrainingSpec, n: int) -> tuple[TrainingSpec, ...]:
+    """The base spec under each checkpointing, ZeRO stage and offload choice for `n` ranks."""
+    return tuple(replace(base, gradient_checkpointing=ckpt, zero_stage=stage, offload=offload)
+                 for ckpt in (False, True) for stage, offload in _layouts(base, n))
+
+
+@memo(MEMORY_CACHE_ENTRIES)
+def _at_micro_batch(t: TrainingSpec, mb: int, global_batch: int) -> TrainingSpec:
+    """`t` at micro-batch `mb`, accumulating enough micro-batches to keep the global batch."""
+    return replace(t, micro_batch_size=mb, gradient_accumulation_steps=max(1, -(-global_batch // mb)))
+
+
 def _hardware_options(catalog: Catalog, c: Constraints) -> list[Hardware]:
     allowed = {catalog.gpu(name, "constraints.allowed_gpus").name for name in c.allowed_gpus}
     out: list[Hardware] = []
@@ -105,44 +124,51 @@ def _hardware_options(catalog: Catalog, c: Constraints) -> list[Hardware]:
     return out
 
 
-def _best_layout(model: ModelSpec, base: TrainingSpec, hw: Hardware, workload: Workload,
-                 catalog: Catalog) -> tuple[Candidate | None, Rejected, str, int]:
+@dataclass(frozen=True)
+class _Option:
+    """A hardware option's fastest fitting spec and its estimate; its full Fit is built only if it is shown."""
+
+    training: TrainingSpec
+    hardware: Hardware
+    estimate: Estimate
+
+
+def _best_layout(model: ModelSpec, base: TrainingSpec, hw: Hardware,
+                 workload: Workload) -> tuple[_Option | None, Rejected, str, int]:
     """Fastest fitting layout for one hardware option; or why none fits."""
-    best: Candidate | None = None
-    evaluated = 0
+    best: _Option | None = None
     host_blocked = False
     global_batch = base.micro_batch_size * base.gradient_accumulation_steps
-    for ckpt in (False, True):
-        for stage, offload in _layouts(base, hw.world_size):
-            t = replace(base, gradient_checkpointing=ckpt, zero_stage=stage, offload=offload)
-            evaluated += 1
-            mb = min(max_micro_batch(model, t, hw), base.micro_batch_size)
-            if mb == 0:
-                continue
-            t = replace(t, micro_batch_size=mb, gradient_accumulation_steps=max(1, -(-global_batch // mb)))
-            if not host_memory(model, t, hw).fits:
-                host_blocked = True
-                continue
-            est = estimate(model, t, hw, workload)
-            if best is None or est.duration_s < best.estimate.duration_s:
-                best = Candidate(fit(model, t, hw, catalog), est)
+    layouts = _layout_specs(base, hw.world_size)
+    for layout in layouts:
+        mb = min(max_micro_batch(model, layout, hw), base.micro_batch_size)
+        if mb == 0:
+            continue
+        t = _at_micro_batch(layout, mb, global_batch)
+        if not host_memory(model, t, hw).fits:
+            host_blocked = True
+            continue
+        est = estimate(model, t, hw, workload)
+        if best is None or est.duration_s < best.estimate.duration_s:
+            best = _Option(t, hw, est)
     if best is None:
         reason = Rejected.HOST_MEMORY if host_blocked else Rejected.DOES_NOT_FIT
         detail = "host RAM too small for the offload that would fit" if host_blocked else \
             "no ZeRO stage, offload or checkpointing choice fits at micro-batch 1"
-        return None, reason, detail, evaluated
-    return best, Rejected.DOES_NOT_FIT, "", evaluated
+        return None, reason, detail, len(layouts)
+    return best, Rejected.DOES_NOT_FIT, "", len(layouts)
 
 
-def _pareto(cands: list[Candidate]) -> list[Candidate]:
-    out = []
-    for c in cands:
-        dominated = any(o.estimate.cost_usd <= c.estimate.cost_usd and o.estimate.duration_s <= c.estimate.duration_s
-                        and (o.estimate.cost_usd, o.estimate.duration_s) != (c.estimate.cost_usd,
-                                                                              c.estimate.duration_s)
-                        for o in cands)
-        out.append(replace(c, pareto_optimal=not dominated))
-    return out
+def _pareto_flags(options: list[_Option]) -> list[bool]:
+    """Whether each option is Pareto-optimal in (cost, duration): no other is at most as dear and as slow and
+    better in one. One sort and a sweep over the distinct points, cheapest first."""
+    points = [(o.estimate.cost_usd, o.estimate.duration_s) for o in options]
+    fastest_before = float("inf")  # the shortest duration among cheaper-or-equal distinct points seen so far
+    optimal: dict[tuple[float, float], bool] = {}
+    for point in sorted(set(points)):
+        optimal[point] = fastest_before > point[1]
+        fastest_before = min(fastest_before, point[1])
+    return [optimal[p] for p in points]
 
 
 def half_precision(gpu: GpuSpec) -> Precision:
@@ -157,7 +183,7 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
     """Every hardware option, ranked; `should_stop` is asked before each option (the caller may have left). With
     `auto_precision` each option trains in its GPU's half precision (`half_precision`)."""
     methods = constraints.allowed_methods or (base.method,)
-    candidates: list[Candidate] = []
+    candidates: list[_Option] = []
     rejections: list[Rejection] = []
     evaluated = 0
     for hw in _hardware_options(catalog, constraints):
@@ -168,15 +194,15 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
             rejections.append(Rejection(label, hw.world_size, Rejected.NO_PRICE,
                                         "no price on record; pass hardware.hourly_usd_per_gpu to plan on it"))
             continue
-        option = replace(base, precision=half_precision(hw.gpu)) if auto_precision else base
+        option = _with_precision(base, half_precision(hw.gpu)) if auto_precision else base
         if not hw.gpu.runs(option.precision):
             rejections.append(Rejection(label, hw.world_size, Rejected.UNSUPPORTED,
                                         f"{hw.gpu.display_name} has no bf16; request fp16 to include it"))
             continue
-        found: Candidate | None = None
+        found: _Option | None = None
         why, detail = Rejected.DOES_NOT_FIT, ""
         for method in methods:
-            best, why, detail, n = _best_layout(model, replace(option, method=method), hw, workload, catalog)
+            best, why, detail, n = _best_layout(model, _with_method(option, method), hw, workload)
             evaluated += n
             if best is not None and (found is None or best.estimate.cost_usd < found.estimate.cost_usd):
                 found = best
@@ -192,11 +218,23 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
                                         f"{constraints.max_duration_s / 3600:,.1f} h deadline"))
         else:
             candidates.append(found)
-    ranked = _pareto(candidates)
+    ranked = list(zip(candidates, _pareto_flags(candidates), strict=True))
     if constraints.rank_by is RankBy.TIME:
-        ranked.sort(key=lambda c: (c.estimate.duration_s, c.estimate.cost_usd))
+        ranked.sort(key=lambda c: (c[0].estimate.duration_s, c[0].estimate.cost_usd))
     elif constraints.rank_by is RankBy.PARETO:
-        ranked.sort(key=lambda c: (not c.pareto_optimal, c.estimate.cost_usd, c.estimate.duration_s))
+        ranked.sort(key=lambda c: (not c[1], c[0].estimate.cost_usd, c[0].estimate.duration_s))
     else:
-        ranked.sort(key=lambda c: (c.estimate.cost_usd, c.estimate.duration_s))
-    return Recommendation(tuple(ranked[:limit]), tuple(rejections), evaluated)
+        ranked.sort(key=lambda c: (c[0].estimate.cost_usd, c[0].estimate.duration_s))
+    shown = tuple(Candidate(fit(model, o.training, o.hardware, catalog), o.estimate, optimal)
+                  for o, optimal in ranked[:limit])
+    return Recommendation(shown, tuple(rejections), evaluated)
+
+
+@memo(GRID_CACHE_ENTRIES)
+def _with_method(t: TrainingSpec, method: Method) -> TrainingSpec:
+    return t if t.method is method else replace(t, method=method)
+
+
+@memo(GRID_CACHE_ENTRIES)
+def _with_precision(t: TrainingSpec, precision: Precision) -> TrainingSpec:
+    return t if t.precision is precision else replace(t, precision=precision)

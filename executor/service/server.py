@@ -7,9 +7,10 @@ from typing import Any
 
 import grpc
 import redis
-from grpc_health.v1 import health
+from grpc_health.v1 import health, health_pb2
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
+from common.auth import caller_id
 from common.bounds import Bounds
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
 from contract.limits import PLAN_BOUNDS
@@ -27,9 +28,12 @@ DEFAULT_WORKERS = 256
 MAX_CONCURRENT_RPCS = 512
 
 
-def _redis_reachable(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """A call that meets an unreachable Redis (past the client's retries) answers UNAVAILABLE, not INTERNAL."""
+def _redis_reachable(executor: Executor, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A call answers UNAVAILABLE, not INTERNAL, when Redis is unreachable: at once while the service's probe
+    says so, else after the client's retries."""
     def call(request: Any) -> Any:
+        if not executor.reachability.up:
+            raise FleetUnavailableError("the fleet's Redis is unreachable; retry shortly")
         try:
             return fn(request)
         except (redis.ConnectionError, redis.TimeoutError) as e:
@@ -41,23 +45,29 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
 
+    def _call(self, fn: Callable[[Any], Any], request: Any, context: grpc.ServicerContext) -> Any:
+        return call_unary(_redis_reachable(self._executor, fn), request, context)
+
     def Submit(self, request, context):  # noqa: N802
-        return call_unary(_redis_reachable(self._executor.submit), request, context)
+        submitter = caller_id(context.invocation_metadata())
+        return self._call(lambda r: self._executor.submit(r, submitter), request, context)
 
     def Get(self, request, context):  # noqa: N802
-        return call_unary(_redis_reachable(self._executor.get), request, context)
+        return self._call(self._executor.get, request, context)
 
     def List(self, request, context):  # noqa: N802
-        return call_unary(_redis_reachable(self._executor.list_jobs), request, context)
+        return self._call(self._executor.list_jobs, request, context)
 
     def Cancel(self, request, context):  # noqa: N802
-        return call_unary(_redis_reachable(self._executor.cancel), request, context)
+        return self._call(self._executor.cancel, request, context)
 
     def Fleet(self, request, context):  # noqa: N802
-        return call_unary(_redis_reachable(self._executor.fleet), request, context)
+        return self._call(self._executor.fleet, request, context)
 
     def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
+            if not self._executor.reachability.up:
+                raise FleetUnavailableError("the fleet's Redis is unreachable; watch again shortly")
             try:
                 for response in self._executor.watch(r, is_active=context.is_active):
                     if response.HasField("event"):
@@ -86,4 +96,10 @@ def create_server(address: str, executor: Executor,
         address, lambda s: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, s), [SERVICE_NAME],
         options or ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS),
         REQUEST_BOUNDS)
+
+    def report(up: bool) -> None:  # a load balancer stops routing to a service whose Redis is gone
+        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in (SERVICE_NAME, ""):
+            health_servicer.set(name, status)
+    executor.reachability.listeners.append(report)
     return server, port, health_servicer

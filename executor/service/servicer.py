@@ -12,14 +12,17 @@ import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from contract.errors import PlanError
+from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
+from fleet.connection import Reachability
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
 from fleet.hosts import HostRegistry, plan_gpu_class
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
+    SUMMARY_FIELDS,
     JobStore,
     NewJob,
     decode_page_token,
@@ -36,6 +39,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 MAX_REASON_CHARS = 1_000
 _LIST_SCAN_BATCH = 200
+# Jobs one caller (one token) may keep waiting: a scripted loop cannot fill Redis; a real team queues tens.
+DEFAULT_MAX_QUEUED_PER_CALLER = 1_000
 _LIST_SCAN_LIMIT = 5_000  # records one List call may read while filtering, so a page never costs unbounded work
 
 
@@ -45,6 +50,7 @@ class ExecutorConfig:
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
     policy: FleetPolicy | None = None  # written to the fleet's Redis at start; None keeps the fleet's own
     sweep_interval_s: float = SWEEP_INTERVAL_S
+    max_queued_per_caller: int = DEFAULT_MAX_QUEUED_PER_CALLER  # 0: no cap
 
 
 class Executor:
@@ -59,6 +65,7 @@ class Executor:
         self.hub = StreamHub(connection)
         self.sweeper = Sweeper(connection)
         self.lifecycle = Lifecycle(connection)
+        self.reachability = Reachability(connection)
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -69,6 +76,7 @@ class Executor:
             self.config.policy.save(self.connection)
         self._sweeping = threading.Thread(target=self._sweep_loop, name="fleet-sweep", daemon=True)
         self._sweeping.start()
+        self.reachability.start()
 
     def _sweep_loop(self) -> None:
         while not self._stopped.wait(self.config.sweep_interval_s):
@@ -81,14 +89,20 @@ class Executor:
         self._stopped.set()
         if self._sweeping is not None:
             self._sweeping.join(timeout=10)
+        self.reachability.close()
         self.hub.close()
 
     # --- Submit ---------------------------------------------------------------------------------------
 
-    def submit(self, request: executor_pb2.SubmitRequest) -> executor_pb2.SubmitResponse:
+    def submit(self, request: executor_pb2.SubmitRequest, submitter: str = "") -> executor_pb2.SubmitResponse:
         if not request.HasField("plan"):
             raise PlanError("plan", "is missing; send the Plan that 'tunefleet recommend --save-plan' writes")
         plan = request.plan
+        plan.DiscardUnknownFields()  # fields this version does not know were never checked: never stored
+        if plan.ByteSize() > MAX_STORED_PLAN_BYTES:
+            raise PlanError("plan", f"is {plan.ByteSize():,} bytes serialized; the fleet stores at most "
+                                    f"{MAX_STORED_PLAN_BYTES:,} per job (a real plan is 2-10 KB): trim "
+                                    "prediction notes and suggestions, or model.config_json")
         run_config_from_plan(plan, output_dir=plan.output_uri or plan.plan_id)  # every check `train` runs first
         gpu_class = plan_gpu_class(plan.hardware, self.catalog)
         check_shared_output(plan.output_uri, self.hosts.hosts(gpu_class))
@@ -98,8 +112,8 @@ class Executor:
         new = NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority),
                      gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
                      timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
-                     events_max_len=self.config.events_max_len)
-        job, created = self.lifecycle.submit(new)
+                     events_max_len=self.config.events_max_len, submitter=submitter)
+        job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller)
         return executor_pb2.SubmitResponse(job=job, created=created)
 
     # --- Get / List -----------------------------------------------------------------------------------
@@ -126,7 +140,8 @@ class Executor:
             batch = self.store.page(cursor, _LIST_SCAN_BATCH)
             if not batch:
                 return executor_pb2.ListResponse(jobs=jobs)
-            for (job_id, ms), record in zip(batch, self.store.records([j for j, _ in batch]), strict=True):
+            records = self.store.records([j for j, _ in batch], SUMMARY_FIELDS)
+            for (job_id, ms), record in zip(batch, records, strict=True):
                 scanned += 1
                 cursor = (ms, job_id)
                 if not record:
@@ -178,7 +193,7 @@ class Executor:
         for queue in response.queues:
             waiting += [(job_id, index) for index, job_id in
                         enumerate(self.queues.queued_ids(queue.queue, MAX_PAGE_SIZE))]
-        records = self.store.records([job_id for job_id, _ in waiting])
+        records = self.store.records([job_id for job_id, _ in waiting], PLACE_FIELDS)
         for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
                 continue
@@ -192,6 +207,10 @@ class Executor:
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
         return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding,
                            lambda queue, job_id: self.queues.position(job_id, queue))
+
+
+# What WaitingLine.place reads of a queued job's record (the queue first: every record has it).
+PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures")
 
 
 @dataclass(frozen=True)

@@ -52,19 +52,21 @@ class Watcher:
 
     def _stream(self, job_id: str, after: int, sub: Subscriber) -> Iterator[executor_pb2.WatchResponse]:
         sent = after
+        last = self.store.get(job_id, with_plan=False).last_event
+        if last.phase in TERMINAL_PHASES and last.sequence <= after:
+            yield executor_pb2.WatchResponse(event=last)  # nothing after it will ever come: say how it ended
+            return
         first = self.events.first_sequence(job_id)
         if first and first > after + 1:
             yield executor_pb2.WatchResponse(
                 history_trimmed=executor_pb2.HistoryTrimmed(first_available_sequence=first))
-        elif not first:
-            last = self.store.get(job_id, with_plan=False).last_event
-            if last.sequence > after:  # the stream expired; the job record keeps its last event
-                yield executor_pb2.WatchResponse(
-                    history_trimmed=executor_pb2.HistoryTrimmed(first_available_sequence=last.sequence))
-                yield executor_pb2.WatchResponse(event=last)
-                sent = last.sequence
-                if last.phase in TERMINAL_PHASES:
-                    return
+        elif not first and last.sequence > after:  # the stream expired; the job record keeps its last event
+            yield executor_pb2.WatchResponse(
+                history_trimmed=executor_pb2.HistoryTrimmed(first_available_sequence=last.sequence))
+            yield executor_pb2.WatchResponse(event=last)
+            sent = last.sequence
+            if last.phase in TERMINAL_PHASES:
+                return
         # History first, then live events; history again whenever this watcher fell behind the hub. Draining the
         # queue before reading history loses nothing: history reaches at least as far as anything queued.
         catch_up, idle_since = True, time.monotonic()

@@ -4,6 +4,10 @@ DeepSpeed compiles its CPU ops into TORCH_EXTENSIONS_DIR, by default ~/.cache/to
 virtualenv on the machine shares; the build files record the venv's path, so two checkouts rebuild each
 other's ops and every run pays 1.5-3 min of compiling. Each environment gets its own directory instead,
 where `make install` builds the ops once.
+
+One ninja builds and checks them: the environment's own (pip's, beside DeepSpeed), first on PATH. Two ninjas
+of different log versions (a system 1.11 and pip's 1.13) discard each other's .ninja_log, so each would find
+the ops out of date and rebuild them (127 s + 200 s) on the next job.
 """
 
 import os
@@ -12,3 +16,7 @@ from pathlib import Path
 
 TORCH_EXTENSIONS_DIR = Path(sys.prefix) / "torch_extensions"
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR))
+ENVIRONMENT_BIN = Path(sys.prefix) / "bin"
+_PATH = os.environ.get("PATH", "")
+if (ENVIRONMENT_BIN / "ninja").is_file() and not _PATH.startswith(f"{ENVIRONMENT_BIN}{os.pathsep}"):
+    os.environ["PATH"] = f"{ENVIRONMENT_BIN}{os.pathsep}{_PATH}"

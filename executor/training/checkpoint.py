@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from contract.errors import PlanError
+from executor.training import adam_replay
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
@@ -164,9 +165,13 @@ def latest(root: Path) -> tuple[TrainerState, Path] | None:
         return None
     _, path = checkpoints[-1]
     try:
-        return TrainerState(**json.loads((path / TRAINER_STATE).read_text())), path
-    except (OSError, ValueError, TypeError):
-        return None
+        fields = json.loads((path / TRAINER_STATE).read_text())
+        return TrainerState(**fields), path
+    except (OSError, ValueError, TypeError) as e:
+        # the newest checkpoint is listed as complete: skipping it would restart the run and overwrite the evidence
+        raise PlanError("output_uri", f"{path} was not loaded: its {TRAINER_STATE} is not one this executor "
+                                      f"writes ({type(e).__name__}: {str(e)[:200]}). A checkpoint is trusted only "
+                                      "as its run wrote it; move it away to start over") from e
 
 
 def _fsync_dir(path: Path) -> None:
@@ -240,7 +245,10 @@ def save(engine: Any, root: Path, state: TrainerState, rank: int, keep: int, fro
 
 
 def load(engine: Any, path: Path, rank: int, frozen_excluded: bool) -> None:
+    """The engine, optimizer, scheduler and RNG state of a checkpoint, restored so that the run goes on bit for bit
+    as if it had never stopped."""
     engine.load_checkpoint(str(path), tag=DEEPSPEED_TAG, load_module_strict=not frozen_excluded)
+    adam_replay.replay_bias_corrections(engine)
     rng = path / rng_file(rank)
     if rng.is_file():
         torch.set_rng_state(torch.load(rng, weights_only=True))

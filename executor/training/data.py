@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from contract.errors import PlanError
+from contract.limits import MAX_RECORD_BYTES
 from contract.run_config import DatasetConfig, DatasetFormat
 
 IGNORE_INDEX = -100  # label value transformers' cross-entropy skips
@@ -63,20 +64,40 @@ def load_records(d: DatasetConfig) -> list[dict[str, Any]]:
             raise PlanError(field, f"{path} does not exist or is not a file; "
                                    "give a JSONL file with one record per line")
         records = []
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise PlanError(field, f"{path} line {number} is not JSON: {e.msg}") from e
-                if not isinstance(record, dict):
-                    raise PlanError(field, f"{path} line {number} is not a JSON object")
-                records.append(record)
+        with path.open("rb") as f:
+            number = 0
+            while line := f.readline(MAX_RECORD_BYTES + 1):
+                number += 1
+                if len(line) > MAX_RECORD_BYTES:
+                    raise PlanError(field, f"{path} line {number} is longer than {MAX_RECORD_BYTES:,} bytes, the "
+                                           "most one record may hold; split it, or check that the file is JSONL "
+                                           "(one record per line)")
+                if line.strip():
+                    records.append(_record(line, path, number, field))
     if not records:
         raise PlanError(field, f"{d.local_path or d.hub_name} has no records; a training set needs at least one")
     return records
+
+
+def _record(line: bytes, path: Path, number: int, field: str) -> dict[str, Any]:
+    """One JSONL line as a JSON object; PlanError naming the line for anything else."""
+    where = f"{path} line {number}"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlanError(field, f"{where} is not UTF-8 (byte {e.object[e.start]:#04x} at column {e.start + 1}); "
+                               "save the file as UTF-8") from e
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError(field, f"{where} is not JSON: {e.msg} (column {e.colno})") from e
+    except RecursionError as e:
+        raise PlanError(field, f"{where} nests deeper than JSON parsing allows; flatten the record") from e
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise PlanError(field, f"{where} is not usable JSON: {e}") from e
+    if not isinstance(record, dict):
+        raise PlanError(field, f"{where} is not a JSON object")
+    return record
 
 
 def _field(record: dict[str, Any], keys: Sequence[str], number: int, what: str) -> str:

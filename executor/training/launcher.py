@@ -18,6 +18,7 @@ from tunefleet.v1 import progress_pb2
 
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.holder import holder_from_environment
+from contract.ownership import check_output, claim_output, read_paths
 from contract.paths import Roots
 from contract.progress import (
     DEFAULT_PROGRESS_INTERVAL_S,
@@ -28,7 +29,7 @@ from contract.progress import (
     log_tail,
 )
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
-from executor.training import corpus, data
+from executor.training import corpus, data, native
 from executor.training.model import check_host, check_model, detect_host
 from executor.training.rendezvous import Rendezvous
 
@@ -65,8 +66,10 @@ def read_run_config(plan_path: Path, output_dir: str | None = None) -> RunConfig
 
 
 def confine(cfg: RunConfig, roots: Roots) -> None:
-    """The run reads only under the host's data roots and writes only under its output roots (contract.paths)."""
+    """The run reads only under the host's data roots and writes only under its output roots (contract.paths),
+    into an output directory no other run owns (contract.ownership)."""
     roots.writable("output_uri", cfg.output_dir)
+    check_output(cfg.output_dir, cfg.plan_id, roots.output, read_paths(cfg, Path.cwd()))
     if cfg.dataset.local_path:
         roots.readable("dataset.local_path", cfg.dataset.local_path)
     if cfg.dataset.hub_name:
@@ -160,7 +163,9 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     plan_bytes = plan_path.read_bytes()
     cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
     _check_nodes(cfg, rendezvous)
+    roots = roots or Roots.from_environment()
     examples, _ = check(cfg, roots)
+    claim_output(cfg.output_dir, cfg.plan_id, roots.output, read_paths(cfg, Path.cwd()))
     saved = _save_plan(plan_bytes, cfg)
     corpus.save(cfg.tokenized_path, examples)
     log_path = cfg.node_log_path(rendezvous.node_rank if rendezvous else 0)
@@ -171,6 +176,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if not detect_host().has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
+        env.update(native.isa_cap(env))  # once per environment and CPU (cached): AMX that dies with SIGILL
     if rendezvous:
         env.update(rendezvous.environment())
     stop: signal.Signals | None = None
@@ -220,7 +226,10 @@ def _record_end(sink: ProgressSink, stop: signal.Signals | None, exit_code: int,
         return sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CANCELLED, step=last.step,
                                                     total_steps=last.total_steps,
                                                     message="cancelled; rerun the plan to resume"))
-    failure = TrainingFailedError(f"training ranks exited with status {exit_code}; the last log lines "
-                                  f"({cfg.log_path}):\n{log_tail(cfg.log_path, LOG_TAIL_LINES)}")
+    tail = log_tail(cfg.log_path, LOG_TAIL_LINES)
+    killed = native.killing_signal(tail) or (f"the launcher was killed by {native.describe_signal(-exit_code)}"
+                                             if exit_code < 0 else "")
+    failure = TrainingFailedError(f"training ranks exited with status {exit_code}"
+                                  f"{'; ' + killed if killed else ''}; the last log lines ({cfg.log_path}):\n{tail}")
     return sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,
                                                 total_steps=last.total_steps, message=str(failure)))

@@ -7,13 +7,11 @@ from typing import Any
 
 import torch
 import transformers
-from peft import get_peft_model, prepare_model_for_kbit_training
-from trl.trainer.utils import disable_dropout_in_model
 
 from contract.errors import HostError, PlanError
 from contract.run_config import RunConfig
 from contract.schema import Attention, Method, Objective, Precision, TrainingSpec
-from executor.training.peft_config import lora_config
+from executor.training.peft_config import lora_config, lora_targets
 
 _ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
 _DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
@@ -97,7 +95,7 @@ def check_model(cfg: RunConfig) -> None:
     with torch.device("meta"):
         model = _auto_class(config).from_config(config)
     if cfg.training.method.uses_adapters:
-        lora_config(cfg.training.lora, model, frozen_vision=is_vision(config) and not t.train_vision_tower)
+        lora_targets(cfg.training.lora, model)
     elif cfg.training.method is Method.FREEZE:
         _decoder_layers(model, cfg.training.freeze_trainable_layers)
 
@@ -127,6 +125,8 @@ def _pretrained(cfg: RunConfig, quantization: Any) -> Any:
 
 def load_reference_model(cfg: RunConfig) -> Any:
     """DPO's separate reference: the plan's model as loaded for training, without adapters, frozen."""
+    from trl.trainer.utils import disable_dropout_in_model
+
     model = _pretrained(cfg, _quantization(cfg))
     disable_dropout_in_model(model)
     model.requires_grad_(False)
@@ -151,6 +151,10 @@ def from_config(config: Any, t: TrainingSpec) -> Any:
 
 def prepare_model(model: Any, t: TrainingSpec, quantized: bool = False) -> Any:
     """Checkpointing, adapters, frozen parts and DPO's dropout, as every run of the plan wraps its model."""
+    # PEFT and TRL are the ranks' imports: the launcher, which checks plans with this module, starts seconds sooner
+    from peft import get_peft_model, prepare_model_for_kbit_training
+    from trl.trainer.utils import disable_dropout_in_model
+
     if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from peft import LoraConfig, TaskType
-
 from contract.errors import PlanError
 from contract.schema import ALL_LINEAR, LoraSpec
 
@@ -31,9 +29,9 @@ def _has_experts(model: Any) -> bool:
 VISION_MODULES = r".*\bvisual\..*"
 
 
-def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> LoraConfig:
-    """LoraConfig for the plan; a target module the model lacks is a PlanError naming the ones it has. A frozen
-    vision tower gets no adapters, as the planner counts it (planner.parameters.parameter_split)."""
+def lora_targets(spec: LoraSpec, model: Any) -> str | list[str]:
+    """The plan's target modules as PEFT takes them; a target module the model lacks is a PlanError naming the
+    ones it has. Needs no PEFT import (the launcher checks plans with it)."""
     available = linear_module_names(model)
     if spec.target_modules == (ALL_LINEAR,) and _has_experts(model):
         # PEFT reads all-linear on a mixture of experts as its attention linears and its 3-D expert tensors too
@@ -49,6 +47,15 @@ def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> Lora
                             f"{', '.join(missing)} not in this model; its linear layers are "
                             f"{', '.join(sorted(available))} (or use '{ALL_LINEAR}')")
         targets = list(spec.target_modules)
+    return targets
+
+
+def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> Any:
+    """peft.LoraConfig for the plan (lora_targets' checks first). A frozen vision tower gets no adapters, as the
+    planner counts it (planner.parameters.parameter_split)."""
+    from peft import LoraConfig, TaskType  # the ranks' import, not the launcher's (seconds of start-up)
+
+    targets = lora_targets(spec, model)
     return LoraConfig(r=spec.rank, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
                       lora_dropout=spec.dropout, target_modules=targets,
                       exclude_modules=VISION_MODULES if frozen_vision else None,

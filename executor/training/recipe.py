@@ -7,15 +7,15 @@ writes progress and the final artefacts.
 from __future__ import annotations
 
 import argparse
-import ctypes
+import faulthandler
 import json
+import logging
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import deepspeed
 import structlog
@@ -26,21 +26,23 @@ from google.protobuf import json_format
 from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
+from common.lifetime import die_with_parent
+from contract import liveness
 from contract.errors import DoesNotFitError, ExecutorError, LeaseLostError, PlanError
 from contract.holder import Holder, holder_from_environment
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
 from contract.run_config import RunConfig
 from contract.schema import Objective
-from executor.training import checkpoint, corpus, data, dpo
+from executor.training import checkpoint, corpus, data, dpo, extensions
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import library_versions, peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
 from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLoss
 
 log = structlog.get_logger("executor.training")
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when its parent dies
 RANK_EXIT_ORPHANED = 1
+STEP_TIME_WEIGHT = 0.2  # of the newest step in the moving average of the step time
 
 
 class _NullSink:
@@ -185,6 +187,7 @@ class Trainer:
         reset_peak_memory()
         first_step, started = step + 1, time.perf_counter()
         window = _Window(started_s=started)
+        step_s: float | None = None  # a step's recent duration, for the worker's hang watch
         while step < stop_step:
             step += 1
             step_started = time.perf_counter()
@@ -192,6 +195,10 @@ class Trainer:
                 batch = self.batch(s, next_g)
                 window.add(self._micro_step(s, batch, preflight=step == first_step), batch.tokens)
                 next_g += 1
+            took_s = time.perf_counter() - step_started
+            # the first step (preflight, warm-up) only stands in until a regular step replaces it
+            step_s = took_s if step_s is None or step == first_step + 1 else \
+                (1 - STEP_TIME_WEIGHT) * step_s + STEP_TIME_WEIGHT * took_s
             if step == first_step:
                 self._report_preflight(step, total, time.perf_counter() - step_started)
             now = time.perf_counter()
@@ -201,12 +208,21 @@ class Trainer:
                 window = _Window(started_s=now)
             checkpointed = step == total or bool(cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0)
             if checkpointed:
+                self._beat(step, step_s, liveness.CHECKPOINTING)  # the last stays so through the export
                 self._checkpoint(engine, step, next_g)
             if step < total and self._asked_to_stop(engine):
                 if not checkpointed:
+                    self._beat(step, step_s, liveness.CHECKPOINTING)
                     self._checkpoint(engine, step, next_g)
                 return step
+            if step < total:
+                self._beat(step, step_s, liveness.TRAINING)
         return step
+
+    def _beat(self, step: int, step_s: float, phase: str) -> None:
+        """Rank 0 tells the worker a step completed (or that a long write runs): the hang watch reads it."""
+        if self.rank == 0:
+            liveness.write_heartbeat(liveness.heartbeat_path(self.cfg.output_dir), step, step_s, phase)
 
     def _asked_to_stop(self, engine: Any) -> bool:
         """Whether rank 0 sees the STOP file, agreed by every rank (they must checkpoint together)."""
@@ -325,24 +341,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def die_with_parent() -> None:
-    """torchrun starts each rank in a session of its own, out of reach of a signal to the launcher's process group:
-    on Linux the rank asks the kernel to SIGKILL it when its torchrun agent dies (the launcher of a worker that
-    died kills its own group, torchrun included), so no rank outlives its node's run."""
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the agent died before the request took hold
-        os._exit(RANK_EXIT_ORPHANED)
-
-
 def main(argv: list[str] | None = None) -> int:
-    die_with_parent()
+    # A rank that native code kills (SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE) writes every thread's Python stack
+    # to its log first, so the failure message's log tail says where it died.
+    faulthandler.enable(all_threads=True)
+    # torchrun starts each rank in a session of its own, out of reach of a signal to the launcher's process group:
+    # the kernel kills the rank when its torchrun agent dies, so no rank outlives its node's run
+    die_with_parent(RANK_EXIT_ORPHANED)
     args = _parse_args(argv)
     transformers.utils.logging.disable_progress_bar()  # rank output goes to logs/train.log, not a terminal
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cfg = read_run_config(args.plan, args.output)
+    # Asked by the worker's hang watch (liveness.DUMP_SIGNAL), every thread's stack into a file of this rank's own.
+    stacks = liveness.stacks_path(cfg.output_dir, rank)
+    stacks.parent.mkdir(parents=True, exist_ok=True)
+    faulthandler.register(liveness.DUMP_SIGNAL, file=stacks.open("w"), all_threads=True)
     structlog.contextvars.bind_contextvars(job_id=cfg.plan_id, rank=rank)
     holder = holder_from_environment()
     sink: ProgressSink = JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder) if rank == 0 else _NullSink()
@@ -351,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         check_host(cfg, host)
         if host.has_gpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        elif rank == 0:
+            building = extensions.ops_to_build()
+            if building:  # minutes of compiling: say so instead of sitting silently in LOADING
+                sink.emit(progress_pb2.ProgressEvent(
+                    phase=progress_pb2.PHASE_LOADING,
+                    message=f"building DeepSpeed CPU ops ({', '.join(building)}; once per install, minutes)"))
         deepspeed.init_distributed(dist_backend="nccl" if host.has_gpu else "gloo")
         Trainer(cfg, host, rank, world_size, sink, args.progress_interval_s, holder).run()
     except LeaseLostError as e:
@@ -375,5 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> NoReturn:
+    """End a rank whose work is done (outputs written, sink closed, process group destroyed) without the
+    interpreter's teardown: there, a native thread of torch or DeepSpeed destroyed while still joinable aborted
+    finished ZeRO-3 ranks ("terminate called without an active exception", SIGABRT after PHASE_DONE: 2 of 523
+    tests in one loaded suite run), failing jobs that had succeeded."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

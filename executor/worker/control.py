@@ -68,7 +68,7 @@ class JobControl:
         if asked.cancel_reason is not None:
             why = asked.cancel_reason
             return Outcome(progress_pb2.PHASE_CANCELLED,
-                           f"cancelled{': ' + why if why else ''}; checkpoints kept in {out / 'checkpoints'}")
+                           f"cancelled{': ' + why if why else ''}; {what_is_kept(out)}")
         if self.stopping.is_set():
             return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
                                                       "its last checkpoint", requeue=True, checkpoint_first=True)
@@ -79,6 +79,13 @@ class JobControl:
         if time.monotonic() > deadline:
             return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
                                                       f"{queues.JOB_TIMEOUT_MARGIN:g} + "
-                                                      f"{queues.JOB_TIMEOUT_STARTUP_S} s); checkpoints kept in "
-                                                      f"{out / 'checkpoints'}")
+                                                      f"{queues.JOB_TIMEOUT_STARTUP_S} s); {what_is_kept(out)}")
         return None
+
+
+def what_is_kept(out: Path) -> str:
+    """What a stopped run leaves to resume from, in words."""
+    checkpoints = out / "checkpoints"
+    if checkpoints.is_dir() and any(p.is_dir() and p.name.startswith("step-") for p in checkpoints.iterdir()):
+        return f"checkpoints kept in {checkpoints}"
+    return "no checkpoint had been written (a rerun starts from step 0)"

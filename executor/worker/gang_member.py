@@ -15,11 +15,13 @@ from pathlib import Path
 import structlog
 
 from contract.errors import PlanError
+from contract.ownership import check_output
 from contract.paths import Roots
 from executor.training.command import EXIT_REFUSED
 from executor.training.rendezvous import Rendezvous
 from executor.worker.supervision import STOP_GRACE_S, SUPERVISE_POLL_S, kill_group, while_running
-from fleet.gangs import GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
+from executor.worker.watchdog import ask_for_stacks
+from fleet.gangs import DUMPING, GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
 
 log = structlog.get_logger("executor.worker.gang_member")
 Launch = Callable[[Path, Path, Rendezvous], "subprocess.Popen[bytes]"]
@@ -46,7 +48,7 @@ class Member:
             return None
         proc = self.launch(out / "plan.json", out,
                            Rendezvous(started.nodes, self.node_rank, started.endpoint, started.run_id, self.address))
-        renewed_at, interrupted_at, drain_asked = time.monotonic(), 0.0, False
+        renewed_at, interrupted_at, drain_asked, dumped = time.monotonic(), 0.0, False, False
         try:
             for now in while_running(proc):
                 if now - renewed_at >= MEMBER_RENEW_INTERVAL_S:
@@ -55,6 +57,11 @@ class Member:
                         break
                     renewed_at = now
                 view = self.gang.view()
+                if view is not None and view.state == DUMPING and not dumped:
+                    ask_for_stacks(proc.pid)  # node 0 found the run hung and collects every rank's stacks
+                    dumped = True
+                if dumped and (view is None or view.state == STOPPING):
+                    break  # a hung run has no checkpoint to write: its ranks are killed at once
                 if (view is None or view.state == STOPPING) and not interrupted_at:
                     proc.send_signal(signal.SIGUSR1)  # the leader stopped the run (or the gang is gone)
                     interrupted_at = now
@@ -77,6 +84,7 @@ class Member:
             return ""
         try:
             self.roots.writable("output_uri", out)
+            check_output(out, self.gang.job_id, self.roots.output)
         except PlanError as e:
             return f"on host {self.host_id}: {e}"
         try:

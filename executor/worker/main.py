@@ -18,6 +18,7 @@ from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.command import add_root_arguments, roots_from_arguments
 from executor.worker import runtime as worker_runtime
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
+from executor.worker.watchdog import DEFAULT_HANG_FACTOR, DEFAULT_HANG_FLOOR_S, HangPolicy
 from fleet import queues
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S
 from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id, detect_gpus
@@ -96,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gang-timeout-s", type=float, default=DEFAULT_GANG_TIMEOUT_S,
                    help="how long a multi-node job led by this worker waits for its gang to form before it gives "
                         "the joined hosts back and retries after a backoff (default %(default)s)")
+    p.add_argument("--hang-after-s", type=float, default=DEFAULT_HANG_FLOOR_S,
+                   help="a run that completes no step for this long, and for --hang-factor of its step time, is "
+                        "hung: its ranks' stacks are saved, it is stopped and requeued from its last checkpoint "
+                        "(an infrastructure failure); loading and checkpointing never count (0: off; default "
+                        "%(default)s)")
+    p.add_argument("--hang-factor", type=float, default=DEFAULT_HANG_FACTOR,
+                   help="see --hang-after-s (default %(default)s)")
     add_root_arguments(p)
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     return p
@@ -108,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")
     if not args.gang_timeout_s > 0:
         p.error("--gang-timeout-s must be positive")
+    if args.hang_after_s < 0 or not args.hang_factor > 0:
+        p.error("--hang-after-s must be >= 0 (0: off) and --hang-factor positive")
     configure_logging()
     gpus = detect_gpus(default_catalog())
     if args.gpu_class:
@@ -120,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
                             args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, address=address,
-                            gang_timeout_s=args.gang_timeout_s)
+                            gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s))
     try:
         runtime.heartbeat()
     except redis.RedisError as e:

@@ -33,9 +33,11 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 
 from common.net import free_port
 from contract.errors import LeaseLostError, PlanError
+from contract.liveness import heartbeat_path
+from contract.ownership import claim_output, read_paths
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
-from contract.run_config import launcher_log_path, stop_path
+from contract.run_config import launcher_log_path, run_config_from_plan, stop_path
 from executor.training.rendezvous import Rendezvous
 from executor.worker import holder
 from executor.worker.control import Held, JobControl
@@ -50,10 +52,11 @@ from executor.worker.supervision import (
     kill_group,
     while_running,
 )
+from executor.worker.watchdog import HangPolicy, hung
 from fleet import queues
 from fleet.connection import HOLDER_RETRY, connect
 from fleet.events import EventLog
-from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
+from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
 from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
@@ -82,6 +85,7 @@ class WorkerRuntime:
     work_dir_shared: bool = False
     address: str = "127.0.0.1"  # where the other nodes of a gang reach this host (the rendezvous, collectives)
     gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
+    hang: HangPolicy = field(default_factory=HangPolicy)
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
 
@@ -101,11 +105,15 @@ class WorkerRuntime:
         self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
                                 self.work_dir_shared)
 
-    def output_dir(self, output_uri: str, job_id: str) -> Path:
-        """Where the job writes: under --work-dir when relative; PlanError when outside the output roots."""
-        uri = output_uri.removeprefix("file://") or job_id
+    def output_dir(self, plan: plan_pb2.Plan, job_id: str) -> Path:
+        """Where the job writes, claimed for it before anything is written (contract.ownership): under --work-dir
+        when relative, inside the output roots, apart from its model and data and from every other job's output;
+        PlanError naming the field when not."""
+        uri = plan.output_uri.removeprefix("file://") or job_id
         path = Path(uri)
-        return self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
+        out = self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
+        cfg = run_config_from_plan(plan, output_dir=str(out))
+        return claim_output(out, job_id, (self.work_dir, *self.roots.output), read_paths(cfg, self.work_dir))
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -138,7 +146,7 @@ class WorkerRuntime:
         plan = plan_pb2.Plan.FromString(record[b"plan"])
         timeout_s = int(record.get(b"timeout_s") or 0)
         try:
-            out = self.output_dir(plan.output_uri, job_id)
+            out = self.output_dir(plan, job_id)
         except PlanError as e:
             self._fail_quietly(held, f"refused on host {self.host_id}: {e}")
             return {"job_id": job_id, "phase": progress_pb2.Phase.Name(progress_pb2.PHASE_FAILED), "step": 0}
@@ -178,6 +186,7 @@ class WorkerRuntime:
         (out / "logs").mkdir(parents=True, exist_ok=True)
         with launcher_log_path(out, rendezvous.node_rank if rendezvous else 0).open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    cwd=self.work_dir,  # a relative dataset path is relative to --work-dir
                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **(environment or {})))
 
     def _supervise(self, held: Held, plan_path: Path, out: Path, timeout_s: int,
@@ -186,6 +195,7 @@ class WorkerRuntime:
         preemption (those two checkpoint first), and at once when the lease is lost. As a gang's leader (node 0)
         also stop at once when a member is lost or fails, and tell the members when the run stops."""
         stop_path(out).unlink(missing_ok=True)
+        heartbeat_path(out).unlink(missing_ok=True)  # the hang watch judges this run's steps only
         with holder.serving(FenceGuard(self.holder_redis, held.job_id, held.fence)) as environment:
             reason, exit_code = self._run_tree(held, plan_path, out, timeout_s, lead, environment)
         if reason is not None and reason.lease_lost:
@@ -225,6 +235,14 @@ class WorkerRuntime:
                     reason = broken
                     break
                 publisher.pump()
+                stalled = self.hang.stalled_s(out) if reason is None else None
+                if stalled is not None:
+                    if lead:
+                        lead.gang.set_state(DUMPING)  # the other nodes' ranks dump theirs too
+                    reason = hung(proc.pid, out, stalled, lead.view.nodes if lead else 1)
+                    log.warning("job.hung", reason=reason.message)
+                    kill_group(proc.pid)
+                    break
                 if reason is None:
                     reason = self.control.stop_reason(held.job_id, deadline, timeout_s, out) or (
                         lead.drain_request() if lead else None)

@@ -52,14 +52,15 @@ def test_config_json_folder_is_accepted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--gpu", "rtx-9999"), "hardware.gpu: unknown GPU 'rtx-9999'"),
-    (("--gpu", "a100", "--lora-r", "99999"), "training.lora.rank: rank 99999 is larger than the hidden size"),
-    (("--gpu", "a100", "--zero", "5"), "argument --zero: invalid choice"),
-    (("--gpu", "a100", "--micro-batch", "-2"), "argument --micro-batch: must be 1 or more"),
+    (("--gpu", "A100"), "'A100' names 2 GPUs: a100-40gb (A100 SXM4 40GB, 40 GB), a100-80gb"),  # not one silently
+    (("--gpu", "a100-80gb", "--lora-r", "99999"), "training.lora.rank: rank 99999 is larger than the hidden size"),
+    (("--gpu", "a100-80gb", "--zero", "5"), "argument --zero: invalid choice"),
+    (("--gpu", "a100-80gb", "--micro-batch", "-2"), "argument --micro-batch: must be 1 or more"),
     (("--flavor", "v5e-2x2"), "hardware.flavor: 'v5e-2x2' has no GPU"),
     ((), "name the hardware with --gpu"),
-    (("--gpu", "a100", "--dpo-beta", "0.2"), "are DPO knobs: add --dpo"),
-    (("--gpu", "a100", "--dpo", "--dpo-label-smoothing", "0.6"), "training.dpo.label_smoothing"),
-    (("--gpu", "a100", "--dpo", "--dpo-sft-weight", "-1"), "argument --dpo-sft-weight: must be a finite number"),
+    (("--gpu", "a100-80gb", "--dpo-beta", "0.2"), "are DPO knobs: add --dpo"),
+    (("--gpu", "a100-80gb", "--dpo", "--dpo-label-smoothing", "0.6"), "training.dpo.label_smoothing"),
+    (("--gpu", "a100-80gb", "--dpo", "--dpo-sft-weight", "-1"), "argument --dpo-sft-weight: must be a finite number"),
 ])
 def test_bad_input_says_what_to_change(args: tuple[str, ...], message: str) -> None:
     out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8B", *args)
@@ -69,9 +70,9 @@ def test_bad_input_says_what_to_change(args: tuple[str, ...], message: str) -> N
 
 
 def test_unknown_model_suggests_close_names() -> None:
-    out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8b-instruct", "--gpu", "a100")
+    out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8b-instruct", "--gpu", "a100-80gb")
     assert out.returncode == 0, out.stderr  # names are case-insensitive
-    out = tunefleet("fit", "--model", "meta-llama/Llama-3.2-7B", "--gpu", "a100")
+    out = tunefleet("fit", "--model", "meta-llama/Llama-3.2-7B", "--gpu", "a100-80gb")
     assert out.returncode == 2 and "Did you mean" in out.stderr
 
 

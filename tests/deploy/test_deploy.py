@@ -25,7 +25,7 @@ from executor.service import __main__ as executor_main
 from executor.worker import main as worker
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S
 from executor.worker.supervision import STOP_GRACE_S
-from planner import __main__ as planner_main
+from planner import serve as planner_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

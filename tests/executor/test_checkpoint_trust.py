@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from contract.errors import PlanError
 from executor.training import checkpoint
 
 KEY = b"k" * 64
@@ -84,3 +85,15 @@ def test_rng_state_loads_without_unpickling_code(tmp_path: Path) -> None:
     torch.save(Evil(), tmp_path / "evil.pt")
     with pytest.raises(Exception, match="Weights only load failed"):
         torch.load(tmp_path / "evil.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("state", [b"{not json", json.dumps({"plan_id": "p", "step": 10, "next_micro_batch": 10,
+                                                              "world_size": 1, "extra": 1}).encode(), b"[1]"])
+def test_an_unreadable_trainer_state_fails_the_resume_instead_of_restarting(tmp_path: Path, state: bytes) -> None:
+    """Issue 23, item 6: such a checkpoint used to be skipped, and the run restarted at step 0 over it."""
+    d = _sealed(tmp_path)
+    (d / checkpoint.TRAINER_STATE).write_bytes(state)
+    checkpoint.write_manifest(d, KEY)  # listed as complete: only its state is wrong
+    with pytest.raises(PlanError) as info:
+        checkpoint.latest(d.parent)
+    assert info.value.field == "output_uri" and checkpoint.TRAINER_STATE in info.value.description

@@ -10,6 +10,7 @@ from tunefleet.v1 import executor_pb2, hardware_pb2, progress_pb2
 
 from contract.errors import PlanError
 from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
+from executor.worker.control import what_is_kept
 from fleet import queues
 from fleet.hosts import gpu_class_for, plan_gpu_class
 from fleet.jobs import decode_page_token, encode_page_token
@@ -58,7 +59,10 @@ def test_a_plan_is_routed_to_its_gpu_class_or_refused_naming_the_field() -> None
     catalog = default_catalog()
     assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="cpu"), catalog) == "cpu"
     assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="A100 80GB"), catalog) == "a100-80gb"
-    assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="h100"), catalog) == "h100-sxm-80gb"
+    assert plan_gpu_class(hardware_pb2.HardwareSpec(gpu="h100 sxm"), catalog) == "h100-sxm-80gb"
+    with pytest.raises(PlanError) as ambiguous:  # issue 23, item 11: used to pick the SXM model silently
+        plan_gpu_class(hardware_pb2.HardwareSpec(gpu="h100"), catalog)
+    assert ambiguous.value.field == "hardware.gpu" and "h100-pcie-80gb" in ambiguous.value.description
     flavor = next(f for f in catalog.flavors if f.gpu_count)
     assert plan_gpu_class(hardware_pb2.HardwareSpec(flavor=flavor.name), catalog) == catalog.gpu(flavor.gpu).name
     cpu_flavor = next(f for f in catalog.flavors if not f.gpu_count)
@@ -97,3 +101,20 @@ def test_page_tokens_round_trip_and_foreign_ones_name_the_field() -> None:
         with pytest.raises(PlanError) as e:
             decode_page_token(bad)
         assert e.value.field == "page_token"
+
+
+def test_a_progress_file_continues_after_its_highest_sequence_not_its_last_line(tmp_path: Path) -> None:
+    """Issue 23, item 11: an older event appended last (a stale writer) made the next event repeat a sequence."""
+    path = tmp_path / "progress.jsonl"
+    path.write_text("".join(event_to_json(progress_pb2.ProgressEvent(job_id="job", sequence=n)) + "\n"
+                            for n in (5, 9, 3)))
+    sink = JsonlProgressSink(path, "job")
+    assert sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_LOADING)).sequence == 10
+    sink.close()
+
+
+def test_a_stopped_run_says_whether_it_left_a_checkpoint(tmp_path: Path) -> None:
+    """Issue 23, item 11: Cancel said "checkpoints kept in …/checkpoints" when none existed."""
+    assert "no checkpoint had been written" in what_is_kept(tmp_path)
+    (tmp_path / "checkpoints" / "step-00000004").mkdir(parents=True)
+    assert what_is_kept(tmp_path) == f"checkpoints kept in {tmp_path / 'checkpoints'}"

@@ -114,7 +114,7 @@ OUTSIDE = "outside this host's"
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [
-    (lambda p: setattr(p, "output_uri", "/"), "output_uri", OUTSIDE),
+    (lambda p: setattr(p, "output_uri", "/"), "output_uri", "(or root) itself"),
     (lambda p: setattr(p, "output_uri", "file:///etc"), "output_uri", OUTSIDE),
     (lambda p: setattr(p, "output_uri", "/srv/tf/runs/../../../etc"), "output_uri", "climbs out with '..'"),
     (lambda p: setattr(p.dataset, "local_path", "/etc/hostname"), "dataset.local_path", OUTSIDE),

@@ -20,6 +20,7 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
 from clients.errors import InvalidArgument, NotFound, Unauthenticated
 from clients.executor_client import ExecutorClient
+from contract.ownership import claim_output
 from devtools.tiny import make_plan
 from executor.training import checkpoint
 from fleet.events import EventLog
@@ -53,7 +54,10 @@ def _until(client: ExecutorClient, job_id: str, phase: int) -> list[progress_pb2
 def test_submit_watch_to_done_every_event_once_in_order(executor_service, start_worker, tiny_model, counting_data,
                                                         tmp_path):
     worker = start_worker("host-a")
-    plan = _plan(tiny_model, counting_data, "fleet-done", max_steps=6, checkpoint_every=3)
+    # a relative dataset path is relative to the worker's --work-dir (issue 23, item 11: it was the worker's cwd)
+    (worker.work_dir / "data").mkdir()
+    (worker.work_dir / "data" / "train.jsonl").write_bytes(counting_data.read_bytes())
+    plan = _plan(tiny_model, Path("data/train.jsonl"), "fleet-done", max_steps=6, checkpoint_every=3)
     with ExecutorClient(executor_service.address, timeout_s=RUN_S) as client:
         first = client.submit(plan)
         again = client.submit(plan)
@@ -396,3 +400,35 @@ def test_plans_that_would_write_outside_the_workers_roots_are_refused(executor_s
         assert events[-1].phase == progress_pb2.PHASE_FAILED
         assert "output_uri" in events[-1].message and "outside this host's output roots" in events[-1].message
         assert not outside.exists()
+
+
+def test_a_job_can_never_write_into_another_jobs_output_its_data_or_the_work_dir(executor_service, start_worker,
+                                                                                tiny_model, counting_data):
+    """Issue 23, item 1: a plan whose output was another job's directory, a checkpoint inside it, or the model
+    folder it reads used to overwrite their files (the worker wrote plan.json before any check)."""
+    worker = start_worker("host-a")
+    finished = worker.work_dir / "ok-1"
+    claim_output(finished, "ok-1")
+    (finished / "checkpoints" / "step-00000008").mkdir(parents=True)
+    (finished / "plan.json").write_text("{}")
+    (finished / "progress.jsonl").write_text('{"sequence": 1}\n')
+    before = {p: p.read_bytes() for p in finished.rglob("*") if p.is_file()}
+    model_before = {p: p.read_bytes() for p in tiny_model.rglob("*") if p.is_file()}
+    with ExecutorClient(executor_service.address) as client:
+        for job_id, output in (("into-other", "ok-1"), ("into-checkpoint", "ok-1/checkpoints/step-00000008"),
+                               ("into-model", str(tiny_model))):
+            client.submit(_with_output(_plan(tiny_model, counting_data, job_id), output))
+            events = _until(client, job_id, progress_pb2.PHASE_FAILED)
+            assert events[-1].phase == progress_pb2.PHASE_FAILED, events[-1]
+            assert "output_uri" in events[-1].message, events[-1].message
+        with pytest.raises(InvalidArgument) as info:
+            client.submit(_with_output(_plan(tiny_model, counting_data, "into-root"), "."))
+        assert info.value.violations[0].field == "output_uri"
+    assert {p: p.read_bytes() for p in finished.rglob("*") if p.is_file()} == before
+    assert {p: p.read_bytes() for p in tiny_model.rglob("*") if p.is_file()} == model_before
+    assert not (worker.work_dir / "plan.json").exists()
+
+
+def _with_output(plan: plan_pb2.Plan, output: str) -> plan_pb2.Plan:
+    plan.output_uri = output
+    return plan

@@ -35,19 +35,12 @@ from tests.integration.fleet_helpers import (
     wait_for,
     watch_until,
 )
+from tests.integration.training_helpers import exported
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 # The other node's ranks stop within this of a member's worker being killed: the member's key expires
 # (MEMBER_TTL_S), plus the leader's supervision poll and its process tree's exit.
 STOP_BOUND_S = MEMBER_TTL_S + 10.0
-
-
-def _exported(out: Path) -> dict[str, torch.Tensor]:
-    tensors: dict[str, torch.Tensor] = {}
-    for path in sorted((out / "final").glob("*.safetensors")):
-        tensors.update(load_file(path))
-    assert tensors, f"nothing exported in {out / 'final'}"
-    return tensors
 
 
 def _one_node(plan: plan_pb2.Plan, out: Path) -> dict[str, torch.Tensor]:
@@ -61,7 +54,7 @@ def _one_node(plan: plan_pb2.Plan, out: Path) -> dict[str, torch.Tensor]:
     done = subprocess.run([sys.executable, "-m", "executor.training", str(path)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return _exported(out)
+    return exported(out)
 
 
 @pytest.mark.parametrize(("method", "zero_stage"), [(training_pb2.METHOD_LORA, 2), (training_pb2.METHOD_FULL, 3)],
@@ -100,7 +93,7 @@ def test_a_two_node_gang_trains_to_done_and_equals_one_node_of_the_same_world_si
         "the manifest covers both nodes' ZeRO shards"
     assert checkpoint.verify(last[1], checkpoint.signing_key()) == ""
 
-    gang = _exported(out)
+    gang = exported(out)
     single = _one_node(plan, tmp_path / "one-node")
     assert gang.keys() == single.keys()
     for name in gang:

@@ -55,8 +55,12 @@ def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
         before = watch_until(client, "killed", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
         lost = _holder(client, "killed")
         # power loss: worker, launcher and ranks at once
-        send_signal(process_tree(workers[lost].proc.pid), signal.SIGKILL)
+        tree = process_tree(workers[lost].proc.pid)
+        send_signal(tree, signal.SIGKILL)
         killed_at = time.time()
+        psutil.wait_procs(tree, timeout=WAIT_S)
+        # the last checkpoint sealed on disk when the host died (its CHECKPOINTING event may have died with it)
+        sealed_at_kill = checkpoint_states(shared / "killed")[-1].step
 
         rest = watch_until(client, "killed", lambda e: False, after=before[-1].sequence)
         events = all_events(client, "killed")
@@ -67,10 +71,11 @@ def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
     detection_s = requeued.time.ToNanoseconds() / 1e9 - killed_at
     assert detection_s < DETECTION_BOUND_S, f"the lost host was noticed after {detection_s:.0f} s"
 
-    last_sealed = max(e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING
-                      and e.sequence < requeued.sequence)
+    last_reported = max(e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING
+                        and e.sequence < requeued.sequence)
+    assert sealed_at_kill >= last_reported
     resumed = [e for e in rest if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message]
-    assert resumed and resumed[0].step == last_sealed, "it must resume from the last complete checkpoint"
+    assert resumed and resumed[0].step == sealed_at_kill, "it must resume from the last complete checkpoint"
     assert events[-1].phase == progress_pb2.PHASE_DONE and events[-1].step == total, events[-1].message
     assert job.host_id == survivor and job.infra_failures == 1
     assert_once_in_order(events)
@@ -184,10 +189,12 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_yield_che
         start_service, start_worker, tiny_model, counting_data):
     service = start_service(policy=FleetPolicy(preemption=True), sweep_interval_s=0.5)
     start_worker("host-a")
-    total = 60  # long enough to still run when the high-priority job arrives at its step 3, and yield
+    total = 60
     with ExecutorClient(service.address, timeout_s=60) as client:
         client.submit(fleet_plan(tiny_model, counting_data, "low", max_steps=total), priority=executor_pb2.PRIORITY_LOW)
-        watch_until(client, "low", lambda e: e.phase == progress_pb2.PHASE_TRAINING and e.step >= 3)
+        # the high-priority job arrives while low loads: low is surely still running (a tiny step takes ~25 ms, and
+        # by the time a watcher saw step 3 low had once reached step 57 of 60), takes a step and yields
+        watch_until(client, "low", lambda e: e.phase == progress_pb2.PHASE_LOADING)
         client.submit(fleet_plan(tiny_model, counting_data, "high", max_steps=8), priority=executor_pb2.PRIORITY_HIGH)
         high = all_events(client, "high")
         low = all_events(client, "low")
@@ -196,7 +203,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_yield_che
     yielded = next(e for e in low if e.phase == progress_pb2.PHASE_QUEUED and e.sequence > 1)
     assert "preempted by higher-priority job high" in yielded.message
     saved = [e for e in low if e.phase == progress_pb2.PHASE_CHECKPOINTING and e.sequence < yielded.sequence]
-    assert len(saved) == 1 and 3 <= saved[0].step < total, "it checkpoints when it yields (no other checkpoints)"
+    assert len(saved) == 1 and 1 <= saved[0].step < total, "it checkpoints when it yields (no other checkpoints)"
     resumed = next(e for e in low if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message)
     assert resumed.step == saved[0].step, "it resumes from the checkpoint it wrote when it yielded"
     assert low[-1].step == total

@@ -196,3 +196,34 @@ def test_watch_streams_beyond_the_servers_share_are_refused_and_unary_calls_stil
         channel.close()
         shutdown(server, health_servicer, 1.0)
         executor.close()
+
+
+def _refused_total(method: str) -> float:
+    return REGISTRY.get_sample_value("tunefleet_rpc_total",
+                                     {"method": method, "code": "RESOURCE_EXHAUSTED"}) or 0.0
+
+
+def test_every_call_refused_for_capacity_is_counted_in_the_metrics() -> None:
+    """Issue 23, item 11: gRPC's own concurrency limit refused calls that the metrics never saw (client 72,
+    metrics 40); the interceptor now refuses first, counted."""
+    planner = GatedPlanner()
+    options = ServerOptions(max_workers=RESERVED_WORKERS + 8, max_concurrent_rpcs=3, compute_slots=1)
+    server, port, health_servicer = create_server("127.0.0.1:0", options=options, planner=planner)
+    server.start()
+    method = "/tunefleet.v1.PlannerService/Recommend"
+    before = _refused_total(method)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = planner_pb2_grpc.PlannerServiceStub(channel)
+            with ThreadPoolExecutor(12) as pool:
+                calls = [pool.submit(stub.Recommend, _recommend(), timeout=CALL_S) for _ in range(12)]
+                assert planner.entered.acquire(timeout=CALL_S)
+                wait_until(lambda: sum(c.done() for c in calls) >= 9, CALL_S)  # 12 - the 3 let in
+                planner.gate.set()
+                outcomes = [c.exception().code() if c.exception() else grpc.StatusCode.OK for c in calls]
+        exhausted = outcomes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert exhausted >= 9 and outcomes.count(grpc.StatusCode.OK) + exhausted == 12, outcomes
+        assert _refused_total(method) - before == exhausted
+    finally:
+        planner.gate.set()
+        shutdown(server, health_servicer, 1.0)

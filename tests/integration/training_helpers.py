@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 from tunefleet.v1 import progress_pb2
 
 from contract.progress import read_events
@@ -34,3 +35,12 @@ def wait_for_phase(path: Path, phase: int, proc: subprocess.Popen[bytes]) -> pro
             continue
         raise AssertionError(f"training exited with {proc.returncode} before phase {phase}")
     raise AssertionError(f"no phase {phase} within {_KILL_DEADLINE_S} s")
+
+
+def exported(out: Path) -> dict[str, torch.Tensor]:
+    """Every tensor a run saved in <out>/final (save_pretrained's safetensors files)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for path in sorted((out / "final").glob("*.safetensors")):
+        tensors.update(load_file(path))
+    assert tensors, f"nothing exported in {out / 'final'}"
+    return tensors

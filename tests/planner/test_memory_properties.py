@@ -19,7 +19,7 @@ PRECISIONS = st.sampled_from([Precision.BF16, Precision.FP16, Precision.FP32, Pr
 
 
 def hw(gpus: int = 1) -> Hardware:
-    return Hardware(gpu=CATALOG.gpu("h100"), gpus_per_node=gpus, host_memory_bytes=2 * 1024**4)
+    return Hardware(gpu=CATALOG.gpu("h100-sxm-80gb"), gpus_per_node=gpus, host_memory_bytes=2 * 1024**4)
 
 
 def total(model: str, t: TrainingSpec, gpus: int = 1) -> int:

@@ -1,0 +1,35 @@
+"""Issue 23, item 9: a CPU whose AMX dies with SIGILL gets its ranks capped below AMX (found once, cached), and a
+rank killed by a signal is reported with the signal's name and meaning. No such CPU here: the probe is a child
+that kills itself with SIGILL, the same exit status the real probe has on one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from executor.training import native
+
+DIES = (sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)")
+RUNS = (sys.executable, "-c", "pass")
+
+
+def test_a_probe_killed_by_sigill_caps_the_isa_once_and_the_answer_is_cached(tmp_path: Path) -> None:
+    cache = tmp_path / "isa.json"
+    assert native.isa_cap({}, DIES, cache) == {native.ISA_ENV: native.SAFE_ISA}
+    assert native.isa_cap({}, RUNS, cache) == {native.ISA_ENV: native.SAFE_ISA}  # cached: not probed again
+    assert native.isa_cap({}, RUNS, tmp_path / "other.json") == {}
+    assert native.isa_cap({native.ISA_ENV: "AVX2"}, DIES, tmp_path / "third.json") == {}  # the user's own choice
+
+
+def test_the_real_probe_runs_on_this_cpu(tmp_path: Path) -> None:
+    """The bf16 matmul the probe runs works here (else this machine would need the cap, and say so)."""
+    assert native.isa_cap({}, cache=tmp_path / "isa.json") == {}
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_its_meaning() -> None:
+    summary = "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n" \
+              "  exitcode  : -4 (pid: 4242)\n  error_file: <N/A>\n"
+    said = native.killing_signal(summary)
+    assert said.startswith("a rank was killed by SIGILL (illegal instruction") and native.SAFE_ISA in said
+    assert "out-of-memory killer" in native.describe_signal(9)
+    assert native.killing_signal("exitcode  : 1 (pid: 7)") == ""
