@@ -96,6 +96,7 @@ class Trainer:
         self.progress_interval_s = progress_interval_s
         self.holder = holder
         self.frozen_excluded = cfg.training.method.uses_adapters
+        self._checkpoint_s = 0.0  # the last checkpoint's duration, for the hang watch
 
     def emit(self, phase: int, **fields: Any) -> None:
         if self.rank == 0:
@@ -208,21 +209,30 @@ class Trainer:
                 window = _Window(started_s=now)
             checkpointed = step == total or bool(cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0)
             if checkpointed:
-                self._beat(step, step_s, liveness.CHECKPOINTING)  # the last stays so through the export
-                self._checkpoint(engine, step, next_g)
+                self._save(engine, step, next_g, step_s, last=step == total)
             if step < total and self._asked_to_stop(engine):
                 if not checkpointed:
-                    self._beat(step, step_s, liveness.CHECKPOINTING)
-                    self._checkpoint(engine, step, next_g)
+                    self._save(engine, step, next_g, step_s, last=True)
                 return step
             if step < total:
                 self._beat(step, step_s, liveness.TRAINING)
         return step
 
+    def _save(self, engine: Any, step: int, next_g: int, step_s: float, last: bool) -> None:
+        """A checkpoint, timed for the hang watch; training resumes being judged the moment it is sealed (a rank
+        stopped after it stalls the next collective), and the last one's heartbeat stays through the export."""
+        self._beat(step, step_s, liveness.CHECKPOINTING)
+        started = time.perf_counter()
+        self._checkpoint(engine, step, next_g)
+        self._checkpoint_s = time.perf_counter() - started
+        if not last:
+            self._beat(step, step_s, liveness.TRAINING)
+
     def _beat(self, step: int, step_s: float, phase: str) -> None:
         """Rank 0 tells the worker a step completed (or that a long write runs): the hang watch reads it."""
         if self.rank == 0:
-            liveness.write_heartbeat(liveness.heartbeat_path(self.cfg.output_dir), step, step_s, phase)
+            liveness.write_heartbeat(liveness.heartbeat_path(self.cfg.output_dir), step, step_s, phase,
+                                     self._checkpoint_s)
 
     def _asked_to_stop(self, engine: Any) -> bool:
         """Whether rank 0 sees the STOP file, agreed by every rank (they must checkpoint together)."""

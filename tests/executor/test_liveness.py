@@ -17,13 +17,18 @@ Current thread 0x00007f2b2f673b80 (most recent call first):
 '''
 
 
-def test_silence_is_hung_only_while_training_and_past_both_bounds() -> None:
+def test_silence_is_hung_past_the_bound_of_its_phase() -> None:
     beat = liveness.Heartbeat(step=12, step_s=0.5, phase=liveness.TRAINING, at_s=1000.0)
     assert liveness.stalled_s(beat, 1004.0, factor=10, floor_s=3) is None  # 4 s < 10 × 0.5 s
     assert liveness.stalled_s(beat, 1006.0, factor=10, floor_s=3) == 6.0
     assert liveness.stalled_s(beat, 1006.0, factor=10, floor_s=60) is None  # under the floor
-    writing = liveness.Heartbeat(step=12, step_s=0.5, phase=liveness.CHECKPOINTING, at_s=1000.0)
-    assert liveness.stalled_s(writing, 9000.0, factor=10, floor_s=3) is None
+    # a write never timed gets CHECKPOINT_FLOOR_FACTOR floors; once timed, factor × its time when that is longer
+    first = liveness.Heartbeat(step=12, step_s=0.5, phase=liveness.CHECKPOINTING, at_s=1000.0)
+    assert liveness.stalled_s(first, 1000.0 + 3 * liveness.CHECKPOINT_FLOOR_FACTOR, factor=10, floor_s=3) is None
+    assert liveness.stalled_s(first, 1010.0, factor=10, floor_s=3) == 10.0
+    timed = liveness.Heartbeat(step=12, step_s=0.5, phase=liveness.CHECKPOINTING, at_s=1000.0, checkpoint_s=4.0)
+    assert liveness.stalled_s(timed, 1039.0, factor=10, floor_s=3) is None
+    assert liveness.stalled_s(timed, 1041.0, factor=10, floor_s=3) == 41.0
     assert liveness.stalled_s(None, 9000.0, factor=10, floor_s=3) is None  # loading: no step yet
 
 

@@ -50,6 +50,13 @@ def all_events(client: ExecutorClient, job_id: str) -> list[progress_pb2.Progres
     return watch_until(client, job_id, lambda e: False)
 
 
+def events_at_end(client: ExecutorClient, job_id: str, timeout_s: float = WAIT_S) -> list[progress_pb2.ProgressEvent]:
+    """Every event of the job once it has ended, failing the test (not waiting forever) when it does not end in
+    time."""
+    wait_for(lambda: client.get(job_id).phase in TERMINAL, f"{job_id} to end", timeout_s)
+    return all_events(client, job_id)
+
+
 def process_tree(pid: int) -> list[psutil.Process]:
     """A worker and every process under it (its launcher runs in a session of its own, still its child)."""
     root = psutil.Process(pid)

@@ -10,14 +10,16 @@ import pytest
 from tunefleet.v1 import progress_pb2
 
 from clients.executor_client import ExecutorClient
+from contract.liveness import CHECKPOINT_FLOOR_FACTOR
 from fleet.recovery import FleetPolicy
-from tests.integration.fleet_helpers import all_events, assert_once_in_order, fleet_plan, wait_for, watch_until
+from tests.integration.fleet_helpers import assert_once_in_order, events_at_end, fleet_plan, wait_for, watch_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 HANG_AFTER_S = 8.0
-# The hang bound (a step here takes well under HANG_AFTER_S / factor) plus the ranks' time to dump their stacks
-# and the worker's supervision cadence.
-DETECTION_BOUND_S = HANG_AFTER_S + 15.0
+# The hang bound (a step here takes well under HANG_AFTER_S / factor; a rank may be stopped inside a checkpoint
+# write, whose first one is allowed CHECKPOINT_FLOOR_FACTOR floors) plus the ranks' time to dump their stacks and
+# the worker's supervision cadence.
+DETECTION_BOUND_S = CHECKPOINT_FLOOR_FACTOR * HANG_AFTER_S + 15.0
 
 
 def _rank(worker_pid: int, rank: int) -> psutil.Process | None:
@@ -42,8 +44,7 @@ def test_a_stopped_rank_is_found_hung_named_and_its_job_resumes_to_done(start_se
         stuck = wait_for(lambda: _rank(worker.proc.pid, 1), "rank 1 of the run")
         stuck.suspend()  # SIGSTOP: it never completes another step, and neither can rank 0 (collectives)
         stopped_at = time.time()
-        watch_until(client, "stuck", lambda e: False)  # to its end: DONE, or FAILED
-        events = all_events(client, "stuck")
+        events = events_at_end(client, "stuck")  # DONE, or FAILED
         job = client.get("stuck")
     hung = next(e for e in events if e.phase == progress_pb2.PHASE_QUEUED and "hung" in e.message)
     assert f"rank 1 (pid {stuck.pid}) is stopped" in hung.message, hung.message
@@ -75,8 +76,7 @@ def test_a_stopped_rank_on_another_node_of_a_gang_is_found_hung_and_the_gang_res
         stuck = wait_for(lambda: _rank(member.proc.pid, 1), "the member's rank (global rank 1)")
         stuck.suspend()
         stopped_at = time.time()
-        watch_until(client, "gang-stuck", lambda e: False)
-        events = all_events(client, "gang-stuck")
+        events = events_at_end(client, "gang-stuck")
         job = client.get("gang-stuck")
     hung = next(e for e in events if e.phase == progress_pb2.PHASE_QUEUED and "hung" in e.message)
     assert "rank 1 (another node) wrote no stacks" in hung.message and "rank 0 waits in " in hung.message, \
