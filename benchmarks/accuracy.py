@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import RESULTS, print_table, write_csv
+from common.units import GiB
 from contract.errors import SpecError
 from contract.schema import (
     ALL_LINEAR,
@@ -38,7 +39,6 @@ from planner.memory import per_gpu_memory
 from planner.throughput import step_time
 
 PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
-GiB = 2**30
 UNDER_PREDICTION_LIMIT = -0.15
 # Qwen (v1) names its linears differently; these are the same layers in the Llama layout.
 _TARGET_ALIASES = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj",), "w1": ("up_proj",),

@@ -21,12 +21,12 @@ from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs 
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs  # noqa: E402
 
 from benchmarks.common import pct, print_table, time_calls, write_csv  # noqa: E402
+from common.units import GiB  # noqa: E402
 from contract.schema import Hardware, Method, TrainingSpec  # noqa: E402
 from planner.architecture import largest_layer_params, parameter_counts  # noqa: E402
 from planner.catalog import default_catalog  # noqa: E402
 from planner.memory import per_gpu_memory  # noqa: E402
 
-GiB = 1024**3
 MODELS = ["meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3"]
 GPUS = 4
 

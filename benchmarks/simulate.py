@@ -4,7 +4,7 @@
 (executor.training.model.from_config: class, attention implementation, dtype), wraps it with the executor's
 `prepare_model` (checkpointing, PEFT, frozen parts), builds the DeepSpeed engine from the planner's DeepSpeed
 config for the world size (a fake process group, so ZeRO partitions as on N ranks), and runs full steps —
-forward and loss (the executor's Sft objective), engine.backward, engine.step — while benchmarks.live_bytes
+forward and loss (the executor's Sft objective), engine.backward, engine.step — while executor.training.live_bytes
 counts every storage. With `fake=False` the same code runs on real tensors (small models only): the two peaks
 agree byte for byte (tests/benchmarks/test_simulate.py).
 
@@ -44,7 +44,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
-from benchmarks.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
+from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
     ALL_LINEAR,
@@ -56,10 +56,10 @@ from contract.schema import (  # noqa: E402
     Objective,
     TrainingSpec,
 )
+from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
 from planner.architecture import config_json  # noqa: E402
 
-GiB = 2**30
 UNDER_PREDICTION_LIMIT = -0.02
 RESULTS_CSV = RESULTS / "simulate.csv"
 

@@ -76,6 +76,23 @@ def margin(text: str) -> float:
     return value
 
 
+def choice_list(choices: dict[str, int], what: str) -> Callable[[str], list[int]]:
+    """'lora,qlora' -> the proto values of those spellings, in the order given, each once; '' -> []."""
+
+    def parse(text: str) -> list[int]:
+        values: list[int] = []
+        for word in (w.strip() for w in text.split(",")):
+            if not word:
+                continue
+            if word not in choices:
+                raise argparse.ArgumentTypeError(f"unknown {what} {word!r}; choose from {', '.join(choices)}")
+            if choices[word] in values:
+                raise argparse.ArgumentTypeError(f"{word!r} is given twice; name each {what} once")
+            values.append(choices[word])
+        return values
+    return parse
+
+
 _MODEL_FORMS = ("give the model's folder (with its config.json), the config.json itself, or a catalog name "
                 "('tunefleet models')")
 

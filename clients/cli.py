@@ -17,6 +17,7 @@ from tunefleet.v1 import hardware_pb2, plan_pb2, planner_pb2, training_pb2
 from clients import connection, fleet_cli, health, render
 from clients.arguments import (
     BadInputError,
+    choice_list,
     count,
     fraction,
     margin,
@@ -27,9 +28,11 @@ from clients.arguments import (
 )
 from clients.errors import InvalidArgument, TunefleetError, Unavailable
 from clients.planner_client import PlannerClient
+from common.units import GiB
 from contract.enums import spellings
+from contract.limits import MAX_OOM_REPLANS
+from contract.oom import DEFAULT_MAX_REPLANS
 
-GiB = 1024**3
 # Exit status, for scripts: `tunefleet fit ... && rent-the-gpu`.
 EXIT_OK = 0  # done; for fit and estimate: the job fits
 EXIT_ERROR = 1  # the planner answered with an error that is not the request's fault
@@ -58,6 +61,7 @@ LOSSES = spellings(training_pb2.Loss, "LOSS_")
 DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
 OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
 RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
+OOM_MOVES = spellings(plan_pb2.OomMove, "OOM_MOVE_")
 def _add_margin_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=margin, default=0.0,
                    help="headroom to demand beyond the predicted total, e.g. 10%%: fits only with that much to spare "
@@ -211,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--oversize-images", choices=OVERSIZE_IMAGES, default="resize",
                    help="vision-language: an image over --image-tokens is scaled down, or refused (default resize)")
     d.add_argument("--packing", action="store_true", help="pack examples into full-length sequences")
+    d.add_argument("--on-oom", type=choice_list(OOM_MOVES, "move"), metavar="MOVES",
+                   help="what a fleet worker may change when the run runs out of GPU memory, cheapest first: "
+                        f"{', '.join(OOM_MOVES)} (default: the first four, which keep the training as planned)")
+    d.add_argument("--max-replans", type=positive_int,
+                   help=f"re-plans after out-of-memory before the job fails (default {DEFAULT_MAX_REPLANS}, "
+                        f"at most {MAX_OOM_REPLANS})")
+    d.add_argument("--no-replan", action="store_true",
+                   help="fail at the first out-of-memory instead of re-planning")
     d.add_argument("--save-plan", type=Path, metavar="FILE",
                    help="write the best option as an executable plan (JSON) for 'tunefleet train FILE'")
     r = rec.add_argument_group("constraints")
@@ -219,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-gpu", action="append", default=[], help="only these GPU classes (repeatable)")
     r.add_argument("--provider", action="append", default=[], help="only these providers (repeatable)")
     r.add_argument("--max-gpus", type=positive_int, default=8)
-    r.add_argument("--methods", default="", help="methods the search may switch to, e.g. lora,qlora")
+    r.add_argument("--methods", type=choice_list(METHODS, "method"), default=[],
+                   help="methods the search may switch to, e.g. lora,qlora")
     r.add_argument("--rank-by", choices=RANKS, default="cost")
     r.add_argument("--spot", action="store_true", help="allow spot prices")
     r.add_argument("--limit", type=positive_int, default=10)
@@ -243,14 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _on_oom(a: argparse.Namespace) -> plan_pb2.OomPolicy:
+    if a.max_replans is not None and a.max_replans > MAX_OOM_REPLANS:
+        raise BadInputError(f"--max-replans: at most {MAX_OOM_REPLANS}, got {a.max_replans}")
+    return plan_pb2.OomPolicy(moves=a.on_oom or [], max_replans=a.max_replans or 0, disabled=a.no_replan)
+
+
 def _recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
     constraints = planner_pb2.Constraints(
         allowed_gpus=a.allow_gpu, allowed_providers=a.provider, max_gpus=a.max_gpus, allow_spot=a.spot,
-        rank_by=RANKS[a.rank_by],
-        allowed_methods=[METHODS[m.strip()] for m in a.methods.split(",") if m.strip() in METHODS])
-    bad = [m for m in a.methods.split(",") if m.strip() and m.strip() not in METHODS]
-    if bad:
-        raise BadInputError(f"--methods: unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
+        rank_by=RANKS[a.rank_by], allowed_methods=a.methods)
     if a.budget:
         constraints.max_cost_usd = a.budget
     if a.deadline_hours:
@@ -299,6 +314,7 @@ def _listing(a: argparse.Namespace, client: PlannerClient) -> str:
         rec = client.recommend(_recommend_request(a))
         text = render.dumps(rec) if a.json else render.recommend_text(rec)
         if a.save_plan and rec.HasField("plan"):
+            rec.plan.on_oom.CopyFrom(_on_oom(a))
             a.save_plan.write_text(json_format.MessageToJson(rec.plan))
             text += "" if a.json else f"\nplan written to {a.save_plan}; run it with: tunefleet train {a.save_plan}"
         return text

@@ -11,7 +11,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2, training_pb2
 
-GiB = 1024**3
+from common.units import gib
+
 _INT_TYPES = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT32,
               FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64}
 
@@ -53,9 +54,6 @@ def dumps_line(msg: Message) -> str:
     """One message as one line of JSON (JSON Lines, for streams a script reads line by line)."""
     return json.dumps(to_dict(msg), separators=(",", ":"))
 
-
-def gib(n: float) -> str:
-    return f"{n / GiB:,.1f} GiB"
 
 
 def table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:

@@ -30,6 +30,8 @@ PATH_CHARS = 4096  # Linux PATH_MAX
 # One JSONL record of a dataset: a 128k-token chat is ~0.5 MB of text; a longer line is refused while reading,
 # before anything is parsed or tokenized.
 MAX_RECORD_BYTES = 4 * 1024 * 1024
+# The most re-plans a plan may allow after running out of memory (each one a run up to its first step).
+MAX_OOM_REPLANS = 16
 # A plan the fleet stores (serialized bytes): a real plan is 2-10 KB (its prediction ~1 KB, a config.json up to
 # ~8 KB); 64 KiB holds any of them with room, while 10,000 queued jobs stay under 1 GB of Redis.
 MAX_STORED_PLAN_BYTES = 64 * 1024
@@ -90,8 +92,9 @@ PLAN_BOUNDS = Bounds(
     ranges={**_SHARED_RANGES, "hyperparameters.learning_rate": Range(0, 10),
             "hyperparameters.weight_decay": Range(0, 10), "hyperparameters.warmup_ratio": Range(0, 1),
             "hyperparameters.max_grad_norm": Range(0, 1e6),
-            "hyperparameters.checkpoint_every_steps": Range(0, 10 ** 9)},
+            "hyperparameters.checkpoint_every_steps": Range(0, 10 ** 9),
+            "on_oom.max_replans": Range(0, MAX_OOM_REPLANS, "more re-plans than the ladder has rungs")},
     string_chars={**_SHARED_STRINGS, "deepspeed_config_json": DEEPSPEED_JSON_CHARS, "output_uri": PATH_CHARS,
                   "dataset.local_path": PATH_CHARS, "prediction": 4096},
     # The planner's own prediction travels with the plan (its notes, suggestions and catalog sources).
-    list_items={**_SHARED_LISTS, "prediction": 256})
+    list_items={**_SHARED_LISTS, "prediction": 256, "on_oom.moves": 16})

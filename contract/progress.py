@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from google.protobuf import json_format
 from tunefleet.v1 import progress_pb2
 
+from common.units import GiB
 from contract.holder import Holder, OwnDirectory
 
 DEFAULT_PROGRESS_INTERVAL_S = 10.0  # seconds between a run's training events
@@ -139,8 +140,8 @@ _DESCRIBED: tuple[tuple[str, Callable[[progress_pb2.ProgressEvent], str]], ...] 
     ("loss", lambda e: f"loss {e.loss:.4f}"),
     ("learning_rate", lambda e: f"lr {e.learning_rate:.2e}"),
     ("tokens_per_s", lambda e: f"{e.tokens_per_s:,.0f} tok/s"),
-    ("peak_gpu_memory_bytes", lambda e: f"gpu peak {e.peak_gpu_memory_bytes / 2**30:.2f} GiB"),
-    ("peak_host_memory_bytes", lambda e: f"host peak {e.peak_host_memory_bytes / 2**30:.2f} GiB"),
+    ("peak_gpu_memory_bytes", lambda e: f"gpu peak {e.peak_gpu_memory_bytes / GiB:.2f} GiB"),
+    ("peak_host_memory_bytes", lambda e: f"host peak {e.peak_host_memory_bytes / GiB:.2f} GiB"),
     ("eta_s", lambda e: f"eta {e.eta_s:,.0f} s"),
     ("checkpoint_path", lambda e: f"checkpoint {e.checkpoint_path}"),
     ("message", lambda e: e.message),

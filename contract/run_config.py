@@ -20,6 +20,7 @@ from common.bounds import echo
 from common.errors import FieldError
 from common.rpc import MAX_RECEIVE_MESSAGE_BYTES
 from common.strict_json import loads_object
+from contract import oom
 from contract import training as training_spec
 from contract.deepspeed_keys import check_deepspeed_config
 from contract.errors import InvalidFieldError, PlanError
@@ -81,6 +82,7 @@ class Predicted:
     step_time_s: float = 0.0
     tokens_per_s: float = 0.0
     communication_time_per_step_s: float = 0.0
+    capacity_bytes: int = 0  # the device memory the plan was sized for (prediction.fit.capacity_bytes)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class RunConfig:
     predicted: Predicted = field(default_factory=Predicted)
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
     nodes: int = 1  # hosts the run spans (a fleet gang, fleet.gangs); world_size / nodes ranks on each
+    on_oom: oom.Policy = field(default_factory=oom.Policy)
 
     @property
     def ranks_per_node(self) -> int:
@@ -322,5 +325,6 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
         deepspeed_config_json=_deepspeed_json(plan, t, world_size),
         predicted=Predicted(peak_gpu_memory_bytes=fit.per_gpu.total_bytes, step_time_s=est.step_time_s,
                             tokens_per_s=est.tokens_per_s,
-                            communication_time_per_step_s=est.communication_time_per_step_s),
-        nodes=nodes)
+                            communication_time_per_step_s=est.communication_time_per_step_s,
+                            capacity_bytes=fit.capacity_bytes),
+        nodes=nodes, on_oom=oom.policy_from_proto(plan.on_oom))

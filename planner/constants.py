@@ -6,8 +6,7 @@ measurements (see benchmarks/accuracy.py); the others are exact facts of the sof
 
 from __future__ import annotations
 
-MiB = 1024**2
-GiB = 1024**3
+from common.units import GiB, MiB
 
 # --- Memory -------------------------------------------------------------------------------
 

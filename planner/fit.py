@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from common.units import gib
 from contract.errors import InvalidFieldError
 from contract.schema import (
     ALL_LINEAR,
@@ -24,7 +25,6 @@ from planner.memo import memo
 from planner.memory import MEMORY_CACHE_ENTRIES, HostBreakdown, MemoryBreakdown, gpu_memory, host_memory, per_gpu_memory
 from planner.parameters import parameter_split
 
-GiB = 1024**3
 # The largest byte count a uint64 field carries on every client (int64's maximum: Java and JSON readers).
 MAX_REPORTABLE_BYTES = 2 ** 63 - 1
 MAX_MICRO_BATCH = 4096
@@ -68,9 +68,6 @@ class FitResult:
         """It fits as predicted, but the likely range reaches past the GPU's memory."""
         return self.fits and self.band.high_bytes > self.capacity_bytes
 
-
-def gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
 
 
 def _fits(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> tuple[bool, MemoryBreakdown, HostBreakdown]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
+from contract import oom
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.holder import holder_from_environment
 from contract.ownership import check_output, claim_output, read_paths
@@ -179,6 +180,9 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
         env.update(native.isa_cap(env))  # once per environment and CPU (cached): AMX that dies with SIGILL
     if rendezvous:
         env.update(rendezvous.environment())
+    elif supervised and not cfg.on_oom.disabled:
+        env[oom.REPLAN_ENV] = "1"  # out of memory: the ranks report it, and the worker re-plans
+    oom.report_path(cfg.output_dir).unlink(missing_ok=True)
     stop: signal.Signals | None = None
     parent = os.getppid()
 
@@ -207,7 +211,8 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     last = _forward_new(tail, on_event, last)
     ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
     stopped_to_yield = exit_code == 0 and cfg.stop_path.is_file()  # ranks checkpointed and stopped (drain, preempt)
-    if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield and rendezvous is None:
+    to_replan = env.get(oom.REPLAN_ENV) == "1" and oom.report_path(cfg.output_dir).is_file()
+    if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield and not to_replan and rendezvous is None:
         sink = JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder_from_environment())
         try:
             last = _record_end(sink, stop, exit_code, last, cfg)

@@ -27,14 +27,15 @@ from transformers.integrations import HfDeepSpeedConfig
 from tunefleet.v1 import progress_pb2
 
 from common.lifetime import die_with_parent
-from contract import liveness
-from contract.errors import DoesNotFitError, ExecutorError, LeaseLostError, PlanError
+from common.units import GiB, size
+from contract import liveness, oom
+from contract.errors import ExecutorError, LeaseLostError, PlanError
 from contract.holder import Holder, holder_from_environment
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
 from contract.run_config import RunConfig
 from contract.schema import Objective
-from executor.training import checkpoint, corpus, data, dpo, extensions
+from executor.training import checkpoint, corpus, data, dpo, extensions, memory_guard
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import library_versions, peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
@@ -103,6 +104,13 @@ class Trainer:
             self.sink.emit(progress_pb2.ProgressEvent(phase=phase, **fields))
 
     def run(self) -> None:
+        self._first_step = memory_guard.FirstStepCounter(self.cfg, self.host.has_gpu)
+        try:
+            self._run()
+        finally:
+            self._first_step.stop()
+
+    def _run(self) -> None:
         setup = self.setup()
         step, next_g = self._resume(setup.engine, setup.total_steps)
         if step >= setup.total_steps and self.cfg.summary_path.is_file():
@@ -194,14 +202,15 @@ class Trainer:
             step_started = time.perf_counter()
             for _ in range(cfg.training.gradient_accumulation_steps):
                 batch = self.batch(s, next_g)
-                window.add(self._micro_step(s, batch, preflight=step == first_step), batch.tokens)
+                window.add(self._micro_step(s, batch, step), batch.tokens)
                 next_g += 1
             took_s = time.perf_counter() - step_started
             # the first step (preflight, warm-up) only stands in until a regular step replaces it
             step_s = took_s if step_s is None or step == first_step + 1 else \
                 (1 - STEP_TIME_WEIGHT) * step_s + STEP_TIME_WEIGHT * took_s
             if step == first_step:
-                self._report_preflight(step, total, time.perf_counter() - step_started)
+                peak = memory_guard.check_first_step(self._first_step, cfg, cfg.output_dir, step, engine.device)
+                self._report_preflight(step, total, time.perf_counter() - step_started, peak)
             now = time.perf_counter()
             if step == total or now - window.started_s >= self.progress_interval_s:
                 self._report(step, total, s.order.epoch_of(next_g), engine, window, now,
@@ -238,20 +247,15 @@ class Trainer:
         """Whether rank 0 sees the STOP file, agreed by every rank (they must checkpoint together)."""
         return checkpoint.rank0_decides(self.rank == 0 and self.cfg.stop_path.is_file(), engine.device)
 
-    def _micro_step(self, s: Setup, batch: Batch, preflight: bool) -> StepLoss:
+    def _micro_step(self, s: Setup, batch: Batch, optimizer_step: int) -> StepLoss:
         engine = s.engine
         try:
             step = s.objective.loss(engine, batch)
             engine.backward(step.loss)
             engine.step()
         except torch.OutOfMemoryError as e:
-            if not preflight:
-                raise
-            t = self.cfg.training
-            raise DoesNotFitError(
-                f"preflight: micro-batch {t.micro_batch_size} × {batch.tensors['input_ids'].shape[1]} tokens ran out "
-                f"of GPU memory (planned {self.cfg.predicted.peak_gpu_memory_bytes / 2**30:.1f} GiB per GPU); lower "
-                "training.micro_batch_size, turn on gradient_checkpointing, or raise the ZeRO stage") from e
+            memory_guard.out_of_memory(self.cfg.output_dir, memory_guard.gpu_report(optimizer_step, e))
+            raise
         return StepLoss(step.loss.detach(), step.metrics, step.count)  # the graph is not kept alive past backward
 
     def _resume(self, engine: Any, total: int) -> tuple[int, int]:
@@ -272,17 +276,22 @@ class Trainer:
         self.emit(progress_pb2.PHASE_LOADING, step=state.step, total_steps=total,
                   message=f"resumed from {path} at step {state.step}, micro-batch {state.next_micro_batch}")
         log.info("resumed", step=state.step, checkpoint=str(path))
-        return state.step, state.next_micro_batch
+        # every step reads gradient_accumulation_steps micro-batches: the same position as the stored one, and the
+        # same sample after a re-plan that traded micro-batch for accumulation (contract.oom)
+        return state.step, state.step * self.cfg.training.gradient_accumulation_steps
 
-    def _report_preflight(self, step: int, total: int, step_time_s: float) -> None:
+    def _report_preflight(self, step: int, total: int, step_time_s: float, counted_bytes: int | None) -> None:
         peak, predicted = peak_memory(), self.cfg.predicted.peak_gpu_memory_bytes
-        if self.host.has_gpu and predicted:
+        if counted_bytes is not None:
+            verdict = (f"allocated peak {size(counted_bytes)} ({counted_bytes} bytes; live tensors, no GPU) within "
+                       f"the plan's capacity of {size(self.cfg.predicted.capacity_bytes)}")
+        elif self.host.has_gpu and predicted:
             error = relative_error(peak.gpu_reserved_bytes, predicted)
-            verdict = (f"measured peak {peak.gpu_reserved_bytes / 2**30:.2f} GiB reserved "
-                       f"({peak.gpu_allocated_bytes / 2**30:.2f} GiB allocated) vs planned {predicted / 2**30:.2f} GiB "
+            verdict = (f"measured peak {peak.gpu_reserved_bytes / GiB:.2f} GiB reserved "
+                       f"({peak.gpu_allocated_bytes / GiB:.2f} GiB allocated) vs planned {predicted / GiB:.2f} GiB "
                        f"({error:+.1%})")
         else:
-            verdict = f"measured host peak {peak.host_bytes / 2**30:.2f} GiB (no GPU: GPU prediction not comparable)"
+            verdict = f"measured host peak {peak.host_bytes / GiB:.2f} GiB (no GPU: GPU prediction not comparable)"
         self.emit(progress_pb2.PHASE_PREFLIGHT, step=step, total_steps=total,
                   peak_gpu_memory_bytes=peak.gpu_reserved_bytes, peak_host_memory_bytes=peak.host_bytes,
                   message=f"first step on the longest batch took {step_time_s:.2f} s; {verdict}")
@@ -385,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     except LeaseLostError as e:
         print(f"tunefleet: {e}", file=sys.stderr)  # another host runs the job: record nothing
         return RANK_EXIT_REFUSED
+    except memory_guard.OutOfMemoryReportedError as e:
+        print(f"tunefleet: {e}; the worker re-plans", file=sys.stderr)  # its report is written: record nothing
+        return oom.RANK_EXIT_OUT_OF_MEMORY
     except ExecutorError as e:
         if rank == 0:
             sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, message=str(e)))

@@ -30,6 +30,11 @@ class Held:
     renewed_at: float  # monotonic time of the last successful renewal
     publisher: Publisher | None = None
 
+    @property
+    def events(self) -> Publisher:
+        assert self.publisher is not None, "the publisher starts with the job's output directory"
+        return self.publisher
+
 
 @dataclass
 class JobControl:

@@ -1,16 +1,16 @@
 """The fleet worker: registers its host, takes jobs from its GPU class's queues and runs each through the
 training launcher as a child process group.
 
-The worker process never imports torch nor touches CUDA (GPUs are read through NVML); the launcher and its
-ranks run in their own session, so one signal to the group stops the whole tree. The worker, not the
-launcher, ends a job for fleet reasons: Cancel and the job's timeout interrupt the launcher at once (ranks
-stop, checkpoints stay) and the worker records CANCELLED or FAILED; the worker's own shutdown (drain) and a
-preemption ask the ranks to checkpoint first (the STOP file), then the job is QUEUED again at the front of
-its queue, to resume from that checkpoint.
+The worker process never imports torch nor touches CUDA (GPUs are read through NVML); the launcher and its ranks
+run in their own session, so one signal to the group stops the whole tree. The worker, not the launcher, ends a
+job for fleet reasons: Cancel and the job's timeout interrupt the launcher at once (ranks stop, checkpoints stay)
+and the worker records CANCELLED or FAILED; its own shutdown (drain) and a preemption ask the ranks to checkpoint
+first (the STOP file), then the job is QUEUED again at the front of its queue, to resume from that checkpoint; a
+hung run (watchdog) and one out of memory (replan) go back to their queue too.
 
-A claimed job is held under a lease with a fencing token (fleet.leases), renewed while the job runs; a
-worker whose lease was lost, or that cannot renew it for long enough, stops its run and writes nothing more
-into the job. Each worker also sweeps the fleet (fleet.recovery) with its heartbeat.
+A claimed job is held under a lease with a fencing token (fleet.leases), renewed while the job runs; a worker
+whose lease was lost, or that cannot renew it for long enough, stops its run and writes nothing more into the
+job. Each worker also sweeps the fleet (fleet.recovery) with its heartbeat.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead
 from executor.worker.gang_member import Member
 from executor.worker.publisher import Publisher
+from executor.worker.replan import after_out_of_memory
 from executor.worker.supervision import (
     LOG_TAIL_LINES,
     STOP_GRACE_S,
@@ -200,7 +201,7 @@ class WorkerRuntime:
             reason, exit_code = self._run_tree(held, plan_path, out, timeout_s, lead, environment)
         if reason is not None and reason.lease_lost:
             return reason
-        self._publisher(held).flush(BACKFILL_AFTER_END_S)
+        held.events.flush(BACKFILL_AFTER_END_S)
         last = self._last_event(held.job_id)
         if last.phase in TERMINAL_PHASES:  # it ended on its own, even if a stop came too late to matter
             return Outcome(last.phase, last.message)
@@ -208,6 +209,8 @@ class WorkerRuntime:
             return reason
         if lead:
             return lead.settle(lambda: self.control.keep_lease(held))
+        if (replanned := after_out_of_memory(self.store, held.job_id, plan_path, out, self.work_dir)) is not None:
+            return replanned
         log_path = launcher_log_path(out, 0)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
                                                   f"ended; its last lines ({log_path}):\n"
@@ -217,7 +220,7 @@ class WorkerRuntime:
                   environment: dict[str, str]) -> tuple[Outcome | None, int]:
         """Start the launcher and supervise it to its end, publishing its events: why it was stopped (None when
         it ended on its own), and its exit status."""
-        publisher, stop_file = self._publisher(held), stop_path(out)
+        publisher, stop_file = held.events, stop_path(out)
         proc = self._launch(plan_path, out, lead.rendezvous if lead else None, environment)
         deadline = time.monotonic() + timeout_s
         reason: Outcome | None = None
@@ -288,7 +291,7 @@ class WorkerRuntime:
         tickets = {k: ticket_id(held.job_id, held.fence, k) for k in range(1, nodes)}
         for k, ticket in tickets.items():
             self.job_queues.enqueue_member(ticket, held.job_id, held.fence, k, queue, timeout_s)
-        self._publisher(held).emit(progress_pb2.ProgressEvent(
+        held.events.emit(progress_pb2.ProgressEvent(
             phase=progress_pb2.PHASE_LOADING,
             message=f"forming a gang of {nodes} {gpu_class} hosts: waiting up to {self.gang_timeout_s:g} s for "
                     f"{nodes - 1} more to join"))
@@ -303,7 +306,7 @@ class WorkerRuntime:
                                f"the plan needs {plan.hardware.gpus_per_node} GPUs per node and {', '.join(short)}; "
                                "re-plan with hardware.gpus_per_node at most the smallest host's count")
             gang.set_state(RUNNING)
-            self._publisher(held).emit(progress_pb2.ProgressEvent(
+            held.events.emit(progress_pb2.ProgressEvent(
                 phase=progress_pb2.PHASE_LOADING,
                 message=f"gang formed: {', '.join(f'node {k} {h}' for k, h in sorted(formed.members.items()))}; "
                         f"rendezvous at {endpoint}"))
@@ -389,11 +392,6 @@ class WorkerRuntime:
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
 
-    @staticmethod
-    def _publisher(held: Held) -> Publisher:
-        assert held.publisher is not None, "the publisher starts with the job's output directory"
-        return held.publisher
-
     def _finish(self, held: Held, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
         job_id = held.job_id
         last = self._last_event(job_id)
@@ -403,7 +401,7 @@ class WorkerRuntime:
                                               message=outcome.message)
         if outcome.retry_later:
             if release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
-                self._publisher(held).adopt()  # the fleet's event of the hand-back, into the file too
+                held.events.adopt()  # the fleet's event of the hand-back, into the file too
             else:
                 log.warning("job.retry_refused", reason="the job moved on before this worker gave it back")
             log.info("job.retry_later", reason=outcome.message, infra_failure=outcome.infra_failure)
@@ -411,13 +409,13 @@ class WorkerRuntime:
         if outcome.requeue:
             checkpoint_note = f"; last event at step {last.step}"
             if requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
-                self._publisher(held).adopt()
+                held.events.adopt()
             else:
                 log.warning("job.requeue_refused", reason="the job moved on before this worker gave it back")
             log.info("job.requeued", step=last.step)
             return self._last_event(job_id)
         if last.phase != outcome.phase or last.phase not in TERMINAL_PHASES:
-            last = self._publisher(held).emit(progress_pb2.ProgressEvent(
+            last = held.events.emit(progress_pb2.ProgressEvent(
                 phase=outcome.phase, step=last.step, total_steps=last.total_steps, message=outcome.message))
         if outcome.phase == progress_pb2.PHASE_FAILED:
             self.store.update(job_id, error=outcome.message)

@@ -7,9 +7,9 @@ TPU flavors are listed so the planner can say why it does not plan for them.
 
 from __future__ import annotations
 
+from common.units import GiB
 from contract.schema import Flavor
 
-GiB = 1024**3
 HF = "huggingface"
 SRC = "huggingface.co/docs/hub/spaces-gpus (read 2026-11)"
 

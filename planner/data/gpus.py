@@ -9,9 +9,9 @@ Prices live in prices.py and are merged in by the catalog.
 
 from __future__ import annotations
 
+from common.units import GiB
 from contract.schema import GpuSpec, Interconnect
 
-GiB = 1024**3
 TFLOPS = 1e12
 GB_PER_S = 1e9
 

@@ -236,3 +236,19 @@ def test_an_inference_fit_sizes_weights_and_the_kv_cache_of_a_batch(planner_addr
     assert int(quantised["per_gpu"]["weights_bytes"]) < 0.4 * int(two["per_gpu"]["weights_bytes"])
     remote = tunefleet(*job[:-1], "--micro-batch", "8", address=planner_address)
     assert remote.returncode == 3 and "serving 8 sequence(s) of 8,192 tokens" in remote.stdout
+
+
+def test_a_saved_plan_carries_what_a_worker_may_change_after_an_out_of_memory(tmp_path: Path) -> None:
+    plan_path = tmp_path / "plan.json"
+    base = ("recommend", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "1M", "--limit", "1")
+    out = tunefleet(*base, "--on-oom", "halve-micro-batch,qlora", "--max-replans", "5", "--save-plan", str(plan_path))
+    assert out.returncode == 0, out.stderr
+    on_oom = json.loads(plan_path.read_text())["onOom"]
+    assert on_oom == {"moves": ["OOM_MOVE_HALVE_MICRO_BATCH", "OOM_MOVE_QLORA"], "maxReplans": 5}
+    for args, words in ((("--on-oom", "halve-micro-batch,shrink"), "argument --on-oom: unknown move 'shrink'"),
+                        (("--on-oom", "qlora,qlora"), "'qlora' is given twice"),
+                        (("--max-replans", "17"), "--max-replans: at most 16"),
+                        (("--methods", "lora,bogus"), "argument --methods: unknown method 'bogus'")):
+        out = tunefleet(*base, *args, "--save-plan", str(tmp_path / "bad.json"))
+        assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert not (tmp_path / "bad.json").exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from tunefleet.v1 import executor_pb2, hardware_pb2, progress_pb2
 
+from common.units import GiB
 from contract.errors import PlanError
 from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
 from executor.worker.control import what_is_kept
@@ -15,8 +16,6 @@ from fleet import queues
 from fleet.hosts import gpu_class_for, plan_gpu_class
 from fleet.jobs import decode_page_token, encode_page_token
 from planner.catalog import default_catalog
-
-GiB = 1024**3
 
 
 @pytest.mark.parametrize(("predicted_s", "expected_s"), [

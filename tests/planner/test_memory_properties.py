@@ -92,3 +92,20 @@ def test_breakdown_terms_add_up_to_the_total() -> None:
     assert parts == b.total_bytes
     assert b.logits_bytes <= b.activations_bytes
     assert b.optimizer_step_bytes > 0, "the ZeRO-2 step builds the fp32 copy of the rank's gradient partition"
+
+
+@settings(max_examples=100, deadline=None)
+@given(model=MODELS, method=METHODS, zero=st.integers(0, 3), accumulation=st.integers(2, 64),
+       gpus=st.sampled_from([1, 2, 8]))
+def test_accumulating_gradients_keeps_them_through_the_next_backward(model: str, method: Method, zero: int,
+                                                                    accumulation: int, gpus: int) -> None:
+    """From a step's second micro-batch on, backward starts with every gradient of the micro-batches before it: the
+    peak is never below accumulation 1's, and under ZeRO 0-1 (which free the gradients at each step) it holds the
+    gradients beside the activations."""
+    t = TrainingSpec(method=method, precision=Precision.BF16, micro_batch_size=2, sequence_length=2048,
+                     gradient_checkpointing=False, zero_stage=zero)
+    one = per_gpu_memory(CATALOG.model(model), t, hw(gpus))
+    many = per_gpu_memory(CATALOG.model(model), replace(t, gradient_accumulation_steps=accumulation), hw(gpus))
+    assert many.total_bytes >= one.total_bytes
+    if zero <= 1 and one.activations_decide_peak:
+        assert many.total_bytes - one.total_bytes >= one.gradients_bytes > 0

@@ -26,6 +26,16 @@ class OversizeImages(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OVERSIZE_IMAGES_UNSPECIFIED: _ClassVar[OversizeImages]
     OVERSIZE_IMAGES_RESIZE: _ClassVar[OversizeImages]
     OVERSIZE_IMAGES_REFUSE: _ClassVar[OversizeImages]
+
+class OomMove(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OOM_MOVE_UNSPECIFIED: _ClassVar[OomMove]
+    OOM_MOVE_HALVE_MICRO_BATCH: _ClassVar[OomMove]
+    OOM_MOVE_GRADIENT_CHECKPOINTING: _ClassVar[OomMove]
+    OOM_MOVE_NEXT_ZERO_STAGE: _ClassVar[OomMove]
+    OOM_MOVE_OFFLOAD_OPTIMIZER: _ClassVar[OomMove]
+    OOM_MOVE_SHORTER_SEQUENCES: _ClassVar[OomMove]
+    OOM_MOVE_QLORA: _ClassVar[OomMove]
 DATASET_FORMAT_UNSPECIFIED: DatasetFormat
 DATASET_FORMAT_TEXT: DatasetFormat
 DATASET_FORMAT_INSTRUCTION: DatasetFormat
@@ -34,6 +44,13 @@ DATASET_FORMAT_PREFERENCE: DatasetFormat
 OVERSIZE_IMAGES_UNSPECIFIED: OversizeImages
 OVERSIZE_IMAGES_RESIZE: OversizeImages
 OVERSIZE_IMAGES_REFUSE: OversizeImages
+OOM_MOVE_UNSPECIFIED: OomMove
+OOM_MOVE_HALVE_MICRO_BATCH: OomMove
+OOM_MOVE_GRADIENT_CHECKPOINTING: OomMove
+OOM_MOVE_NEXT_ZERO_STAGE: OomMove
+OOM_MOVE_OFFLOAD_OPTIMIZER: OomMove
+OOM_MOVE_SHORTER_SEQUENCES: OomMove
+OOM_MOVE_QLORA: OomMove
 
 class MemoryBreakdown(_message.Message):
     __slots__ = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "deepspeed_buffers_bytes", "cuda_context_bytes", "allocator_bytes", "overhead_bytes", "total_bytes", "optimizer_step_bytes", "gathered_parameters_bytes")
@@ -237,8 +254,18 @@ class Prediction(_message.Message):
     estimate: TimeEstimate
     def __init__(self, fit: _Optional[_Union[FitResult, _Mapping]] = ..., estimate: _Optional[_Union[TimeEstimate, _Mapping]] = ...) -> None: ...
 
+class OomPolicy(_message.Message):
+    __slots__ = ("moves", "max_replans", "disabled")
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLANS_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    moves: _containers.RepeatedScalarFieldContainer[OomMove]
+    max_replans: int
+    disabled: bool
+    def __init__(self, moves: _Optional[_Iterable[_Union[OomMove, str]]] = ..., max_replans: _Optional[int] = ..., disabled: _Optional[bool] = ...) -> None: ...
+
 class Plan(_message.Message):
-    __slots__ = ("plan_id", "model", "dataset", "training", "hardware", "workload", "hyperparameters", "deepspeed_config_json", "output_uri", "prediction", "created_at")
+    __slots__ = ("plan_id", "model", "dataset", "training", "hardware", "workload", "hyperparameters", "deepspeed_config_json", "output_uri", "prediction", "created_at", "on_oom")
     PLAN_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +277,7 @@ class Plan(_message.Message):
     OUTPUT_URI_FIELD_NUMBER: _ClassVar[int]
     PREDICTION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ON_OOM_FIELD_NUMBER: _ClassVar[int]
     plan_id: str
     model: _model_pb2.ModelRef
     dataset: DatasetRef
@@ -261,4 +289,5 @@ class Plan(_message.Message):
     output_uri: str
     prediction: Prediction
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, plan_id: _Optional[str] = ..., model: _Optional[_Union[_model_pb2.ModelRef, _Mapping]] = ..., dataset: _Optional[_Union[DatasetRef, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., hardware: _Optional[_Union[_hardware_pb2.HardwareSpec, _Mapping]] = ..., workload: _Optional[_Union[_training_pb2.WorkloadSpec, _Mapping]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., deepspeed_config_json: _Optional[str] = ..., output_uri: _Optional[str] = ..., prediction: _Optional[_Union[Prediction, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    on_oom: OomPolicy
+    def __init__(self, plan_id: _Optional[str] = ..., model: _Optional[_Union[_model_pb2.ModelRef, _Mapping]] = ..., dataset: _Optional[_Union[DatasetRef, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., hardware: _Optional[_Union[_hardware_pb2.HardwareSpec, _Mapping]] = ..., workload: _Optional[_Union[_training_pb2.WorkloadSpec, _Mapping]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., deepspeed_config_json: _Optional[str] = ..., output_uri: _Optional[str] = ..., prediction: _Optional[_Union[Prediction, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., on_oom: _Optional[_Union[OomPolicy, _Mapping]] = ...) -> None: ...
