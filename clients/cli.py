@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"at most {MAX_OOM_REPLANS})")
     d.add_argument("--no-replan", action="store_true",
                    help="fail at the first out-of-memory instead of re-planning")
+    d.add_argument("--deterministic", action="store_true",
+                   help="bitwise-reproducible GPU kernels (slower backward; a resume then matches an uninterrupted run "
+                        "bit for bit on a GPU too)")
     d.add_argument("--save-plan", type=Path, metavar="FILE",
                    help="write the best option as an executable plan (JSON) for 'tunefleet train FILE'")
     r = rec.add_argument_group("constraints")
@@ -315,6 +318,7 @@ def _listing(a: argparse.Namespace, client: PlannerClient) -> str:
         text = render.dumps(rec) if a.json else render.recommend_text(rec)
         if a.save_plan and rec.HasField("plan"):
             rec.plan.on_oom.CopyFrom(_on_oom(a))
+            rec.plan.hyperparameters.deterministic = a.deterministic
             a.save_plan.write_text(json_format.MessageToJson(rec.plan))
             text += "" if a.json else f"\nplan written to {a.save_plan}; run it with: tunefleet train {a.save_plan}"
         return text

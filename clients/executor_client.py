@@ -78,6 +78,10 @@ class ExecutorClient:
     def fleet(self, gpu_class: str = "") -> executor_pb2.FleetResponse:
         return self._call("Fleet", executor_pb2.FleetRequest(gpu_class=gpu_class))
 
+    def clear_host(self, host_id: str) -> str:
+        """Let a quarantined host take work again; what its quarantine said."""
+        return self._call("ClearHost", executor_pb2.ClearHostRequest(host_id=host_id)).quarantine_reason  # type: ignore
+
     def watch(self, job_id: str, after_sequence: int = 0,
               reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> Iterator[executor_pb2.WatchResponse]:
         """The job's events after after_sequence, then live ones, until a terminal event. A broken stream is

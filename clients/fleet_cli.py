@@ -1,5 +1,5 @@
-"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet (ExecutorService over gRPC),
-and worker (run a worker on this host)."""
+"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host (ExecutorService over
+gRPC), and worker (run a worker on this host)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ DEFAULT_EXECUTOR = "127.0.0.1:50052"
 PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
               "low": executor_pb2.PRIORITY_LOW}
 PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if v}
-COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet")
+COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host")
 # Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
 _OUTCOME = {progress_pb2.PHASE_DONE: EXIT_OK, progress_pb2.PHASE_FAILED: EXIT_FAILED,
             progress_pb2.PHASE_CANCELLED: EXIT_CANCELLED}
 EXIT_HELP = """exit status: 0 ok (watch: the job is done), 1 the job failed, 2 bad request (the message names the
-field), 3 executor unreachable, 4 no such job, 5 the job was cancelled."""
+field), 3 executor unreachable, 4 no such job (host clear: the host is not quarantined), 5 the job was cancelled."""
 
 
 def _add_executor_args(p: argparse.ArgumentParser) -> None:
@@ -74,6 +74,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        epilog=EXIT_HELP)
     f.add_argument("--gpu-class", default="")
     _add_executor_args(f)
+    h = sub.add_parser("host", help="a host's quarantine: 'tunefleet host clear HOST' lets it take work again",
+                       formatter_class=fmt, epilog=EXIT_HELP,
+                       description="A worker that finds its GPUs sick (a critical XID, uncorrectable ECC errors, "
+                                   "retired pages pending, a GPU lost) quarantines its host: it takes no new job, "
+                                   "and its running job checkpoints and is requeued. 'tunefleet fleet' shows why. "
+                                   "Once the host is repaired (a GPU reset, a reboot, a replaced card), clear it.")
+    h.add_argument("action", choices=["clear"])
+    h.add_argument("host_id", help="the host's id, as 'tunefleet fleet' lists it")
+    _add_executor_args(h)
 
 
 def _read_plan(path: Path) -> plan_pb2.Plan:
@@ -153,6 +162,11 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
               f"job {job.job_id}: {fleet_render.phase_name(job.phase)}"
               + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
                                                                        "within a second)"))
+        return EXIT_OK
+    if a.command == "host":
+        reason = client.clear_host(a.host_id)
+        print(json.dumps({"host_id": a.host_id, "cleared": reason}) if a.json else
+              f"host {a.host_id} cleared (it was quarantined: {reason}); it takes work again at its next heartbeat")
         return EXIT_OK
     fleet = client.fleet(a.gpu_class)
     print(render.dumps(fleet) if a.json else fleet_render.fleet_text(fleet))

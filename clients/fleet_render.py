@@ -57,10 +57,18 @@ def feedback_text(jobs: Iterable[executor_pb2.Job]) -> str:
                         "measured step s", "error", "of it comm s", "ranks on nodes", "measured tok/s"))
 
 
+def _health(h: executor_pb2.Host) -> str:
+    if not h.quarantine_reason:
+        return "ok"
+    since = h.quarantined_at.ToDatetime().strftime("%Y-%m-%d %H:%M")
+    return f"QUARANTINED since {since} UTC: {h.quarantine_reason} (tunefleet host clear {h.host_id})"
+
+
 def fleet_text(f: executor_pb2.FleetResponse) -> str:
     hosts = [(h.host_id, h.gpu_class, str(h.gpu_count), gib(h.gpu_memory_bytes) if h.gpu_memory_bytes else "-",
-              h.running_job_id or "idle") for h in f.hosts]
-    parts = [table(hosts, ("host", "class", "GPUs", "GPU memory", "running")) if hosts else "no registered hosts"]
+              h.running_job_id or "idle", _health(h)) for h in f.hosts]
+    parts = [table(hosts, ("host", "class", "GPUs", "GPU memory", "running", "health")) if hosts
+             else "no registered hosts"]
     queues = [(q.queue, str(q.depth)) for q in f.queues]
     parts.append(table(queues, ("queue", "waiting")) if queues else "no queues yet")
     pending = [(p.job_id, p.queue, str(p.position) if p.position else "-", p.reason) for p in f.pending]

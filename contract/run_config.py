@@ -102,6 +102,7 @@ class RunConfig:
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
     nodes: int = 1  # hosts the run spans (a fleet gang, fleet.gangs); world_size / nodes ranks on each
     on_oom: oom.Policy = field(default_factory=oom.Policy)
+    deterministic: bool = False  # hyperparameters.deterministic: reproducible GPU kernels (executor.training)
 
     @property
     def ranks_per_node(self) -> int:
@@ -327,4 +328,4 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
                             tokens_per_s=est.tokens_per_s,
                             communication_time_per_step_s=est.communication_time_per_step_s,
                             capacity_bytes=fit.capacity_bytes),
-        nodes=nodes, on_oom=oom.policy_from_proto(plan.on_oom))
+        nodes=nodes, on_oom=oom.policy_from_proto(plan.on_oom), deterministic=h.deterministic)

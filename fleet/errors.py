@@ -16,3 +16,7 @@ class FleetUnavailableError(ExecutorError, UnavailableError):
 
 class QueueFullError(ExecutorError, ExhaustedError):
     """A caller already has as many jobs waiting as one caller may (RESOURCE_EXHAUSTED)."""
+
+
+class HostNotQuarantinedError(ExecutorError, MissingError):
+    """ClearHost of a host that is not quarantined (NOT_FOUND)."""

@@ -16,7 +16,8 @@ from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, hardware_pb2
 
 from contract.errors import InvalidFieldError, PlanError
-from fleet.keys import HOSTS_INDEX, host_key
+from fleet.errors import HostNotQuarantinedError
+from fleet.keys import HOSTS_INDEX, host_key, quarantine_key
 from planner.catalog import Catalog, normalise_gpu_name
 
 CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
@@ -24,6 +25,9 @@ CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
 # refresh, so a host that died silently drops out of Fleet within HOST_TTL_S.
 HEARTBEAT_INTERVAL_S = 5.0
 HOST_TTL_S = 30
+# A quarantine outlives its host's record (a sick host's worker may restart, or stop for good): an admin clears it,
+# or it lapses after this long, so that a host that never returns leaves nothing behind.
+QUARANTINE_TTL_S = 30 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,31 @@ class HostRegistry:
         pipe.zadd(HOSTS_INDEX, {host_id: now})
         pipe.execute()
 
+    def quarantine(self, host_id: str, reason: str) -> str:
+        """Take the host out of service for `reason`; a host already quarantined keeps its first reason (the one
+        that took it out). The reason in force."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hsetnx(quarantine_key(host_id), "reason", reason)
+        pipe.hsetnx(quarantine_key(host_id), "since_s", time.time())
+        pipe.expire(quarantine_key(host_id), QUARANTINE_TTL_S)
+        pipe.hget(quarantine_key(host_id), "reason")
+        return str(pipe.execute()[-1].decode())
+
+    def quarantine_reason(self, host_id: str) -> str | None:
+        reason = self.redis.hget(quarantine_key(host_id), "reason")
+        return None if reason is None else str(reason.decode())
+
+    def clear(self, host_id: str) -> str:
+        """Put a quarantined host back in service: the reason it was out; HostNotQuarantinedError when it was not."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hget(quarantine_key(host_id), "reason")
+        pipe.delete(quarantine_key(host_id))
+        reason, _ = pipe.execute()
+        if reason is None:
+            raise HostNotQuarantinedError("host_id", f"host {host_id!r} is not quarantined ('tunefleet fleet' lists "
+                                                     "the hosts and their health)")
+        return str(reason.decode())
+
     def remove(self, host_id: str) -> None:
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(host_key(host_id))
@@ -133,8 +162,10 @@ class HostRegistry:
         pipe = self.redis.pipeline(transaction=False)
         for host_id in ids:
             pipe.hgetall(host_key(host_id))
+            pipe.hgetall(quarantine_key(host_id))
+        replies = pipe.execute()
         hosts, gone = [], []
-        for host_id, record in zip(ids, pipe.execute(), strict=True):
+        for host_id, record, quarantine in zip(ids, replies[::2], replies[1::2], strict=True):
             if not record:
                 gone.append(host_id)
                 continue
@@ -147,7 +178,10 @@ class HostRegistry:
                                            gpu_memory_bytes=int(record[b"gpu_memory_bytes"]),
                                            running_job_id=record[b"running_job_id"].decode(), last_heartbeat=beat,
                                            work_dir=record.get(b"work_dir", b"").decode(),
-                                           work_dir_shared=record.get(b"work_dir_shared") == b"1"))
+                                           work_dir_shared=record.get(b"work_dir_shared") == b"1",
+                                           quarantine_reason=quarantine.get(b"reason", b"").decode()))
+            if quarantine:
+                hosts[-1].quarantined_at.FromNanoseconds(int(float(quarantine[b"since_s"]) * 1e9))
         if gone:
             self.redis.zrem(HOSTS_INDEX, *gone)
         return hosts

@@ -17,6 +17,9 @@
     tunefleet:v1:host:<host_id>           hash    a registered worker host; expires without         fleet.hosts
                                                   heartbeats
     tunefleet:v1:hosts                    zset    host ids by last heartbeat (s)                    fleet.hosts
+    tunefleet:v1:quarantine:<host_id>     hash    why a host takes no work (reason, since_s), set by  fleet.hosts
+                                                  its worker's GPU health check; deleted by an
+                                                  admin's ClearHost, else expires after 30 days
     tunefleet:v1:gang:<job_id>            hash    a multi-node job's gang (fields: fleet.gangs)     fleet.gangs
     tunefleet:v1:gang:<job_id>:node:<k>   string  "<host_id>:<fence>" while member k lives          fleet.gangs
     tunefleet:v1:submitter:<id>           set     job ids a caller submitted that may still be      fleet.lifecycle
@@ -52,6 +55,10 @@ def lease_key(job_id: str) -> str:
 
 def host_key(host_id: str) -> str:
     return f"{PREFIX}host:{host_id}"
+
+
+def quarantine_key(host_id: str) -> str:
+    return f"{PREFIX}quarantine:{host_id}"
 
 
 def gang_key(job_id: str) -> str:

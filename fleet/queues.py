@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import math
 import secrets
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
+from rq.worker import WorkerStatus
 from tunefleet.v1 import executor_pb2
 
 QUEUE_PREFIX = "tunefleet."
@@ -44,6 +46,8 @@ DEFAULT_JOB_TIMEOUT_S = 7 * 24 * 3600
 RQ_TIMEOUT_GRACE_S = 300
 # Keep rq's record of a finished job this long (ours lives in the job record).
 RQ_RESULT_TTL_S = 24 * 3600
+# How often a paused (quarantined) worker looks again whether it may take work, heartbeating rq meanwhile.
+PAUSED_POLL_S = 1.0
 
 
 def job_timeout_s(predicted_duration_s: float) -> int:
@@ -150,17 +154,33 @@ class JobQueues:
 
 
 def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],
-         burst: bool = False) -> None:
+         paused: Callable[[], bool] = lambda: False, burst: bool = False) -> None:
     """Run an rq worker on `queues` (in order) in this process until it is told to stop.
 
     Jobs run in this process (rq's SimpleWorker: no fork — the job only supervises a training process tree).
     SIGTERM/SIGINT call on_shutdown, so the running job can stop its tree and requeue; rq then exits after it.
+    While `paused()` (a quarantined host) the worker takes nothing, as rq's own suspension does for every worker.
     """
+
+    shutdown = threading.Event()
 
     class FleetWorker(SimpleWorker):
         def handle_warm_shutdown_request(self) -> None:
             super().handle_warm_shutdown_request()
+            shutdown.set()
             on_shutdown()
+
+        def check_for_suspension(self, burst: bool) -> None:
+            super().check_for_suspension(burst)
+            if not paused():
+                return
+            if burst:
+                raise StopRequested  # as rq's own suspension ends a burst worker
+            before = self.get_state()
+            self.set_state(WorkerStatus.SUSPENDED)
+            while paused() and not shutdown.wait(PAUSED_POLL_S):
+                self.heartbeat()
+            self.set_state(before)
 
     # rq refuses a name whose previous worker has not expired (up to 420 s): a container restarted after a crash
     # keeps its host id, so rq's name gets a per-process suffix.

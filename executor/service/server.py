@@ -64,6 +64,9 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def Fleet(self, request, context):  # noqa: N802
         return self._call(self._executor.fleet, request, context)
 
+    def ClearHost(self, request, context):  # noqa: N802
+        return self._call(self._executor.clear_host, request, context)
+
     def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
             if not self._executor.reachability.up:

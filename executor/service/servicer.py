@@ -1,4 +1,5 @@
-"""The executor's use cases over protobuf messages: Submit, Get, List, Cancel, Watch, Fleet. No gRPC here."""
+"""The executor's use cases over protobuf messages: Submit, Get, List, Cancel, Watch, Fleet, ClearHost. No gRPC
+here."""
 
 from __future__ import annotations
 
@@ -202,6 +203,15 @@ class Executor:
                                                             reason=place.reason, position=place.position))
         return response
 
+    # --- ClearHost ------------------------------------------------------------------------------------
+
+    def clear_host(self, request: executor_pb2.ClearHostRequest) -> executor_pb2.ClearHostResponse:
+        if not request.host_id:
+            raise PlanError("host_id", "is empty; name the quarantined host ('tunefleet fleet' lists them)")
+        reason = self.hosts.clear(request.host_id)
+        log.info("host.cleared", host_id=request.host_id, reason=reason)
+        return executor_pb2.ClearHostResponse(quarantine_reason=reason)
+
     def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int]) -> WaitingLine:
         """The fleet's state that every queued job's place depends on, read once per call."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
@@ -255,6 +265,12 @@ class WaitingLine:
         if not of_class:
             return f"no registered host has {gpu_class}; start 'tunefleet worker' on one (or re-plan for a class " \
                    f"the fleet has: {', '.join(sorted({h.gpu_class for h in self.hosts})) or 'none registered'})"
+        sick = [h for h in of_class if h.quarantine_reason]
+        if len(sick) == len(of_class):
+            why = "; ".join(f"{h.host_id}: {h.quarantine_reason}" for h in sick[:3])
+            return f"every {gpu_class} host is quarantined ({why}); once one is repaired, 'tunefleet host clear " \
+                   "HOST' lets it take work"
+        of_class = [h for h in of_class if not h.quarantine_reason]
         busy = [h.running_job_id for h in of_class if h.running_job_id]
         if len(busy) == len(of_class):
             if job_id in self.yielding:

@@ -35,7 +35,7 @@ from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
 from contract.run_config import RunConfig
 from contract.schema import Objective
-from executor.training import checkpoint, corpus, data, dpo, extensions, memory_guard
+from executor.training import checkpoint, corpus, data, determinism, dpo, extensions, memory_guard
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
 from executor.training.measure import library_versions, peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
@@ -133,6 +133,7 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.training
         self.emit(progress_pb2.PHASE_LOADING, message=f"loading {cfg.model_path} on {self.world_size} rank(s)")
         transformers.set_seed(cfg.seed)
+        determinism.apply(cfg)
         tokenizer = load_tokenizer(cfg)
         if cfg.tokenized_path.is_file():  # written by the launcher from the data it checked
             examples = corpus.load(cfg.tokenized_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ class JobControl:
     host_id: str
     lease_ttl_s: float
     stopping: threading.Event  # this worker is shutting down
+    quarantined: Callable[[], str | None] = lambda: None  # why this host takes no work (its GPUs' health)
 
     def keep_lease(self, held: Held) -> Outcome | None:
         """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
@@ -74,6 +76,10 @@ class JobControl:
             why = asked.cancel_reason
             return Outcome(progress_pb2.PHASE_CANCELLED,
                            f"cancelled{': ' + why if why else ''}; {what_is_kept(out)}")
+        if (sick := self.quarantined()) is not None:
+            return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is quarantined ({sick}); requeued to "
+                                                      "resume from its last checkpoint on a healthy host", requeue=True,
+                           checkpoint_first=True)
         if self.stopping.is_set():
             return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
                                                       "its last checkpoint", requeue=True, checkpoint_first=True)

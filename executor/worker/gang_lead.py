@@ -1,5 +1,5 @@
-"""Node 0's watch over the other nodes of its running gang (fleet.gangs): what stops the run at once, and
-which node broke it."""
+"""Node 0's side of a multi-node gang (fleet.gangs): waiting for it to form, then the watch over the other nodes
+while it runs — what stops the run at once, and which node broke it."""
 
 from __future__ import annotations
 
@@ -82,3 +82,33 @@ class GangLead:
                  f"{node_log_tail(self.out, k)}" for k in ranks]
         parts.append(f"node 0's last lines:\n{node_log_tail(self.out, 0)}")
         return Outcome(progress_pb2.PHASE_FAILED, "the multi-node run failed: " + "\n".join(parts))
+
+
+def wait_for_gang(gang: Gang, gang_timeout_s: float, held_back: Callable[[], Outcome | None]) -> GangView | Outcome:
+    """Wait for every member to join, keeping the gang alive; why not, as an Outcome. `held_back` keeps the job's
+    lease and says what stops the job meanwhile (a lost lease, a Cancel, a drain, the job's timeout)."""
+    give_up_at = time.monotonic() + gang_timeout_s
+    while True:
+        view = gang.view()
+        if view is None:
+            return Outcome(progress_pb2.PHASE_QUEUED, "the gang's record vanished from Redis while it formed",
+                           retry_later=True)
+        refused = {k: e for k, e in view.ended.items() if e.message}
+        if refused:
+            k, end = min(refused.items())
+            return Outcome(progress_pb2.PHASE_FAILED, f"node {k} (host {view.members.get(k, '?')}) refused the "
+                                                      f"job: {end.message}")
+        if view.draining:
+            k, why = min(view.draining.items())
+            return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} left the forming gang: {why}", retry_later=True)
+        if view.complete:
+            return view
+        stopped = held_back()
+        if stopped is not None:
+            return stopped
+        gang.keep()
+        if time.monotonic() > give_up_at:
+            return Outcome(progress_pb2.PHASE_QUEUED, f"its gang did not form within {gang_timeout_s:g} s "
+                                                      f"({len(view.members)} of {view.nodes} hosts joined; the "
+                                                      "others were busy)", retry_later=True)
+        time.sleep(SUPERVISE_POLL_S)

@@ -16,6 +16,7 @@ from common.log import configure_logging
 from common.net import route_address
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
 from executor.training.command import add_root_arguments, roots_from_arguments
+from executor.worker import gpu_health
 from executor.worker import runtime as worker_runtime
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
 from executor.worker.watchdog import DEFAULT_HANG_FACTOR, DEFAULT_HANG_FLOOR_S, HangPolicy
@@ -29,9 +30,11 @@ log = structlog.get_logger("executor.worker")
 
 
 def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
-    """Refresh this host's record and sweep the fleet (lost hosts, due retries, preemption)."""
+    """Check this host's GPUs (quarantined when sick), refresh its record and sweep the fleet (lost hosts, due
+    retries, preemption)."""
     while not done.wait(HEARTBEAT_INTERVAL_S):
         try:
+            runtime.health.check()
             runtime.heartbeat()
             runtime.sweeper.sweep()
         except redis.RedisError as e:
@@ -130,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
                             args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, address=address,
-                            gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s))
+                            gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s),
+                            gpu_health=gpu_health.source())
     try:
+        runtime.health.check()
         runtime.heartbeat()
     except redis.RedisError as e:
         print(f"tunefleet worker: cannot reach Redis at {args.redis} ({e}); start redis-server or pass --redis URL",
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
              queues=runtime.queues, work_dir=str(runtime.work_dir))
     try:
         queues.work(runtime.redis, runtime.queues, runtime.host_id, on_shutdown=runtime.stopping.set,
-                       burst=args.burst)
+                    paused=lambda: runtime.health.reason is not None, burst=args.burst)
     finally:
         done.set()
         try:

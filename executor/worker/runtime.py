@@ -39,16 +39,15 @@ from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
 from contract.run_config import launcher_log_path, run_config_from_plan, stop_path
 from executor.training.rendezvous import Rendezvous
-from executor.worker import holder
+from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
-from executor.worker.gang_lead import GangLead
+from executor.worker.gang_lead import GangLead, wait_for_gang
 from executor.worker.gang_member import Member
 from executor.worker.publisher import Publisher
 from executor.worker.replan import after_out_of_memory
 from executor.worker.supervision import (
     LOG_TAIL_LINES,
     STOP_GRACE_S,
-    SUPERVISE_POLL_S,
     Outcome,
     kill_group,
     while_running,
@@ -57,7 +56,7 @@ from executor.worker.watchdog import HangPolicy, hung
 from fleet import queues
 from fleet.connection import HOLDER_RETRY, connect
 from fleet.events import EventLog
-from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
+from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, ticket_id
 from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
@@ -87,6 +86,7 @@ class WorkerRuntime:
     address: str = "127.0.0.1"  # where the other nodes of a gang reach this host (the rendezvous, collectives)
     gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
     hang: HangPolicy = field(default_factory=HangPolicy)
+    gpu_health: gpu_health.Source | None = None  # NVML's readings of this host's GPUs; None on a CPU host
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
 
@@ -97,7 +97,9 @@ class WorkerRuntime:
         self.events = EventLog(self.redis)
         self.registry = HostRegistry(self.redis)
         self.leases = Leases(self.redis, self.lease_ttl_s)
-        self.control = JobControl(self.store, self.leases, self.host_id, self.lease_ttl_s, self.stopping)
+        self.health = gpu_health.HostHealth(self.gpu_health, self.registry, self.host_id)
+        self.control = JobControl(self.store, self.leases, self.host_id, self.lease_ttl_s, self.stopping,
+                                  lambda: self.health.reason)
         self.sweeper = Sweeper(self.redis)
         self.queues = queues.class_queue_names(self.gpus.gpu_class)
         self.job_queues = queues.JobQueues(self.redis)
@@ -124,6 +126,10 @@ class WorkerRuntime:
             log.info("job.skipped", job_id=job_id, reason=reason)
             return {"job_id": job_id, "skipped": reason}
         held = Held(job_id, claimed, time.monotonic())
+        if self.health.reason is not None:  # taken from the queue while the check quarantined this host
+            requeue_held(self.redis, job_id, claimed, f"host {self.host_id} is quarantined ({self.health.reason}); "
+                                                      "gave the job back to its queue")
+            return {"job_id": job_id, "quarantined": self.health.reason}
         self.running_job_id = job_id
         self.heartbeat()
         try:
@@ -295,8 +301,10 @@ class WorkerRuntime:
             phase=progress_pb2.PHASE_LOADING,
             message=f"forming a gang of {nodes} {gpu_class} hosts: waiting up to {self.gang_timeout_s:g} s for "
                     f"{nodes - 1} more to join"))
+        job_deadline = time.monotonic() + timeout_s
         try:
-            formed = self._form(held, gang, out, timeout_s)
+            formed = wait_for_gang(gang, self.gang_timeout_s, lambda: self.control.keep_lease(held) or
+                                   self.control.stop_reason(held.job_id, job_deadline, timeout_s, out))
             if isinstance(formed, Outcome):
                 return formed
             short = [f"host {formed.members[k]} has {g}" for k, g in sorted(formed.gpus.items())
@@ -316,38 +324,6 @@ class WorkerRuntime:
             gang.drop()  # a ticket taken from now on finds no gang of this fence and is dropped
             for ticket in tickets.values():
                 self.job_queues.withdraw(ticket, queue)
-
-    def _form(self, held: Held, gang: Gang, out: Path, timeout_s: int) -> GangView | Outcome:
-        """Wait for every member to join, keeping the lease and the gang alive; why not, as an Outcome."""
-        give_up_at = time.monotonic() + self.gang_timeout_s
-        job_deadline = time.monotonic() + timeout_s
-        while True:
-            view = gang.view()
-            if view is None:
-                return Outcome(progress_pb2.PHASE_QUEUED, "the gang's record vanished from Redis while it formed",
-                               retry_later=True)
-            refused = {k: e for k, e in view.ended.items() if e.message}
-            if refused:
-                k, end = min(refused.items())
-                return Outcome(progress_pb2.PHASE_FAILED, f"node {k} (host {view.members.get(k, '?')}) refused the "
-                                                          f"job: {end.message}")
-            if view.draining:
-                k, why = min(view.draining.items())
-                return Outcome(progress_pb2.PHASE_QUEUED, f"node {k} left the forming gang: {why}", retry_later=True)
-            if view.complete:
-                return view
-            lost = self.control.keep_lease(held)
-            if lost is not None:
-                return lost
-            gang.keep()
-            reason = self.control.stop_reason(held.job_id, job_deadline, timeout_s, out)
-            if reason is not None:
-                return reason
-            if time.monotonic() > give_up_at:
-                return Outcome(progress_pb2.PHASE_QUEUED, f"its gang did not form within {self.gang_timeout_s:g} s "
-                                                          f"({len(view.members)} of {view.nodes} hosts joined; the "
-                                                          "others were busy)", retry_later=True)
-            time.sleep(SUPERVISE_POLL_S)
 
     # --- a multi-node job: this host is a member of its gang (node k >= 1) ---
 

@@ -241,10 +241,12 @@ def test_an_inference_fit_sizes_weights_and_the_kv_cache_of_a_batch(planner_addr
 def test_a_saved_plan_carries_what_a_worker_may_change_after_an_out_of_memory(tmp_path: Path) -> None:
     plan_path = tmp_path / "plan.json"
     base = ("recommend", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "1M", "--limit", "1")
-    out = tunefleet(*base, "--on-oom", "halve-micro-batch,qlora", "--max-replans", "5", "--save-plan", str(plan_path))
+    out = tunefleet(*base, "--on-oom", "halve-micro-batch,qlora", "--max-replans", "5", "--deterministic",
+                    "--save-plan", str(plan_path))
     assert out.returncode == 0, out.stderr
-    on_oom = json.loads(plan_path.read_text())["onOom"]
-    assert on_oom == {"moves": ["OOM_MOVE_HALVE_MICRO_BATCH", "OOM_MOVE_QLORA"], "maxReplans": 5}
+    saved = json.loads(plan_path.read_text())
+    assert saved["onOom"] == {"moves": ["OOM_MOVE_HALVE_MICRO_BATCH", "OOM_MOVE_QLORA"], "maxReplans": 5}
+    assert saved["hyperparameters"]["deterministic"] is True
     for args, words in ((("--on-oom", "halve-micro-batch,shrink"), "argument --on-oom: unknown move 'shrink'"),
                         (("--on-oom", "qlora,qlora"), "'qlora' is given twice"),
                         (("--max-replans", "17"), "--max-replans: at most 16"),

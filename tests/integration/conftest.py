@@ -109,14 +109,16 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
     workers: list[Worker] = []
 
     def start(host_id: str = "host-a", gpu_class: str = "cpu", shared_dir: Path | None = None, url: str = "",
-              extra: tuple[str, ...] = (), wrap: tuple[str, ...] = ()) -> Worker:
+              extra: tuple[str, ...] = (), wrap: tuple[str, ...] = (),
+              entry: tuple[str, ...] = ("-m", "clients.cli")) -> Worker:
         """A worker with its own --work-dir, or with shared_dir as its --work-dir-shared (storage all see); wrap
-        prefixes its command (`ip netns exec NS`, which execs it: the process is still the worker)."""
+        prefixes its command (`ip netns exec NS`, which execs it: the process is still the worker); entry is what
+        Python runs in place of `tunefleet` (devtools.injected_gpu_health: NVML readings from a file)."""
         work_dir = shared_dir or tmp_path / f"work-{host_id}"
         work_dir.mkdir(exist_ok=True)
         log = tmp_path / f"{host_id}.log"
         with log.open("ab") as out:
-            proc = subprocess.Popen([*wrap, sys.executable, "-m", "clients.cli", "worker", "--redis", url or redis_url,
+            proc = subprocess.Popen([*wrap, sys.executable, *entry, "worker", "--redis", url or redis_url,
                                      "--gpu-class", gpu_class, "--host-id", host_id, "--work-dir", str(work_dir),
                                      "--progress-interval-s", "0", *(["--work-dir-shared"] if shared_dir else []),
                                      *extra], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

@@ -160,7 +160,7 @@ class FleetRequest(_message.Message):
     def __init__(self, gpu_class: _Optional[str] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat", "work_dir", "work_dir_shared")
+    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat", "work_dir", "work_dir_shared", "quarantine_reason", "quarantined_at")
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,8 @@ class Host(_message.Message):
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     WORK_DIR_FIELD_NUMBER: _ClassVar[int]
     WORK_DIR_SHARED_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINE_REASON_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_AT_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     gpu_class: str
     gpu_count: int
@@ -177,7 +179,9 @@ class Host(_message.Message):
     last_heartbeat: _timestamp_pb2.Timestamp
     work_dir: str
     work_dir_shared: bool
-    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_dir: _Optional[str] = ..., work_dir_shared: _Optional[bool] = ...) -> None: ...
+    quarantine_reason: str
+    quarantined_at: _timestamp_pb2.Timestamp
+    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_dir: _Optional[str] = ..., work_dir_shared: _Optional[bool] = ..., quarantine_reason: _Optional[str] = ..., quarantined_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class QueueDepth(_message.Message):
     __slots__ = ("queue", "gpu_class", "priority", "depth")
@@ -224,3 +228,15 @@ class FleetResponse(_message.Message):
     pending: _containers.RepeatedCompositeFieldContainer[PendingJob]
     policy: FleetPolicy
     def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[PendingJob, _Mapping]]] = ..., policy: _Optional[_Union[FleetPolicy, _Mapping]] = ...) -> None: ...
+
+class ClearHostRequest(_message.Message):
+    __slots__ = ("host_id",)
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    def __init__(self, host_id: _Optional[str] = ...) -> None: ...
+
+class ClearHostResponse(_message.Message):
+    __slots__ = ("quarantine_reason",)
+    QUARANTINE_REASON_FIELD_NUMBER: _ClassVar[int]
+    quarantine_reason: str
+    def __init__(self, quarantine_reason: _Optional[str] = ...) -> None: ...

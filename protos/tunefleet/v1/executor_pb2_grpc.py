@@ -65,6 +65,11 @@ class ExecutorServiceStub:
                 request_serializer=tunefleet_dot_v1_dot_executor__pb2.FleetRequest.SerializeToString,
                 response_deserializer=tunefleet_dot_v1_dot_executor__pb2.FleetResponse.FromString,
                 _registered_method=True)
+        self.ClearHost = channel.unary_unary(
+                '/tunefleet.v1.ExecutorService/ClearHost',
+                request_serializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostRequest.SerializeToString,
+                response_deserializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -109,6 +114,13 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClearHost(self, request, context):
+        """Lets a quarantined host take work again (its worker found its GPUs sick: XID, ECC, a lost GPU).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +153,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Fleet,
                     request_deserializer=tunefleet_dot_v1_dot_executor__pb2.FleetRequest.FromString,
                     response_serializer=tunefleet_dot_v1_dot_executor__pb2.FleetResponse.SerializeToString,
+            ),
+            'ClearHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearHost,
+                    request_deserializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostRequest.FromString,
+                    response_serializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -306,6 +323,33 @@ class ExecutorService:
             '/tunefleet.v1.ExecutorService/Fleet',
             tunefleet_dot_v1_dot_executor__pb2.FleetRequest.SerializeToString,
             tunefleet_dot_v1_dot_executor__pb2.FleetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunefleet.v1.ExecutorService/ClearHost',
+            tunefleet_dot_v1_dot_executor__pb2.ClearHostRequest.SerializeToString,
+            tunefleet_dot_v1_dot_executor__pb2.ClearHostResponse.FromString,
             options,
             channel_credentials,
             insecure,

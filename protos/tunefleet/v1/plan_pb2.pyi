@@ -231,20 +231,22 @@ class DatasetRef(_message.Message):
     def __init__(self, local_path: _Optional[str] = ..., hub_name: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., split: _Optional[str] = ..., packing: _Optional[bool] = ..., oversize_images: _Optional[_Union[OversizeImages, str]] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm", "seed", "checkpoint_every_steps")
+    __slots__ = ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm", "seed", "checkpoint_every_steps", "deterministic")
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     WARMUP_RATIO_FIELD_NUMBER: _ClassVar[int]
     MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     weight_decay: float
     warmup_ratio: float
     max_grad_norm: float
     seed: int
     checkpoint_every_steps: int
-    def __init__(self, learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., warmup_ratio: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ...) -> None: ...
+    deterministic: bool
+    def __init__(self, learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., warmup_ratio: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., deterministic: _Optional[bool] = ...) -> None: ...
 
 class Prediction(_message.Message):
     __slots__ = ("fit", "estimate")
