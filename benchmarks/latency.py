@@ -1,7 +1,9 @@
 """Planner latency: in-process Fit (warm, and cold with every planner cache emptied first), gRPC Fit round trip,
 Recommend over the full catalog, and sustained Fit throughput over gRPC with client and server in this one process
 (benchmarks/load.py measures the server alone, on every core). Goals (issue 26): Fit p50 <= 50 µs, gRPC p50 <=
-0.5 ms, Recommend p50 <= 10 ms."""
+0.5 ms, Recommend p50 <= 10 ms. Beside the gRPC round trip, the floor under it: a bare grpcio server (no
+interceptor, no admission) whose handler returns a Fit answer computed beforehand — what any Python gRPC service
+costs on this machine before it does anything."""
 
 from __future__ import annotations
 
@@ -54,6 +56,23 @@ def main() -> None:
     rpc_s = time_calls(lambda: stub.Fit(request), 2000)
     rows.append(["fit over gRPC (loopback)", len(rpc_s), f"{pct(rpc_s, 50) * 1e3:.2f} ms",
                  f"{pct(rpc_s, 99) * 1e3:.2f} ms", "<= 0.5 ms"])
+
+    answer = planner_pb2.FitResponse.FromString(stub.Fit(request).SerializeToString())
+
+    class Canned(planner_pb2_grpc.PlannerServiceServicer):
+        def Fit(self, request, context):  # noqa: N802
+            return answer
+
+    bare = grpc.server(ThreadPoolExecutor(CLIENT_THREADS))
+    planner_pb2_grpc.add_PlannerServiceServicer_to_server(Canned(), bare)
+    bare_port = bare.add_insecure_port("127.0.0.1:0")
+    bare.start()
+    with grpc.insecure_channel(f"127.0.0.1:{bare_port}") as bare_channel:
+        bare_stub = planner_pb2_grpc.PlannerServiceStub(bare_channel)
+        floor_s = time_calls(lambda: bare_stub.Fit(request), 2000)
+    bare.stop(0)
+    rows.append(["the floor: bare grpcio server, canned answer", len(floor_s), f"{pct(floor_s, 50) * 1e3:.2f} ms",
+                 f"{pct(floor_s, 99) * 1e3:.2f} ms", "what grpcio itself costs here"])
 
     workload = Workload(dataset_tokens=10_000_000)
     rec_s = time_calls(lambda: recommend(model, t, workload, Constraints(), catalog), 30, warmup=3)

@@ -93,22 +93,24 @@ class Admission:
 
     def __init__(self, slots_by_pool: Mapping[str, int], max_admitted: int) -> None:
         self._slots = {pool: FifoSlots(n) for pool, n in slots_by_pool.items()}
+        self._gauges = {pool: (metrics.EXPENSIVE_CALLS.labels(pool, "waiting"),
+                               metrics.EXPENSIVE_CALLS.labels(pool, "computing")) for pool in slots_by_pool}
         self._lock = threading.Lock()
         self._admitted = 0
         self._limit = max_admitted
 
     def run(self, context: grpc.ServicerContext, pool: str, fn: Callable[[], Any]) -> Any:
-        slots = self._slots[pool]
+        slots, (waiting, computing) = self._slots[pool], self._gauges[pool]
         with self._lock:
             if self._admitted >= self._limit:
                 raise ExhaustedError(f"the server is at capacity ({self._limit} expensive calls running or "
                                      "waiting); retry with backoff")
             self._admitted += 1
         try:
-            with metrics.EXPENSIVE_CALLS.labels(pool, "waiting").track_inprogress():
+            with waiting.track_inprogress():
                 slots.acquire(caller_gone(context))
             try:
-                with metrics.EXPENSIVE_CALLS.labels(pool, "computing").track_inprogress():
+                with computing.track_inprogress():
                     return fn()
             finally:
                 slots.release()

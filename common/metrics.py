@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
@@ -28,9 +29,17 @@ SERVING_PROCESSES = Gauge("tunefleet_serving_processes", "server processes servi
                           multiprocess_mode="livesum")
 
 
+# Each (method, code)'s counter and histogram, looked up once: `labels()` takes a lock and validates on every call.
+# Bounded: methods are the registered ones (an unknown method is counted as "unknown"), codes gRPC's.
+_RPC_CHILDREN: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
 def observe_rpc(method: str, code: str, duration_s: float) -> None:
-    RPC_TOTAL.labels(method, code).inc()
-    RPC_LATENCY_S.labels(method).observe(duration_s)
+    children = _RPC_CHILDREN.get((method, code))
+    if children is None:
+        children = _RPC_CHILDREN[(method, code)] = (RPC_TOTAL.labels(method, code), RPC_LATENCY_S.labels(method))
+    children[0].inc()
+    children[1].observe(duration_s)
 
 
 def start_metrics_server(address: str, multiprocess_dir: str = "") -> tuple[WSGIServer, int]:

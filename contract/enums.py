@@ -32,6 +32,10 @@ def proto_table(domain: type[E], proto_enum: Any, prefix: str) -> dict[E, int]:
     return {domain[name]: value for name, value in named.items()}
 
 
+# Each table read backwards (proto value -> member), built on first use: tables are module constants.
+_BACKWARDS: dict[int, dict[int, Any]] = {}
+
+
 @overload
 def from_proto(table: dict[E, int], value: int, default: E, field: str) -> E: ...
 
@@ -44,8 +48,11 @@ def from_proto(table: dict[E, int], value: int, default: E | None, field: str) -
     """The domain member of a proto value (0, unset: the default); InvalidFieldError naming the field otherwise."""
     if value == 0:
         return default
-    for member, proto in table.items():
-        if proto == value:
-            return member
-    raise InvalidFieldError(field, f"unknown enum value {value}; use one of "
-                                   f"{', '.join(m.value for m in table)}")
+    backwards = _BACKWARDS.get(id(table))
+    if backwards is None:
+        backwards = _BACKWARDS[id(table)] = {proto: member for member, proto in table.items()}
+    member: E | None = backwards.get(value)
+    if member is None:
+        raise InvalidFieldError(field, f"unknown enum value {value}; use one of "
+                                       f"{', '.join(m.value for m in table)}")
+    return member

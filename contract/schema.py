@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
+from typing import Any
 
 from contract.errors import InvalidFieldError
 from contract.limits import MAX_TOKENS_PER_MICRO_BATCH
@@ -98,6 +98,20 @@ def _positive(field_name: str, value: int | float) -> None:
         raise InvalidFieldError(field_name, f"must be greater than 0, got {value}")
 
 
+def _hash_once(self: Any) -> int:
+    """Specs key the planner's caches: a frozen value is hashed once, not field by field at every lookup."""
+    cached: int | None = self.__dict__.get("_hash")
+    if cached is None:
+        cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+        object.__setattr__(self, "_hash", cached)
+    return cached
+
+
+def _without_hash(self: Any) -> dict[str, object]:
+    """Pickled without the cached hash: string hashes differ between processes."""
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
 @dataclass(frozen=True)
 class VisionTower:
     """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger."""
@@ -138,6 +152,9 @@ class Architecture:
     rotary_dims: int = 0  # dimensions of each head RoPE turns (Phi: partial_rotary_factor); 0 means all
     residual_dropout: float = 0.0  # dropout on the attention and MLP outputs while training (Phi: resid_pdrop)
     shared_expert_intermediate_size: int = 0  # a mixture of experts' always-on expert (Qwen2-MoE); 0 for none
+
+    __hash__ = _hash_once
+    __getstate__ = _without_hash
 
     def __post_init__(self) -> None:
         prefix = "model.architecture"
@@ -191,6 +208,9 @@ class ModelSpec:
     weights: str = ""
     source: str = ""
     note: str = ""  # how the planner read it, when that is an approximation (shown with every answer)
+
+    __hash__ = _hash_once
+    __getstate__ = _without_hash
 
 
 @dataclass(frozen=True)
@@ -260,17 +280,8 @@ class TrainingSpec:
     freeze_trainable_layers: int = 0
     dpo: DpoSpec = field(default_factory=DpoSpec)
 
-    def __hash__(self) -> int:
-        """Specs key the planner's caches: hashed once (a frozen value), not field by field at every lookup."""
-        cached: int | None = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash(_TRAINING_SPEC_FIELDS(self))
-            object.__setattr__(self, "_hash", cached)
-        return cached
-
-    def __getstate__(self) -> dict[str, object]:
-        """Pickled without the cached hash: string hashes differ between processes."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    __hash__ = _hash_once
+    __getstate__ = _without_hash
 
     def __post_init__(self) -> None:
         _positive("training.micro_batch_size", self.micro_batch_size)
@@ -330,8 +341,6 @@ class TrainingSpec:
         return self.micro_batch_size * self.sequences_per_example
 
 
-_TRAINING_SPEC_FIELDS = attrgetter(*(f.name for f in fields(TrainingSpec)))
-
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -353,6 +362,9 @@ class GpuSpec:
     spot_hourly_usd: float = 0.0
     price_source: str = ""
     aliases: tuple[str, ...] = ()
+
+    __hash__ = _hash_once
+    __getstate__ = _without_hash
 
     def runs(self, precision: Precision) -> bool:
         """Whether the GPU computes in this precision: bf16 (mixed or pure) needs bf16 support (Ampere and later)."""
@@ -394,6 +406,9 @@ class Hardware:
     inter_node_bandwidth_bytes_per_s: float = 0.0
     # False: no price on record for this hardware; hourly_usd_per_gpu is 0 and means unknown, not free
     priced: bool = True
+
+    __hash__ = _hash_once
+    __getstate__ = _without_hash
 
     def __post_init__(self) -> None:
         _positive("hardware.gpus_per_node", self.gpus_per_node)

@@ -33,7 +33,10 @@ LOSS = proto_table(Loss, training_pb2.Loss, "LOSS_")
 OBJECTIVE = proto_table(Objective, training_pb2.Objective, "OBJECTIVE_")
 
 
-def training_from_proto(p: training_pb2.TrainingSpec, world_size: int) -> TrainingSpec:
+def training_from_proto(p: training_pb2.TrainingSpec, world_size: int,
+                        default_precision: Precision = Precision.BF16) -> TrainingSpec:
+    """The spec a plan or request asks for, defaults filled in; `default_precision` stands where it names none (the
+    planner picks fp16 for a GPU without bf16)."""
     method: Method = from_proto(METHOD, p.method, Method.LORA, "training.method")
     lora = DEFAULT_LORA
     if p.HasField("lora"):
@@ -51,7 +54,7 @@ def training_from_proto(p: training_pb2.TrainingSpec, world_size: int) -> Traini
         micro_batch_size=p.micro_batch_size or 1,
         sequence_length=p.sequence_length or DEFAULT_SEQUENCE_LENGTH,
         gradient_accumulation_steps=p.gradient_accumulation_steps or 1,
-        precision=from_proto(PRECISION, p.precision, Precision.BF16, "training.precision"),
+        precision=from_proto(PRECISION, p.precision, default_precision, "training.precision"),
         optimizer=from_proto(OPTIMIZER, p.optimizer, Optimizer.ADAMW, "training.optimizer"),
         zero_stage=zero_stage, offload=offload,
         gradient_checkpointing=p.gradient_checkpointing if p.HasField("gradient_checkpointing") else True,

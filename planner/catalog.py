@@ -14,8 +14,14 @@ from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
 from planner.data.prices import PRICES
 from planner.errors import UnknownNameError
+from planner.memo import memo
+
+# Spellings of GPU names kept normalised: every caller names a catalog GPU (a name is at most 256 characters,
+# contract.limits), so a few hundred cover the catalog's names, aliases and their capitalisations.
+GPU_NAME_ENTRIES = 1024
 
 
+@memo(GPU_NAME_ENTRIES)
 def normalise_gpu_name(name: str) -> str:
     """'NVIDIA GeForce RTX 4090' -> 'rtx-4090'; 'A100 80GB' -> 'a100-80gb'."""
     key = name.strip().lower().replace("_", "-").replace(" ", "-")

@@ -17,10 +17,19 @@ from planner.errors import NotFoundError
 from planner.estimate import estimate
 from planner.fit import FitResult, fit
 from planner.inference import InferenceSpec, inference_fit
+from planner.memo import memo
 from planner.plan import build_plan
 from planner.search import half_precision, recommend
 
 DEFAULT_RECOMMEND_LIMIT = 10
+# Fit answers kept, as protos (~1-2 KB each with their notes and band): at most ~8 MB. A key is the resolved model,
+# training and hardware specs (frozen, bounded by contract.limits) and two numbers, never request bytes.
+FIT_ANSWER_ENTRIES = 4096
+
+
+def _auto(precision: int) -> int:
+    """The only thing the answer needs of the request's precision: whether the planner chose it (a note says so)."""
+    return training_pb2.PRECISION_UNSPECIFIED if precision == training_pb2.PRECISION_UNSPECIFIED else -1
 
 
 class Planner:
@@ -31,9 +40,7 @@ class Planner:
                  hardware: hardware_pb2.HardwareSpec) -> tuple[ModelSpec, TrainingSpec, Hardware]:
         m = convert.model_from_proto(model, self.catalog)
         hw = convert.hardware_from_proto(hardware, self.catalog)
-        t = training_spec.training_from_proto(training, hw.world_size)
-        if training.precision == training_pb2.PRECISION_UNSPECIFIED:
-            t = replace(t, precision=half_precision(hw.gpu))
+        t = training_spec.training_from_proto(training, hw.world_size, default_precision=half_precision(hw.gpu))
         convert.validate_against_model(t, m)
         return m, t, hw
 
@@ -44,21 +51,28 @@ class Planner:
                                             "(loss scaling)", *result.notes))
         return result
 
+    @memo(FIT_ANSWER_ENTRIES)
+    def _fit_answer(self, m: ModelSpec, t: TrainingSpec, hw: Hardware, precision: int,
+                    margin_fraction: float) -> plan_pb2.FitResult:
+        """A Fit's answer as the proto it is sent as: computed and converted once per question, then reused (the
+        caller copies it into its response)."""
+        return convert.fit_to_proto(self._fit(m, t, hw, precision, margin_fraction))
+
     def fit(self, request: planner_pb2.FitRequest) -> planner_pb2.FitResponse:
         m, t, hw = self._resolve(request.model, request.training, request.hardware)
         if request.HasField("inference"):
             spec = InferenceSpec(request.inference.batch_size, request.inference.context_tokens)
             return planner_pb2.FitResponse(result=convert.fit_to_proto(
                 inference_fit(m, t, hw, self.catalog, spec, request.margin_fraction)))
-        result = self._fit(m, t, hw, request.training.precision, request.margin_fraction)
-        return planner_pb2.FitResponse(result=convert.fit_to_proto(result))
+        return planner_pb2.FitResponse(result=self._fit_answer(m, t, hw, _auto(request.training.precision),
+                                                               request.margin_fraction))
 
     def estimate(self, request: planner_pb2.EstimateRequest) -> planner_pb2.EstimateResponse:
         m, t, hw = self._resolve(request.model, request.training, request.hardware)
         workload = convert.workload_from_proto(request.workload)
-        result = self._fit(m, t, hw, request.training.precision, request.margin_fraction)
-        return planner_pb2.EstimateResponse(fit=convert.fit_to_proto(result),
-                                            estimate=convert.estimate_to_proto(estimate(m, t, hw, workload)))
+        return planner_pb2.EstimateResponse(
+            fit=self._fit_answer(m, t, hw, _auto(request.training.precision), request.margin_fraction),
+            estimate=convert.estimate_to_proto(estimate(m, t, hw, workload)))
 
     def recommend(self, request: planner_pb2.RecommendRequest,
                   should_stop: Callable[[], bool] = lambda: False) -> planner_pb2.RecommendResponse:

@@ -102,3 +102,27 @@ def test_a_spec_replaced_by_one_field_is_another_key() -> None:
     t = TrainingSpec(method=Method.LORA)
     assert hash(replace(t, micro_batch_size=1)) == hash(t)
     assert {t: 1}.get(replace(t, lora=replace(t.lora, rank=t.lora.rank * 2))) is None
+
+
+def test_the_service_answers_a_fit_the_same_cold_and_warm_and_a_caller_cannot_change_the_kept_answer() -> None:
+    from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, training_pb2
+
+    from planner.service import Planner
+
+    planner = Planner(CATALOG)
+    requests = [planner_pb2.FitRequest(model=model_pb2.ModelRef(catalog_name=name),
+                                       training=training_pb2.TrainingSpec(method=method, micro_batch_size=mb),
+                                       hardware=hardware_pb2.HardwareSpec(gpu=gpu), margin_fraction=margin)
+                for name in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-0.5B")
+                for method in (training_pb2.METHOD_LORA, training_pb2.METHOD_FULL)
+                for gpu, mb, margin in (("t4", 1, 0.0), ("a100-80gb", 4, 0.1))]  # t4: fp16 chosen, with its note
+    cold = []
+    for request in requests:
+        memo.clear()
+        cold.append(planner.fit(request).SerializeToString(deterministic=True))
+    for request, answer in zip(requests, cold, strict=True):
+        warm = planner.fit(request)
+        assert warm.SerializeToString(deterministic=True) == answer
+        warm.result.notes.append("a caller's own edit")
+        warm.result.per_gpu.total_bytes += 1
+        assert planner.fit(request).SerializeToString(deterministic=True) == answer
