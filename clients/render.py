@@ -11,7 +11,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from tunefleet.v1 import model_pb2, plan_pb2, planner_pb2, training_pb2
 
-from common.units import gib
+from common.units import GiB, gib
 
 _INT_TYPES = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT32,
               FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64}
@@ -143,11 +143,13 @@ def rejections_text(r: planner_pb2.RecommendResponse, limit: int) -> str:
 
 
 def hardware_text(r: planner_pb2.ListHardwareResponse) -> str:
-    rows = [(g.name, g.display_name, gib(g.memory_bytes), f"{g.bf16_flops_per_s / 1e12:,.0f}" if g.supports_bf16
+    rows = [(g.name, g.display_name, gib(g.memory_bytes), f"{g.marketed_memory_bytes / GiB:,.0f} GB",
+             f"{g.bf16_flops_per_s / 1e12:,.0f}" if g.supports_bf16
              else f"{g.fp16_flops_per_s / 1e12:,.0f} (fp16)", f"{g.memory_bandwidth_bytes_per_s / 1e9:,.0f}",
              f"${g.on_demand_hourly_usd:.2f}" if g.on_demand_hourly_usd else "-", g.spec_source,
              g.price_source or "-") for g in r.gpus]
-    text = table(rows, ("gpu", "name", "memory", "bf16 TFLOP/s", "GB/s", "$/GPU-h", "spec source", "price source"))
+    text = table(rows, ("gpu", "name", "usable memory", "on the box", "bf16 TFLOP/s", "GB/s", "$/GPU-h",
+                        "spec source", "price source"))
     frows = [(f.name, f.provider, f"{f.gpu_count}x {f.gpu}" if f.gpu_count else "no GPU", gib(f.host_memory_bytes),
               f"${f.hourly_usd:.2f}", f.price_source) for f in r.flavors]
     return text + "\n\n" + table(frows, ("flavor", "provider", "gpus", "host RAM", "$/h", "price source"))

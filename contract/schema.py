@@ -362,6 +362,9 @@ class GpuSpec:
     spot_hourly_usd: float = 0.0
     price_source: str = ""
     aliases: tuple[str, ...] = ()
+    # memory_bytes is what the driver reports (planner.data.usable_memory); this is the size on the box
+    marketed_memory_bytes: int = 0
+    memory_source: str = ""
 
     __hash__ = _hash_once
     __getstate__ = _without_hash

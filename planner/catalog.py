@@ -8,11 +8,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from common.bounds import echo
+from common.units import GiB
 from contract.schema import Flavor, GpuSpec, ModelSpec
 from planner.data.flavors import FLAVORS
 from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
 from planner.data.prices import PRICES
+from planner.data.usable_memory import USABLE_MEMORY
 from planner.errors import UnknownNameError
 from planner.memo import memo
 
@@ -76,7 +78,8 @@ class Catalog:
         index: dict[str, GpuSpec] = self._gpu_index  # type: ignore[attr-defined]
         candidates: tuple[GpuSpec, ...] | None = self._ambiguous_gpus.get(normalise_gpu_name(name))  # type: ignore
         if candidates:
-            listed = ", ".join(f"{g.name} ({g.display_name}, {g.memory_bytes / 2**30:.0f} GB)" for g in candidates)
+            listed = ", ".join(f"{g.name} ({g.display_name}, {g.marketed_memory_bytes / GiB:.0f} GB)"
+                               for g in candidates)
             raise UnknownNameError(field, f"{echo(name)} names {len(candidates)} GPUs: {listed}; give one of them")
         found = index.get(normalise_gpu_name(name))
         if found is None:
@@ -122,7 +125,14 @@ def _with_price(gpu: GpuSpec) -> GpuSpec:
                    price_source=price.source)
 
 
+def _with_usable_memory(gpu: GpuSpec) -> GpuSpec:
+    """The card planned against the memory its driver reports; the data sheet's size is kept for people."""
+    usable = USABLE_MEMORY[gpu.name]
+    source = usable.source + (f"; {usable.note}" if usable.note else "")
+    return replace(gpu, memory_bytes=usable.total_bytes, marketed_memory_bytes=gpu.memory_bytes, memory_source=source)
+
+
 @lru_cache(maxsize=1)
 def default_catalog() -> Catalog:
-    return Catalog(gpus=tuple(_with_price(g) for g in GPUS), flavors=FLAVORS, models=MODELS,
+    return Catalog(gpus=tuple(_with_usable_memory(_with_price(g)) for g in GPUS), flavors=FLAVORS, models=MODELS,
                    model_aliases=dict(ALIASES))

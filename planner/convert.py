@@ -208,7 +208,8 @@ def gpu_to_proto(g: GpuSpec) -> hardware_pb2.GpuSpec:
         interconnect=INTERCONNECT[g.interconnect],
         interconnect_bandwidth_bytes_per_s=g.interconnect_bandwidth_bytes_per_s,
         supports_bf16=g.supports_bf16, on_demand_hourly_usd=g.on_demand_hourly_usd, spot_hourly_usd=g.spot_hourly_usd,
-        spec_source=g.spec_source, price_source=g.price_source, aliases=list(g.aliases))
+        spec_source=g.spec_source, price_source=g.price_source, aliases=list(g.aliases),
+        marketed_memory_bytes=g.marketed_memory_bytes, memory_source=g.memory_source)
 
 
 def flavor_to_proto(f: Flavor) -> hardware_pb2.Flavor:

@@ -19,7 +19,7 @@ INTERCONNECT_NVLINK: Interconnect
 INTERCONNECT_INFINITY_FABRIC: Interconnect
 
 class GpuSpec(_message.Message):
-    __slots__ = ("name", "display_name", "vendor", "architecture", "memory_bytes", "bf16_flops_per_s", "fp16_flops_per_s", "fp32_flops_per_s", "memory_bandwidth_bytes_per_s", "interconnect", "interconnect_bandwidth_bytes_per_s", "supports_bf16", "on_demand_hourly_usd", "spot_hourly_usd", "spec_source", "price_source", "aliases")
+    __slots__ = ("name", "display_name", "vendor", "architecture", "memory_bytes", "bf16_flops_per_s", "fp16_flops_per_s", "fp32_flops_per_s", "memory_bandwidth_bytes_per_s", "interconnect", "interconnect_bandwidth_bytes_per_s", "supports_bf16", "on_demand_hourly_usd", "spot_hourly_usd", "spec_source", "price_source", "aliases", "marketed_memory_bytes", "memory_source")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     VENDOR_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,8 @@ class GpuSpec(_message.Message):
     SPEC_SOURCE_FIELD_NUMBER: _ClassVar[int]
     PRICE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     ALIASES_FIELD_NUMBER: _ClassVar[int]
+    MARKETED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     display_name: str
     vendor: str
@@ -54,7 +56,9 @@ class GpuSpec(_message.Message):
     spec_source: str
     price_source: str
     aliases: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., vendor: _Optional[str] = ..., architecture: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., bf16_flops_per_s: _Optional[float] = ..., fp16_flops_per_s: _Optional[float] = ..., fp32_flops_per_s: _Optional[float] = ..., memory_bandwidth_bytes_per_s: _Optional[float] = ..., interconnect: _Optional[_Union[Interconnect, str]] = ..., interconnect_bandwidth_bytes_per_s: _Optional[float] = ..., supports_bf16: _Optional[bool] = ..., on_demand_hourly_usd: _Optional[float] = ..., spot_hourly_usd: _Optional[float] = ..., spec_source: _Optional[str] = ..., price_source: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ...) -> None: ...
+    marketed_memory_bytes: int
+    memory_source: str
+    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., vendor: _Optional[str] = ..., architecture: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., bf16_flops_per_s: _Optional[float] = ..., fp16_flops_per_s: _Optional[float] = ..., fp32_flops_per_s: _Optional[float] = ..., memory_bandwidth_bytes_per_s: _Optional[float] = ..., interconnect: _Optional[_Union[Interconnect, str]] = ..., interconnect_bandwidth_bytes_per_s: _Optional[float] = ..., supports_bf16: _Optional[bool] = ..., on_demand_hourly_usd: _Optional[float] = ..., spot_hourly_usd: _Optional[float] = ..., spec_source: _Optional[str] = ..., price_source: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., marketed_memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ...) -> None: ...
 
 class Flavor(_message.Message):
     __slots__ = ("name", "provider", "gpu", "gpu_count", "host_memory_bytes", "vcpus", "hourly_usd", "price_source")
