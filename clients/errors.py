@@ -43,6 +43,10 @@ class Unauthenticated(TunefleetError):
     pass
 
 
+class PermissionDenied(TunefleetError):
+    """The caller's role does not allow the call; the message names the role it needs."""
+
+
 class ResourceExhausted(TunefleetError):
     """A server limit was hit (too many concurrent calls or watchers); retry later."""
 
@@ -60,6 +64,7 @@ _BY_CODE = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,

@@ -78,6 +78,10 @@ class ExecutorClient:
     def fleet(self, gpu_class: str = "") -> executor_pb2.FleetResponse:
         return self._call("Fleet", executor_pb2.FleetRequest(gpu_class=gpu_class))
 
+    def audit(self, limit: int = 0) -> list[executor_pb2.AuditEntry]:
+        """The fleet's newest audit entries, oldest first (admins only)."""
+        return list(self._call("Audit", executor_pb2.AuditRequest(limit=limit)).entries)
+
     def clear_host(self, host_id: str) -> str:
         """Let a quarantined host take work again; what its quarantine said."""
         return self._call("ClearHost", executor_pb2.ClearHostRequest(host_id=host_id)).quarantine_reason  # type: ignore

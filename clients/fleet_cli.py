@@ -1,5 +1,5 @@
-"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host (ExecutorService over
-gRPC), and worker (run a worker on this host)."""
+"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit (ExecutorService
+over gRPC), and worker (run a worker on this host)."""
 
 from __future__ import annotations
 
@@ -13,20 +13,21 @@ from pathlib import Path
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from clients import connection, fleet_render, render
-from clients.errors import InvalidArgument, NotFound, TunefleetError, Unavailable
+from clients.errors import InvalidArgument, NotFound, PermissionDenied, TunefleetError, Unavailable
 from clients.executor_client import ExecutorClient
 
 DEFAULT_EXECUTOR = "127.0.0.1:50052"
 PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
               "low": executor_pb2.PRIORITY_LOW}
 PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if v}
-COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host")
+COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit")
 # Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED, EXIT_DENIED = range(7)
 _OUTCOME = {progress_pb2.PHASE_DONE: EXIT_OK, progress_pb2.PHASE_FAILED: EXIT_FAILED,
             progress_pb2.PHASE_CANCELLED: EXIT_CANCELLED}
 EXIT_HELP = """exit status: 0 ok (watch: the job is done), 1 the job failed, 2 bad request (the message names the
-field), 3 executor unreachable, 4 no such job (host clear: the host is not quarantined), 5 the job was cancelled."""
+field), 3 executor unreachable, 4 no such job (host clear: the host is not quarantined), 5 the job was cancelled,
+6 your role does not allow it (the message names the role needed)."""
 
 
 def _add_executor_args(p: argparse.ArgumentParser) -> None:
@@ -83,6 +84,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     h.add_argument("action", choices=["clear"])
     h.add_argument("host_id", help="the host's id, as 'tunefleet fleet' lists it")
     _add_executor_args(h)
+    a = sub.add_parser("audit", help="who submitted, cancelled and cleared what (admins)", formatter_class=fmt,
+                       epilog=EXIT_HELP, description="The fleet's audit log, newest last: every Submit, Cancel and "
+                                                     "ClearHost with the principal, its team and role.")
+    a.add_argument("--limit", type=int, default=100, help="the newest this many entries (default %(default)s)")
+    _add_executor_args(a)
 
 
 def _read_plan(path: Path) -> plan_pb2.Plan:
@@ -163,6 +169,11 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
               + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
                                                                        "within a second)"))
         return EXIT_OK
+    if a.command == "audit":
+        entries = client.audit(a.limit)
+        print(json.dumps([render.to_dict(e) for e in entries], indent=1) if a.json
+              else fleet_render.audit_text(entries))
+        return EXIT_OK
     if a.command == "host":
         reason = client.clear_host(a.host_id)
         print(json.dumps({"host_id": a.host_id, "cleared": reason}) if a.json else
@@ -188,6 +199,9 @@ def main(a: argparse.Namespace, recommended: PlanSource) -> int:
     except NotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    except PermissionDenied as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_DENIED
     except Unavailable as exc:
         print(f"error: executor at {a.executor} is unavailable ({exc}); start it with 'tunefleet serve executor' "
               "or pass --executor host:port", file=sys.stderr)

@@ -27,13 +27,21 @@ def _ago(job: executor_pb2.Job) -> str:
 
 
 def jobs_text(jobs: Iterable[executor_pb2.Job]) -> str:
-    rows = [(j.job_id, phase_name(j.phase), j.queue, j.host_id or "-",
+    rows = [(j.job_id, phase_name(j.phase), j.team or "-", j.queue, j.host_id or "-",
              f"{j.last_event.step}/{j.last_event.total_steps}" if j.last_event.total_steps else "-", _ago(j),
              (j.error or j.last_event.message).splitlines()[0][:60] if (j.error or j.last_event.message) else "")
             for j in jobs]
     if not rows:
         return "no jobs"
-    return table(rows, ("job", "phase", "queue", "host", "step", "submitted (UTC)", "last message"))
+    return table(rows, ("job", "phase", "team", "queue", "host", "step", "submitted (UTC)", "last message"))
+
+
+def audit_text(entries: Iterable[executor_pb2.AuditEntry]) -> str:
+    rows = [(e.time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"), e.principal, e.team, e.role, e.action, e.target,
+             e.detail.splitlines()[0][:60] if e.detail else "") for e in entries]
+    if not rows:
+        return "no audit entries"
+    return table(rows, ("time (UTC)", "principal", "team", "role", "action", "target", "detail"))
 
 
 def _error(measured: float, predicted: float) -> str:

@@ -1,9 +1,8 @@
-"""Bearer-token authentication for both servers, with denied calls logged at a bounded rate."""
+"""Bearer-token authentication for both servers (tokens looked up among the identities, common.identity), with
+denied calls logged at a bounded rate."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +13,8 @@ import structlog
 
 from common import metrics
 from common.bounds import echo
+from common.errors import DeniedError
+from common.identity import UNAUTHENTICATED_ADMIN, Identities, Identity
 
 log = structlog.get_logger("tunefleet.auth")
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
@@ -40,13 +41,21 @@ class Sampled:
             return count
 
 
-def caller_id(metadata: object) -> str:
-    """Who is calling, as far as a bearer token tells: "token-" and 12 hex digits of its SHA-256 (the token
-    itself is never stored or logged), or "anonymous" when the call carries none."""
+def bearer_token(metadata: object) -> str:
+    """The token of `authorization: Bearer <token>` metadata; '' when the call carries none."""
     given = dict(metadata or ()).get("authorization", "")  # type: ignore[call-overload]
-    if not given:
-        return "anonymous"
-    return "token-" + hashlib.sha256(given.removeprefix("Bearer ").encode()).hexdigest()[:12]
+    return str(given).removeprefix("Bearer ")
+
+
+def caller(identities: Identities | None, metadata: object) -> Identity:
+    """Who is calling. On a server without authentication every caller is its admin; with it, the interceptor has
+    let only known tokens in."""
+    if identities is None:
+        return UNAUTHENTICATED_ADMIN
+    found = identities.lookup(bearer_token(metadata))
+    if found is None:  # the file changed between the interceptor's look and this one
+        raise DeniedError("this token is no longer in the server's identities; ask an admin of the fleet")
+    return found
 
 
 # At most one "denied" log line per this many seconds (with the number of denials it covers).
@@ -54,19 +63,18 @@ DENIED_LOG_INTERVAL_S = 10.0
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects calls without `authorization: Bearer <token>` (logged, rate-limited); health checks stay open."""
+    """Rejects calls whose `authorization: Bearer <token>` is missing or not one of the server's identities (logged,
+    rate-limited); health checks stay open. Tokens are compared by their SHA-256 (common.identity)."""
 
-    def __init__(self, token: str) -> None:
-        if not token:
-            raise ValueError("an empty bearer token would let every call in")
-        self._expected = f"Bearer {token}".encode()
+    def __init__(self, identities: Identities) -> None:
+        self._identities = identities
         self._denied = Sampled(DENIED_LOG_INTERVAL_S)
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         if details.method.startswith(HEALTH_PREFIX):
             return continuation(details)
         given = dict(details.invocation_metadata or ()).get("authorization", "")
-        if hmac.compare_digest(given.encode(), self._expected):
+        if given.startswith("Bearer ") and self._identities.lookup(given.removeprefix("Bearer ")) is not None:
             return continuation(details)
         handler = continuation(details)
         denied = self._denied.due()

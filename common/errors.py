@@ -28,6 +28,10 @@ class PreconditionError(Exception):
     """The request is valid but the system's state forbids it now (FAILED_PRECONDITION)."""
 
 
+class DeniedError(Exception):
+    """The caller is known but its role does not allow the call (PERMISSION_DENIED); says which role it needs."""
+
+
 class ExhaustedError(Exception):
     """A limit was hit (RESOURCE_EXHAUSTED)."""
 

@@ -133,7 +133,8 @@ def serve_processes(name: str, workers: int, target: WorkerMain, address: str, o
             probes, probe_port = health_server(health_address, statuses, options) if health_address else (None, 0)
             statuses.set("", health_pb2.HealthCheckResponse.SERVING)
             log.info(f"{name}.serving", port=port, workers=workers, tls=bool(options.tls_cert_chain),
-                     auth=bool(options.token), metrics_port=metrics_port or None, health_port=probe_port or None)
+                     auth=options.accepted() is not None, metrics_port=metrics_port or None,
+                     health_port=probe_port or None)
             while not stop.wait(SUPERVISE_INTERVAL_S):
                 for i, worker in enumerate(running):
                     if not worker.process.is_alive():

@@ -23,7 +23,16 @@ from common import metrics
 from common.admission import Admission, StreamGate
 from common.auth import HEALTH_PREFIX, BearerTokenInterceptor
 from common.bounds import Bounds, echo
-from common.errors import AbandonedError, ExhaustedError, FieldError, MissingError, PreconditionError, UnavailableError
+from common.errors import (
+    AbandonedError,
+    DeniedError,
+    ExhaustedError,
+    FieldError,
+    MissingError,
+    PreconditionError,
+    UnavailableError,
+)
+from common.identity import Identities
 from common.threads import DEFAULT_IDLE_S, ElasticThreadPool
 
 log = structlog.get_logger("tunefleet.rpc")
@@ -58,6 +67,7 @@ def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusC
                         [error_details_pb2.BadRequest(field_violations=[violation])]),
                 grpc.StatusCode.INVALID_ARGUMENT, message)
     for category, code, proto_code in ((MissingError, grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
+                                       (DeniedError, grpc.StatusCode.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED),
                                        (PreconditionError, grpc.StatusCode.FAILED_PRECONDITION,
                                         code_pb2.FAILED_PRECONDITION),
                                        (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -248,9 +258,16 @@ class ServerOptions:
     # Whether other processes may bind the same port (common.processes). Off, a second server on a taken port fails
     # to start instead of silently sharing it (gRPC turns SO_REUSEPORT on unless told otherwise).
     reuse_port: bool = False
-    token: str = ""
+    token: str = ""  # one bearer token, the fleet's admin (--token-file); `identities` instead for teams
+    identities: Identities | None = None  # principals, teams and roles (--auth-file)
     tls_cert_chain: bytes = b""
     tls_private_key: bytes = b""
+
+    def accepted(self) -> Identities | None:
+        """Who may call; None: anyone, as the fleet's admin (no authentication)."""
+        if self.identities is not None:
+            return self.identities
+        return Identities.single_admin(self.token) if self.token else None
 
 
 def build_server(address: str, register: Callable[[grpc.Server], None], service_names: list[str],
@@ -267,8 +284,9 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
     pool = ElasticThreadPool(options.max_workers, options.thread_idle_s, "rpc")
     interceptors: list[grpc.ServerInterceptor] = [RequestContextInterceptor(
         bounds, admission, expensive, streams, lambda: pool.load, options.max_concurrent_rpcs)]
-    if options.token:
-        interceptors.insert(0, BearerTokenInterceptor(options.token))
+    identities = options.accepted()
+    if identities is not None:
+        interceptors.insert(0, BearerTokenInterceptor(identities))
     # gRPC's own limit is a backstop above the interceptor's, whose refusals the metrics count.
     server = grpc.server(pool, interceptors=interceptors,
                          maximum_concurrent_rpcs=options.max_concurrent_rpcs * BACKSTOP_FACTOR + BACKSTOP_ROOM,

@@ -15,6 +15,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health
 
+from common.identity import Identities, IdentitiesError
 from common.log import configure_logging
 from common.metrics import SERVING_PROCESSES, metrics_endpoint
 from common.rpc import RESERVED_WORKERS, ServerOptions, health_server, shutdown
@@ -35,7 +36,10 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_address: str, 
     parser.add_argument("--address", default=default_address,
                         help="host:port to bind; port 0 picks a free one (default %(default)s)")
     parser.add_argument("--token-file", type=Path, help="require 'authorization: Bearer <token>' with this token "
-                        f"(or set {TOKEN_ENV})")
+                        f"(or set {TOKEN_ENV}): one caller, the fleet's admin")
+    parser.add_argument("--auth-file", type=Path,
+                        help="identities: a TOML file of [[identity]] tables (principal, team, role viewer / "
+                             "submitter / admin, token_sha256), reloaded when it changes; instead of --token-file")
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS with --tls-key")
     parser.add_argument("--tls-key", type=Path, help="PEM private key")
     parser.add_argument("--threads", type=int, default=threads,
@@ -64,7 +68,16 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
         except OSError as e:
             parser.error(f"{flag} {path}: {e.strerror}")
 
-    token = os.environ.get(TOKEN_ENV, "")
+    identities = None
+    if args.auth_file:
+        if args.token_file:
+            parser.error("give --auth-file or --token-file, not both (an admin in the auth file does what the token "
+                         "file's token did)")
+        try:
+            identities = Identities.from_file(args.auth_file)
+        except IdentitiesError as e:
+            parser.error(f"--auth-file: {e}")
+    token = "" if identities else os.environ.get(TOKEN_ENV, "")
     if args.token_file:
         token = read("--token-file", args.token_file).decode().strip()
         if not token:
@@ -77,6 +90,7 @@ def server_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
     if not 0 <= args.drain_delay_s <= MAX_DRAIN_DELAY_S:
         parser.error(f"--drain-delay-s must be between 0 and {MAX_DRAIN_DELAY_S}")
     return ServerOptions(max_workers=args.threads, max_concurrent_rpcs=max_concurrent_rpcs, token=token,
+                         identities=identities,
                          compute_slots=args.compute_slots, tls_cert_chain=read("--tls-cert", args.tls_cert),
                          tls_private_key=read("--tls-key", args.tls_key))
 
@@ -103,7 +117,7 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
             return EXIT_CANNOT_SERVE
         server.start()
         probes, probe_port = health_server(health_address, health_servicer, options) if health_address else (None, 0)
-        log.info(f"{name}.serving", port=port, tls=bool(options.tls_cert_chain), auth=bool(options.token),
+        log.info(f"{name}.serving", port=port, tls=bool(options.tls_cert_chain), auth=options.accepted() is not None,
                  metrics_port=metrics_port or None, health_port=probe_port or None)
         SERVING_PROCESSES.inc()
         on_serving(port)

@@ -5,8 +5,8 @@ Keys: fleet.keys (the table of every key).
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s, submitter, fence (fencing token, fleet.leases), infra_failures (hosts lost while running it), retry_at_ms,
-retry_reason, preempt_requested, preempted_for.
+timeout_s, submitter (a principal), team, fence (fencing token, fleet.leases), infra_failures (hosts lost while
+running it), retry_at_ms, retry_reason, preempt_requested, preempted_for.
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -68,7 +68,8 @@ class NewJob:
     gpus: int
     timeout_s: int
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
-    submitter: str = ""  # who submitted it (fleet.lifecycle caps what one caller may keep queued)
+    submitter: str = ""  # the principal who submitted it (fleet.lifecycle caps what one caller may keep queued)
+    team: str = ""  # the team it belongs to: who may see and cancel it, and the per-team cap
 
     def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
         """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""
@@ -78,7 +79,8 @@ class NewJob:
                 "finished_at_ms": 0, "host_id": "", "error": "", "log_path": "", "output_dir": "",
                 "last_event": b"", "last_sequence": 0, "cancel_requested": 0, "fence": 0,
                 "infra_failures": 0, "retry_at_ms": 0, "preempt_requested": 0, "preempted_for": "",
-                "events_max_len": self.events_max_len, "timeout_s": self.timeout_s, "submitter": self.submitter}
+                "events_max_len": self.events_max_len, "timeout_s": self.timeout_s, "submitter": self.submitter,
+                "team": self.team}
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class StopRequests:
 
 # What a Job without its plan shows (List), first the field that says whether the record exists at all.
 SUMMARY_FIELDS = ("schema", "phase", "priority", "queue", "gpu_class", "host_id", "submitted_at_ms", "started_at_ms",
-                  "finished_at_ms", "error", "log_path", "output_dir", "infra_failures", "last_event", "feedback")
+                  "finished_at_ms", "error", "log_path", "output_dir", "infra_failures", "last_event", "feedback",
+                  "team", "submitter")
 
 
 def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
@@ -101,7 +104,8 @@ def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool 
         queue=_text(record, "queue"), host_id=_text(record, "host_id"),
         submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
         log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"),
-        infra_failures=_int(record, "infra_failures"))
+        infra_failures=_int(record, "infra_failures"), team=_text(record, "team"),
+        submitter=_text(record, "submitter"))
     if _int(record, "started_at_ms"):
         job.started_at.CopyFrom(_timestamp(_int(record, "started_at_ms")))
     if _int(record, "finished_at_ms"):

@@ -22,8 +22,11 @@
                                                   admin's ClearHost, else expires after 30 days
     tunefleet:v1:gang:<job_id>            hash    a multi-node job's gang (fields: fleet.gangs)     fleet.gangs
     tunefleet:v1:gang:<job_id>:node:<k>   string  "<host_id>:<fence>" while member k lives          fleet.gangs
-    tunefleet:v1:submitter:<id>           set     job ids a caller submitted that may still be      fleet.lifecycle
-                                                  queued (pruned when counted); the per-caller cap
+    tunefleet:v1:submitter:<owner>        set     job ids an owner ("principal:<name>" or           fleet.lifecycle
+                                                  "team:<name>") submitted that may still be queued
+                                                  (pruned when counted); the per-caller and per-team
+                                                  caps
+    tunefleet:v1:audit                    stream  who did what: Cancel, ClearHost, Submit (capped)  fleet.audit
     rq:queue:tunefleet.<class>.<tier>     list    rq's queues, one per GPU class and tier           fleet.queues
 """
 
@@ -35,6 +38,7 @@ RUNNING_SET = PREFIX + "running"
 RETRYING = PREFIX + "retrying"
 POLICY = PREFIX + "policy"
 HOSTS_INDEX = PREFIX + "hosts"
+AUDIT_STREAM = PREFIX + "audit"
 
 
 def job_key(job_id: str) -> str:

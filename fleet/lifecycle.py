@@ -9,9 +9,11 @@ from typing import Any
 import redis
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from common.identity import Identity
 from contract.errors import PlanError
 from contract.progress import TERMINAL_PHASES, new_event
 from fleet import queues
+from fleet.audit import AuditLog
 from fleet.errors import QueueFullError
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
@@ -25,19 +27,25 @@ class Lifecycle:
         self.events = EventLog(connection)
         self.queues = queues.JobQueues(connection)
 
-    def submit(self, new: NewJob, max_queued: int = 0) -> tuple[executor_pb2.Job, bool]:
+    def submit(self, new: NewJob, max_queued: int = 0, max_queued_per_team: int = 0,
+               audit: AuditLog | None = None, who: Identity | None = None) -> tuple[executor_pb2.Job, bool]:
         """Create the job and queue it; (the job, True). The same plan again: (the existing job, False);
         PlanError when its id is taken by another plan; QueueFullError when its submitter already has
-        `max_queued` jobs waiting (0: no cap). Concurrent Submits of one caller may pass the cap by as many
-        calls as run at once (the count is read before the transaction)."""
+        `max_queued` jobs waiting, or its team `max_queued_per_team` (0: no cap). Concurrent Submits of one caller
+        may pass a cap by as many calls as run at once (the count is read before the transaction). A created job
+        is recorded in the audit log as `who`'s, in the same transaction."""
         plan = new.plan
         key = job_key(plan.plan_id)
-        if max_queued and not self.redis.exists(key):
-            waiting = self.waiting_of(new.submitter, max_queued)
-            if waiting >= max_queued:
-                raise QueueFullError(f"{new.submitter or 'this caller'} already has {waiting:,} jobs waiting in "
-                                     f"the fleet, the most one caller may queue (--max-queued-per-caller "
-                                     f"{max_queued:,}); wait for some to start, or cancel queued ones")
+        owners = (f"principal:{new.submitter}", f"team:{new.team}")
+        if not self.redis.exists(key):
+            for owner, cap, what, flag in ((owners[0], max_queued, new.submitter or "this caller",
+                                            "--max-queued-per-caller"),
+                                           (owners[1], max_queued_per_team, f"team {new.team}",
+                                            "--max-queued-per-team")):
+                waiting = self.waiting_of(owner, cap) if cap else 0
+                if cap and waiting >= cap:
+                    raise QueueFullError(f"{what} already has {waiting:,} jobs waiting in the fleet, the most it may "
+                                         f"queue ({flag} {cap:,}); wait for some to start, or cancel queued ones")
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
@@ -54,7 +62,10 @@ class Lifecycle:
                     pipe.multi()
                     pipe.hset(key, mapping=new.fields(submitted))
                     pipe.zadd(JOBS_INDEX, {plan.plan_id: submitted})
-                    pipe.sadd(submitter_key(new.submitter), plan.plan_id)
+                    for owner in owners:
+                        pipe.sadd(submitter_key(owner), plan.plan_id)
+                    if audit is not None and who is not None:
+                        audit.record(who, "submit", plan.plan_id, f"on {new.queue}", pipeline=pipe)
                     self.events.publish(new_event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
                                                   message=f"queued on {new.queue}"), pipeline=pipe)
                     self.queues.enqueue(plan.plan_id, new.queue, new.timeout_s, pipeline=pipe)
@@ -76,9 +87,11 @@ class Lifecycle:
             self.redis.srem(key, *gone)
         return len(waiting)
 
-    def cancel(self, job_id: str, reason: str) -> executor_pb2.Job:
+    def cancel(self, job_id: str, reason: str, audit: AuditLog | None = None,
+               who: Identity | None = None) -> executor_pb2.Job:
         """A queued job leaves its queue as CANCELLED; a running one is asked to stop (its worker records the
-        end); a finished one is left as it is. Returns the job; JobNotFoundError for an unknown id."""
+        end); a finished one is left as it is. Returns the job; JobNotFoundError for an unknown id. The Cancel is
+        recorded in the audit log as `who`'s, in the same transaction."""
         key = job_key(job_id)
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
@@ -99,6 +112,8 @@ class Lifecycle:
                             message=f"cancelled before it started{': ' + reason if reason else ''}"), pipeline=pipe)
                     elif phase in RUNNING_PHASES:
                         pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
+                    if audit is not None and who is not None:
+                        audit.record(who, "cancel", job_id, reason, pipeline=pipe)
                     pipe.execute()
                     break
                 except redis.WatchError:

@@ -12,7 +12,7 @@ import redis
 
 from common.serve import add_server_arguments, run_until_signalled, server_options
 from executor.service.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
-from executor.service.servicer import DEFAULT_MAX_QUEUED_PER_CALLER, ExecutorConfig
+from executor.service.servicer import DEFAULT_MAX_QUEUED_PER_CALLER, DEFAULT_MAX_QUEUED_PER_TEAM, ExecutorConfig
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S
 from fleet import connection
 from fleet.connection import reach
@@ -36,8 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--events-max-len", type=int, default=DEFAULT_EVENTS_MAX_LEN,
                         help="events kept per job stream, oldest trimmed first (default %(default)s)")
     parser.add_argument("--max-queued-per-caller", type=int, default=DEFAULT_MAX_QUEUED_PER_CALLER,
-                        help="jobs one caller (bearer token) may keep waiting; Submit beyond it answers "
-                             "RESOURCE_EXHAUSTED (0: no cap; default %(default)s)")
+                        help="jobs one caller (a principal, or a bearer token) may keep waiting; Submit beyond it "
+                             "answers RESOURCE_EXHAUSTED (0: no cap; default %(default)s)")
+    parser.add_argument("--max-queued-per-team", type=int, default=DEFAULT_MAX_QUEUED_PER_TEAM,
+                        help="jobs one team (--auth-file) may keep waiting, its members' together (0: no cap; "
+                             "default %(default)s)")
     policy = parser.add_argument_group(
         "fleet policy", "stored in the fleet's Redis for every worker and service; a flag left out keeps the "
                         "fleet's current setting")
@@ -57,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.heartbeat_interval_s <= 0 or args.events_max_len < 1 or args.max_queued_per_caller < 0:
-        parser.error("--heartbeat-interval-s must be > 0, --events-max-len >= 1 and --max-queued-per-caller >= 0")
+    if args.heartbeat_interval_s <= 0 or args.events_max_len < 1 or min(args.max_queued_per_caller,
+                                                                        args.max_queued_per_team) < 0:
+        parser.error("--heartbeat-interval-s must be > 0, --events-max-len >= 1 and --max-queued-per-caller and "
+                     "--max-queued-per-team >= 0")
     if (args.retry_limit is not None and args.retry_limit < 0) or \
             (args.retry_backoff_s is not None and not 0 <= args.retry_backoff_s <= MAX_RETRY_BACKOFF_S):
         parser.error(f"--retry-limit must be >= 0 and --retry-backoff-s between 0 and {MAX_RETRY_BACKOFF_S:g}")
@@ -70,7 +75,8 @@ def serve(argv: list[str] | None = None) -> int:
               "--redis URL", file=sys.stderr)
         return 3
     config = ExecutorConfig(heartbeat_interval_s=args.heartbeat_interval_s, events_max_len=args.events_max_len,
-                            policy=fleet_policy, max_queued_per_caller=args.max_queued_per_caller)
+                            policy=fleet_policy, max_queued_per_caller=args.max_queued_per_caller,
+                            max_queued_per_team=args.max_queued_per_team)
     executor = connect(args.redis, config)
     try:
         reach(executor.connection)

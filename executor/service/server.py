@@ -10,8 +10,9 @@ import redis
 from grpc_health.v1 import health, health_pb2
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
-from common.auth import caller_id
+from common.auth import caller
 from common.bounds import Bounds
+from common.identity import Identities, Identity
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
 from contract.limits import PLAN_BOUNDS
 from executor.service.metrics import EVENTS_STREAMED, register_fleet_collector
@@ -42,15 +43,18 @@ def _redis_reachable(executor: Executor, fn: Callable[[Any], Any]) -> Callable[[
 
 
 class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, identities: Identities | None) -> None:
         self._executor = executor
+        self._identities = identities
 
-    def _call(self, fn: Callable[[Any], Any], request: Any, context: grpc.ServicerContext) -> Any:
-        return call_unary(_redis_reachable(self._executor, fn), request, context)
+    def _call(self, fn: Callable[[Any, Identity], Any], request: Any, context: grpc.ServicerContext) -> Any:
+        """One use case, called with the caller's identity."""
+        def with_caller(r: Any) -> Any:
+            return fn(r, caller(self._identities, context.invocation_metadata()))
+        return call_unary(_redis_reachable(self._executor, with_caller), request, context)
 
     def Submit(self, request, context):  # noqa: N802
-        submitter = caller_id(context.invocation_metadata())
-        return self._call(lambda r: self._executor.submit(r, submitter), request, context)
+        return self._call(self._executor.submit, request, context)
 
     def Get(self, request, context):  # noqa: N802
         return self._call(self._executor.get, request, context)
@@ -67,12 +71,16 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def ClearHost(self, request, context):  # noqa: N802
         return self._call(self._executor.clear_host, request, context)
 
+    def Audit(self, request, context):  # noqa: N802
+        return self._call(self._executor.audit, request, context)
+
     def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
             if not self._executor.reachability.up:
                 raise FleetUnavailableError("the fleet's Redis is unreachable; watch again shortly")
+            who = caller(self._identities, context.invocation_metadata())
             try:
-                for response in self._executor.watch(r, is_active=context.is_active):
+                for response in self._executor.watch(r, is_active=context.is_active, who=who):
                     if response.HasField("event"):
                         EVENTS_STREAMED.inc()
                     yield response
@@ -94,11 +102,11 @@ def create_server(address: str, executor: Executor,
                   options: ServerOptions | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A ready (not yet started) executor server bound to `address` (port 0 picks a free port)."""
     register_fleet_collector(executor)
-    servicer = ExecutorServicer(executor)
+    options = options or ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+    servicer = ExecutorServicer(executor, options.accepted())
     server, port, health_servicer = build_server(
         address, lambda s: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, s), [SERVICE_NAME],
-        options or ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS),
-        REQUEST_BOUNDS)
+        options, REQUEST_BOUNDS)
 
     def report(up: bool) -> None:  # a load balancer stops routing to a service whose Redis is gone
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING

@@ -1,5 +1,7 @@
-"""The executor's use cases over protobuf messages: Submit, Get, List, Cancel, Watch, Fleet, ClearHost. No gRPC
-here."""
+"""The executor's use cases over protobuf messages: Submit, Get, List, Cancel, Watch, Fleet, ClearHost, Audit. No
+gRPC here. Each takes the caller's Identity (common.identity): a job is seen only by its team and the fleet's
+admins (to anyone else it does not exist), submitted and cancelled by submitters, and the fleet's own actions are
+admins'."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ import redis
 import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
+from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
 from contract.errors import PlanError
 from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
+from fleet.audit import AuditLog
 from fleet.connection import Reachability
+from fleet.errors import JobNotFoundError
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
 from fleet.hosts import HostRegistry, plan_gpu_class
@@ -42,6 +47,10 @@ MAX_REASON_CHARS = 1_000
 _LIST_SCAN_BATCH = 200
 # Jobs one caller (one token) may keep waiting: a scripted loop cannot fill Redis; a real team queues tens.
 DEFAULT_MAX_QUEUED_PER_CALLER = 1_000
+# Jobs one team may keep waiting, every member's together.
+DEFAULT_MAX_QUEUED_PER_TEAM = 5_000
+DEFAULT_AUDIT_ENTRIES = 100
+MAX_AUDIT_ENTRIES = 10_000
 _LIST_SCAN_LIMIT = 5_000  # records one List call may read while filtering, so a page never costs unbounded work
 
 
@@ -52,6 +61,7 @@ class ExecutorConfig:
     policy: FleetPolicy | None = None  # written to the fleet's Redis at start; None keeps the fleet's own
     sweep_interval_s: float = SWEEP_INTERVAL_S
     max_queued_per_caller: int = DEFAULT_MAX_QUEUED_PER_CALLER  # 0: no cap
+    max_queued_per_team: int = DEFAULT_MAX_QUEUED_PER_TEAM  # 0: no cap
 
 
 class Executor:
@@ -67,6 +77,7 @@ class Executor:
         self.sweeper = Sweeper(connection)
         self.lifecycle = Lifecycle(connection)
         self.reachability = Reachability(connection)
+        self.audit_log = AuditLog(connection)
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -95,7 +106,9 @@ class Executor:
 
     # --- Submit ---------------------------------------------------------------------------------------
 
-    def submit(self, request: executor_pb2.SubmitRequest, submitter: str = "") -> executor_pb2.SubmitResponse:
+    def submit(self, request: executor_pb2.SubmitRequest,
+               who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.SubmitResponse:
+        who.require(Role.SUBMITTER, "Submit")
         if not request.HasField("plan"):
             raise PlanError("plan", "is missing; send the Plan that 'tunefleet recommend --save-plan' writes")
         plan = request.plan
@@ -113,15 +126,24 @@ class Executor:
         new = NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority),
                      gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
                      timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
-                     events_max_len=self.config.events_max_len, submitter=submitter)
-        job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller)
+                     events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team)
+        job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
+                                             self.audit_log, who)
         return executor_pb2.SubmitResponse(job=job, created=created)
 
     # --- Get / List -----------------------------------------------------------------------------------
 
-    def get(self, request: executor_pb2.GetRequest) -> executor_pb2.GetResponse:
-        _require_id(request.job_id)
-        record = self.store.raw(request.job_id)
+    def _visible(self, job_id: str, who: Identity) -> dict[bytes, bytes]:
+        """The job's record; NOT_FOUND when there is none, or when it is another team's (its existence is not
+        revealed: the same answer as for an id nobody used)."""
+        _require_id(job_id)
+        record = self.store.raw(job_id)
+        if not who.sees(record.get(b"team", b"").decode()):
+            raise JobNotFoundError("job_id", f"no job {job_id!r}; 'tunefleet jobs' lists the fleet's jobs")
+        return record
+
+    def get(self, request: executor_pb2.GetRequest, who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.GetResponse:
+        record = self._visible(request.job_id, who)
         job = job_from_record(request.job_id, record)
         if job.phase == progress_pb2.PHASE_QUEUED:
             line = self._line(self.hosts.hosts(), self.queues.depth)
@@ -129,7 +151,8 @@ class Executor:
             job.pending_reason, job.queue_position = place.reason, place.position
         return executor_pb2.GetResponse(job=job)
 
-    def list_jobs(self, request: executor_pb2.ListRequest) -> executor_pb2.ListResponse:
+    def list_jobs(self, request: executor_pb2.ListRequest,
+                  who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.ListResponse:
         if request.page_size > MAX_PAGE_SIZE:
             raise PlanError("page_size", f"is {request.page_size}; at most {MAX_PAGE_SIZE}")
         size = request.page_size or DEFAULT_PAGE_SIZE
@@ -151,6 +174,8 @@ class Executor:
                     continue
                 if request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class:
                     continue
+                if not who.sees(record.get(b"team", b"").decode()):
+                    continue
                 jobs.append(job_from_record(job_id, record, with_plan=False))
                 if len(jobs) == size:
                     break
@@ -159,22 +184,26 @@ class Executor:
 
     # --- Cancel ---------------------------------------------------------------------------------------
 
-    def cancel(self, request: executor_pb2.CancelRequest) -> executor_pb2.CancelResponse:
-        _require_id(request.job_id)
+    def cancel(self, request: executor_pb2.CancelRequest,
+               who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.CancelResponse:
+        self._visible(request.job_id, who)
+        who.require(Role.SUBMITTER, "Cancel")
         reason = request.reason[:MAX_REASON_CHARS]
-        return executor_pb2.CancelResponse(job=self.lifecycle.cancel(request.job_id, reason))
+        return executor_pb2.CancelResponse(job=self.lifecycle.cancel(request.job_id, reason, self.audit_log, who))
 
     # --- Watch ----------------------------------------------------------------------------------------
 
-    def watch(self, request: executor_pb2.WatchRequest,
-              is_active: Callable[[], bool] = lambda: True) -> Iterator[executor_pb2.WatchResponse]:
-        _require_id(request.job_id)
+    def watch(self, request: executor_pb2.WatchRequest, is_active: Callable[[], bool] = lambda: True,
+              who: Identity = UNAUTHENTICATED_ADMIN) -> Iterator[executor_pb2.WatchResponse]:
+        self._visible(request.job_id, who)
         watcher = Watcher(self.store, self.events, self.hub, self.config.heartbeat_interval_s, is_active)
         return watcher.stream(request.job_id, request.after_sequence)
 
     # --- Fleet ----------------------------------------------------------------------------------------
 
-    def fleet(self, request: executor_pb2.FleetRequest) -> executor_pb2.FleetResponse:
+    def fleet(self, request: executor_pb2.FleetRequest,
+              who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.FleetResponse:
+        """Hosts and queue depths for everyone; the pending jobs of the caller's team (an admin's: all)."""
         hosts = self.hosts.hosts(request.gpu_class)
         depths = self.queues.depths()
         line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), lambda q: depths.get(q, 0))
@@ -198,6 +227,8 @@ class Executor:
         for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
                 continue
+            if not who.sees(record.get(b"team", b"").decode()):
+                continue
             place = line.place(job_id, record, index)
             response.pending.append(executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(),
                                                             reason=place.reason, position=place.position))
@@ -205,12 +236,24 @@ class Executor:
 
     # --- ClearHost ------------------------------------------------------------------------------------
 
-    def clear_host(self, request: executor_pb2.ClearHostRequest) -> executor_pb2.ClearHostResponse:
+    def clear_host(self, request: executor_pb2.ClearHostRequest,
+                   who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.ClearHostResponse:
+        who.require(Role.ADMIN, "ClearHost")
         if not request.host_id:
             raise PlanError("host_id", "is empty; name the quarantined host ('tunefleet fleet' lists them)")
         reason = self.hosts.clear(request.host_id)
-        log.info("host.cleared", host_id=request.host_id, reason=reason)
+        self.audit_log.record(who, "clear-host", request.host_id, f"was quarantined: {reason}")
+        log.info("host.cleared", host_id=request.host_id, reason=reason, by=who.principal)
         return executor_pb2.ClearHostResponse(quarantine_reason=reason)
+
+    # --- Audit ----------------------------------------------------------------------------------------
+
+    def audit(self, request: executor_pb2.AuditRequest,
+              who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.AuditResponse:
+        who.require(Role.ADMIN, "Audit")
+        if request.limit > MAX_AUDIT_ENTRIES:
+            raise PlanError("limit", f"is {request.limit}; at most {MAX_AUDIT_ENTRIES:,}")
+        return executor_pb2.AuditResponse(entries=self.audit_log.newest(request.limit or DEFAULT_AUDIT_ENTRIES))
 
     def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int]) -> WaitingLine:
         """The fleet's state that every queued job's place depends on, read once per call."""
@@ -220,7 +263,7 @@ class Executor:
 
 
 # What WaitingLine.place reads of a queued job's record (the queue first: every record has it).
-PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures")
+PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from common.identity import Identities
 from common.rpc import ServerOptions, shutdown
 from common.threads import DEFAULT_IDLE_S
 from executor.service.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
@@ -50,12 +51,12 @@ class Service:
     executor: Executor
 
 
-def _start(redis_url: str, config: ExecutorConfig, token: str = "",
-           thread_idle_s: float = DEFAULT_IDLE_S) -> tuple[Service, Callable[[], None]]:
+def _start(redis_url: str, config: ExecutorConfig, token: str = "", thread_idle_s: float = DEFAULT_IDLE_S,
+           identities: Identities | None = None) -> tuple[Service, Callable[[], None]]:
     executor = connect(redis_url, config)
     server, port, health_servicer = create_server(
         "127.0.0.1:0", executor, ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-                                               token=token, thread_idle_s=thread_idle_s))
+                                               token=token, thread_idle_s=thread_idle_s, identities=identities))
     server.start()
 
     def stop() -> None:
@@ -76,9 +77,10 @@ def start_service(redis_url: str) -> Iterator[Callable[..., Service]]:
     """Start executor services with other settings (ExecutorConfig fields, a bearer token, another Redis)."""
     stops: list[Callable[[], None]] = []
 
-    def start(token: str = "", url: str = "", thread_idle_s: float = DEFAULT_IDLE_S, **config: Any) -> Service:
+    def start(token: str = "", url: str = "", thread_idle_s: float = DEFAULT_IDLE_S,
+              identities: Identities | None = None, **config: Any) -> Service:
         service, stop = _start(url or redis_url, ExecutorConfig(**{"heartbeat_interval_s": HEARTBEAT_S, **config}),
-                               token, thread_idle_s)
+                               token, thread_idle_s, identities)
         stops.append(stop)
         return service
     yield start

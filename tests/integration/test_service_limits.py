@@ -25,8 +25,9 @@ from tunefleet.v1 import (
     training_pb2,
 )
 
-from common.auth import BearerTokenInterceptor, Sampled
+from common.auth import Sampled
 from common.errors import AbandonedError
+from common.identity import Identities
 from common.rpc import RESERVED_WORKERS, UNARY_WORKERS, ServerOptions, shutdown
 from common.wait import wait_until
 from devtools.tiny import make_plan
@@ -157,7 +158,7 @@ def test_an_empty_token_file_refuses_to_start(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=CALL_S)
     assert missing.returncode == 2 and "No such file" in missing.stderr
     with pytest.raises(ValueError):
-        BearerTokenInterceptor("")
+        Identities.single_admin("")
 
 
 def test_denied_calls_are_logged_at_most_once_per_interval_with_their_count() -> None:

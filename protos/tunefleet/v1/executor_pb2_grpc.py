@@ -70,6 +70,11 @@ class ExecutorServiceStub:
                 request_serializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostRequest.SerializeToString,
                 response_deserializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostResponse.FromString,
                 _registered_method=True)
+        self.Audit = channel.unary_unary(
+                '/tunefleet.v1.ExecutorService/Audit',
+                request_serializer=tunefleet_dot_v1_dot_executor__pb2.AuditRequest.SerializeToString,
+                response_deserializer=tunefleet_dot_v1_dot_executor__pb2.AuditResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -121,6 +126,13 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Audit(self, request, context):
+        """Who did what in the fleet (admins only): Submit, Cancel, ClearHost, with the principal and its team.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +170,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.ClearHost,
                     request_deserializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostRequest.FromString,
                     response_serializer=tunefleet_dot_v1_dot_executor__pb2.ClearHostResponse.SerializeToString,
+            ),
+            'Audit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=tunefleet_dot_v1_dot_executor__pb2.AuditRequest.FromString,
+                    response_serializer=tunefleet_dot_v1_dot_executor__pb2.AuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +367,33 @@ class ExecutorService:
             '/tunefleet.v1.ExecutorService/ClearHost',
             tunefleet_dot_v1_dot_executor__pb2.ClearHostRequest.SerializeToString,
             tunefleet_dot_v1_dot_executor__pb2.ClearHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunefleet.v1.ExecutorService/Audit',
+            tunefleet_dot_v1_dot_executor__pb2.AuditRequest.SerializeToString,
+            tunefleet_dot_v1_dot_executor__pb2.AuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

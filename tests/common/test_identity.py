@@ -1,0 +1,52 @@
+"""The identities file (common.identity): what it accepts, what it refuses naming the entry and field, and that a
+broken edit never locks callers out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.errors import DeniedError
+from common.identity import Identities, IdentitiesError, Identity, Role, parse_identities, token_sha256
+
+GOOD = f'[[identity]]\nprincipal = "alice"\nteam = "vision"\nrole = "submitter"\ntoken_sha256 = "{"a" * 64}"\n'
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "lists no [[identity]] tables"),
+    ("[[identity\n", "is not TOML"),
+    (GOOD.replace('"submitter"', '"owner"'), "identity 1 (alice): role must be viewer, submitter or admin"),
+    (GOOD.replace("a" * 64, "a" * 63), "identity 1 (alice): token_sha256 must be 64 hex digits"),
+    (GOOD.replace('team = "vision"', 'team = "vision team"'), "identity 1: team must be 1-64 letters"),
+    (GOOD + 'token = "plain"\n', "unknown keys ['token']"),
+    (GOOD.replace("a" * 64, token_sha256("")), "the hash of an empty token"),
+    (GOOD + GOOD.replace("a" * 64, "b" * 64), "identity 2: principal alice is listed twice"),
+    (GOOD + GOOD.replace('"alice"', '"bob"'), "identity 2 (bob): the same token as alice"),
+])
+def test_a_file_that_cannot_be_used_is_refused_naming_the_entry_and_the_field(text: str, words: str) -> None:
+    with pytest.raises(IdentitiesError) as e:
+        parse_identities(text, "ids.toml")
+    assert words in str(e.value)
+
+
+def test_roles_nest_and_a_team_sees_only_its_jobs() -> None:
+    viewer, admin = Identity("vic", "vision", Role.VIEWER), Identity("root", "ops", Role.ADMIN)
+    viewer.require(Role.VIEWER, "Get")
+    with pytest.raises(DeniedError) as e:
+        viewer.require(Role.SUBMITTER, "Submit")
+    assert str(e.value).startswith("Submit needs the submitter role; vic (team vision) is a viewer")
+    admin.require(Role.SUBMITTER, "Submit")
+    assert viewer.sees("vision") and not viewer.sees("speech") and admin.sees("speech")
+
+
+def test_a_broken_edit_keeps_the_last_good_identities_and_a_fixed_one_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "ids.toml"
+    path.write_text(GOOD.replace("a" * 64, token_sha256("alice-token")))
+    identities = Identities.from_file(path, reload_check_s=0)
+    assert identities.lookup("alice-token") == Identity("alice", "vision", Role.SUBMITTER)
+    path.write_text("[[identity\n")
+    assert identities.lookup("alice-token") is not None, "a typo must not lock every caller out"
+    path.write_text(GOOD.replace("a" * 64, token_sha256("bob-token")).replace('"alice"', '"bob"'))
+    assert identities.lookup("alice-token") is None and identities.lookup("bob-token").principal == "bob"
+    assert Identities.single_admin("t").lookup("t").role is Role.ADMIN
