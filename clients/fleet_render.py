@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
+from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tunefleet.v1 import executor_pb2, progress_pb2
@@ -65,6 +67,26 @@ def feedback_text(jobs: Iterable[executor_pb2.Job]) -> str:
                         "measured step s", "error", "of it comm s", "ranks on nodes", "measured tok/s"))
 
 
+def _in(stamp: Timestamp, now_s: float) -> str:
+    seconds = max(0.0, stamp.ToMilliseconds() / 1000 - now_s)
+    if seconds < 60:
+        return "now" if seconds < 1 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def expected_start(job: executor_pb2.PendingJob | executor_pb2.Job) -> str:
+    """"in 12 min (5 min - 20 min)", or "-" when the fleet cannot tell (no host of the class)."""
+    if not job.HasField("expected_start"):
+        return "-"
+    now_s = time.time()
+    mid = _in(job.expected_start, now_s)
+    text = mid if mid == "now" else f"in {mid}"
+    low, high = _in(job.expected_start_earliest, now_s), _in(job.expected_start_latest, now_s)
+    if (low, high) != (mid, mid):
+        text += f" ({low} - {high})"
+    return ("at least " if job.expected_start_is_lower_bound else "") + text
+
+
 def _health(h: executor_pb2.Host) -> str:
     if not h.quarantine_reason:
         return "ok"
@@ -79,9 +101,10 @@ def fleet_text(f: executor_pb2.FleetResponse) -> str:
              else "no registered hosts"]
     queues = [(q.queue, str(q.depth)) for q in f.queues]
     parts.append(table(queues, ("queue", "waiting")) if queues else "no queues yet")
-    pending = [(p.job_id, p.queue, str(p.position) if p.position else "-", p.reason) for p in f.pending]
+    pending = [(p.job_id, p.team or "-", p.queue, str(p.position) if p.position else "-", expected_start(p),
+                p.reason) for p in f.pending]
     if pending:
-        parts.append(table(pending, ("pending job", "queue", "place", "why it waits")))
+        parts.append(table(pending, ("pending job", "team", "queue", "place", "expected start", "why it waits")))
     policy = f.policy
     parts.append(f"policy: preemption {'on' if policy.preemption else 'off'}; a lost host's job is retried up to "
                  f"{policy.retry_limit} time(s), first after {policy.retry_backoff_s:g} s")

@@ -5,7 +5,8 @@ Keys: fleet.keys (the table of every key).
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s, submitter (a principal), team, fence (fencing token, fleet.leases), infra_failures (hosts lost while
+timeout_s, submitter (a principal), team, predicted_s / predicted_low_s / predicted_high_s (the plan's duration),
+nodes, fence (fencing token, fleet.leases), infra_failures (hosts lost while
 running it), retry_at_ms, retry_reason, preempt_requested, preempted_for.
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
@@ -70,6 +71,8 @@ class NewJob:
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
     submitter: str = ""  # the principal who submitted it (fleet.lifecycle caps what one caller may keep queued)
     team: str = ""  # the team it belongs to: who may see and cancel it, and the per-team cap
+    predicted_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the plan's duration: most likely, low, high
+    nodes: int = 1
 
     def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
         """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""
@@ -80,7 +83,8 @@ class NewJob:
                 "last_event": b"", "last_sequence": 0, "cancel_requested": 0, "fence": 0,
                 "infra_failures": 0, "retry_at_ms": 0, "preempt_requested": 0, "preempted_for": "",
                 "events_max_len": self.events_max_len, "timeout_s": self.timeout_s, "submitter": self.submitter,
-                "team": self.team}
+                "team": self.team, "predicted_s": self.predicted_s[0], "predicted_low_s": self.predicted_s[1],
+                "predicted_high_s": self.predicted_s[2], "nodes": self.nodes}
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,21 @@ from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
 from contract.errors import PlanError
 from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
+from executor.service.waiting import (
+    PLACE_FIELDS,
+    RUNNING_FIELDS,
+    WaitingLine,
+    nodes_of,
+    predicted,
+    schedule,
+    set_expected_start,
+)
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
 from fleet.audit import AuditLog
 from fleet.connection import Reachability
 from fleet.errors import JobNotFoundError
+from fleet.eta import Schedule, Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
 from fleet.hosts import HostRegistry, plan_gpu_class
@@ -34,10 +44,9 @@ from fleet.jobs import (
     decode_page_token,
     encode_page_token,
     job_from_record,
-    now_ms,
 )
 from fleet.lifecycle import Lifecycle
-from fleet.recovery import GANG_WAIT, SWEEP_INTERVAL_S, FleetPolicy, Sweeper
+from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from planner.catalog import Catalog
 
 log = structlog.get_logger("executor.service.servicer")
@@ -126,7 +135,9 @@ class Executor:
         new = NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority),
                      gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
                      timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
-                     events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team)
+                     events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team,
+                     predicted_s=(plan.prediction.estimate.duration_s, plan.prediction.estimate.duration_s_low,
+                                  plan.prediction.estimate.duration_s_high), nodes=plan.hardware.nodes or 1)
         job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
                                              self.audit_log, who)
         return executor_pb2.SubmitResponse(job=job, created=created)
@@ -146,10 +157,38 @@ class Executor:
         record = self._visible(request.job_id, who)
         job = job_from_record(request.job_id, record)
         if job.phase == progress_pb2.PHASE_QUEUED:
-            line = self._line(self.hosts.hosts(), self.queues.depth)
+            hosts = self.hosts.hosts()
+            line = self._line(hosts, self.queues.depth)
             place = line.place(request.job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
+            if place.position:
+                set_expected_start(self._start_of(request.job_id, record, hosts, line.at_ms), line.at_ms, job)
         return executor_pb2.GetResponse(job=job)
+
+    def _ahead(self, job_id: str, queue: str) -> list[str]:
+        """The ids before this job in its class's queue order (higher tiers first), at most MAX_PAGE_SIZE of each
+        queue."""
+        gpu_class, priority = queues.parse_queue_name(queue) or ("", 0)
+        ahead: list[str] = []
+        for tier in queues.TIERS:
+            ids = self.queues.queued_ids(queues.queue_name(gpu_class, tier), MAX_PAGE_SIZE)
+            if tier == priority:
+                return ahead + ids[:ids.index(job_id)] if job_id in ids else ahead + ids
+            ahead += ids
+        return ahead
+
+    def _start_of(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host],
+                  at_ms: int) -> Start | None:
+        queue = record[b"queue"].decode()
+        plan = schedule(hosts, record[b"gpu_class"].decode(), self._running(hosts), at_ms)
+        for ahead in self.store.records(self._ahead(job_id, queue), PLACE_FIELDS):
+            if ahead:
+                plan.take(predicted(ahead), nodes_of(ahead))
+        return plan.start(nodes_of(record))
+
+    def _running(self, hosts: list[executor_pb2.Host]) -> dict[str, dict[bytes, bytes]]:
+        running = sorted({h.running_job_id for h in hosts if h.running_job_id})
+        return dict(zip(running, self.store.records(running, RUNNING_FIELDS), strict=True))
 
     def list_jobs(self, request: executor_pb2.ListRequest,
                   who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.ListResponse:
@@ -217,21 +256,33 @@ class Executor:
             gpu_class, priority = parsed
             response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=gpu_class,
                                                            priority=priority, depth=depth))  # type: ignore[arg-type]
-        # (job id, its index in its queue): retries first (in no queue yet), then each queue in order
+        response.queues.sort(key=lambda q: (q.gpu_class, list(queues.TIERS).index(q.priority)))  # the workers' order
+        # (job id, its index in its queue): retries first (in no queue yet), then each queue in the workers' order
         waiting: list[tuple[str, int | None]] = [
             (job_id, None) for job_id in self.sweeper.retrying(MAX_PAGE_SIZE)]
         for queue in response.queues:
             waiting += [(job_id, index) for index, job_id in
                         enumerate(self.queues.queued_ids(queue.queue, MAX_PAGE_SIZE))]
         records = self.store.records([job_id for job_id, _ in waiting], PLACE_FIELDS)
+        all_hosts = line.hosts
+        running = self._running(all_hosts)
+        schedules: dict[str, Schedule] = {}
         for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
                 continue
+            place = line.place(job_id, record, index)
+            gpu_class = record[b"gpu_class"].decode()
+            start = None
+            if index is not None:  # in a queue: the replay of its class advances past it, seen or not
+                plan = schedules.setdefault(gpu_class, schedule(all_hosts, gpu_class, running, line.at_ms))
+                start = plan.start(nodes_of(record))
+                plan.take(predicted(record), nodes_of(record))
             if not who.sees(record.get(b"team", b"").decode()):
                 continue
-            place = line.place(job_id, record, index)
-            response.pending.append(executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(),
-                                                            reason=place.reason, position=place.position))
+            pending = executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(), reason=place.reason,
+                                              position=place.position, team=record.get(b"team", b"").decode())
+            set_expected_start(start, line.at_ms, pending)
+            response.pending.append(pending)
         return response
 
     # --- ClearHost ------------------------------------------------------------------------------------
@@ -260,68 +311,6 @@ class Executor:
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
         return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding,
                            lambda queue, job_id: self.queues.position(job_id, queue))
-
-
-# What WaitingLine.place reads of a queued job's record (the queue first: every record has it).
-PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team")
-
-
-@dataclass(frozen=True)
-class Waiting:
-    reason: str
-    position: int  # 1 = next on its class; 0 = not in a queue (retry backoff, being claimed)
-
-
-@dataclass(frozen=True)
-class WaitingLine:
-    """Why queued jobs wait and where they stand, from one reading of the fleet."""
-
-    hosts: list[executor_pb2.Host]
-    policy: FleetPolicy
-    depth: Callable[[str], int]  # jobs waiting in a queue
-    yielding: dict[str, str]  # waiting job id -> the running job asked to yield its host to it
-    index_of: Callable[[str, str], int | None]  # a job's index in its queue, when the caller does not know it
-
-    def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
-        retry_at_ms = int(record.get(b"retry_at_ms") or 0)
-        wait_s = max(retry_at_ms - now_ms(), 0) / 1000
-        if retry_at_ms and record.get(b"retry_kind", b"").decode() == GANG_WAIT:
-            return Waiting(f"{record.get(b'retry_reason', b'').decode()}; its gang tries to form again in "
-                           f"{wait_s:.0f} s", 0)
-        if retry_at_ms:
-            return Waiting(f"retry {int(record.get(b'infra_failures') or 0)} of {self.policy.retry_limit} after "
-                           f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
-                           f"{wait_s:.0f} s", 0)
-        queue = record[b"queue"].decode()
-        parsed = queues.parse_queue_name(queue)
-        if index is None:
-            index = self.index_of(queue, job_id)
-        if parsed is None or index is None:
-            return Waiting("being handed to a worker", 0)
-        gpu_class, priority = parsed
-        # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
-        ahead = index + sum(self.depth(queues.queue_name(gpu_class, p)) for p in queues.TIERS if p < priority)
-        return Waiting(self._reason(job_id, gpu_class, ahead), ahead + 1)
-
-    def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:
-        of_class = [h for h in self.hosts if h.gpu_class == gpu_class]
-        if not of_class:
-            return f"no registered host has {gpu_class}; start 'tunefleet worker' on one (or re-plan for a class " \
-                   f"the fleet has: {', '.join(sorted({h.gpu_class for h in self.hosts})) or 'none registered'})"
-        sick = [h for h in of_class if h.quarantine_reason]
-        if len(sick) == len(of_class):
-            why = "; ".join(f"{h.host_id}: {h.quarantine_reason}" for h in sick[:3])
-            return f"every {gpu_class} host is quarantined ({why}); once one is repaired, 'tunefleet host clear " \
-                   "HOST' lets it take work"
-        of_class = [h for h in of_class if not h.quarantine_reason]
-        busy = [h.running_job_id for h in of_class if h.running_job_id]
-        if len(busy) == len(of_class):
-            if job_id in self.yielding:
-                return f"waiting for job {self.yielding[job_id]} to checkpoint and yield its host (preemption)"
-            return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(busy)}); {ahead} job(s) ahead of it"
-        if ahead:
-            return f"{ahead} job(s) of {gpu_class} ahead of it (its queue and higher tiers)"
-        return "next in its queue; a free host picks it up within seconds"
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:

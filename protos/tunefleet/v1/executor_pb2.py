@@ -27,63 +27,63 @@ from tunefleet.v1 import plan_pb2 as tunefleet_dot_v1_dot_plan__pb2
 from tunefleet.v1 import progress_pb2 as tunefleet_dot_v1_dot_progress__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btunefleet/v1/executor.proto\x12\x0ctunefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17tunefleet/v1/plan.proto\x1a\x1btunefleet/v1/progress.proto\"\xb1\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x04plan\x18\x02 \x01(\x0b\x32\x12.tunefleet.v1.Plan\x12\"\n\x05phase\x18\x03 \x01(\x0e\x32\x13.tunefleet.v1.Phase\x12(\n\x08priority\x18\x04 \x01(\x0e\x32\x16.tunefleet.v1.Priority\x12\r\n\x05queue\x18\x05 \x01(\t\x12\x0f\n\x07host_id\x18\x06 \x01(\t\x12\x30\n\x0csubmitted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\nlast_event\x18\n \x01(\x0b\x32\x1b.tunefleet.v1.ProgressEvent\x12\r\n\x05\x65rror\x18\x0b \x01(\t\x12(\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x0c \x01(\x0b\x32\x16.tunefleet.v1.Feedback\x12\x10\n\x08log_path\x18\r \x01(\t\x12\x12\n\noutput_uri\x18\x0e \x01(\t\x12\x16\n\x0epending_reason\x18\x0f \x01(\t\x12\x16\n\x0equeue_position\x18\x10 \x01(\r\x12\x16\n\x0einfra_failures\x18\x11 \x01(\r\x12\x0c\n\x04team\x18\x12 \x01(\t\x12\x11\n\tsubmitter\x18\x13 \x01(\t\"[\n\rSubmitRequest\x12 \n\x04plan\x18\x01 \x01(\x0b\x32\x12.tunefleet.v1.Plan\x12(\n\x08priority\x18\x02 \x01(\x0e\x32\x16.tunefleet.v1.Priority\"A\n\x0eSubmitResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.tunefleet.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"-\n\x0bGetResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.tunefleet.v1.Job\"l\n\x0bListRequest\x12#\n\x06phases\x18\x01 \x03(\x0e\x32\x13.tunefleet.v1.Phase\x12\x11\n\tgpu_class\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"H\n\x0cListResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.tunefleet.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"/\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x0e\x43\x61ncelResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.tunefleet.v1.Job\"6\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"5\n\tHeartbeat\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"2\n\x0eHistoryTrimmed\x12 \n\x18\x66irst_available_sequence\x18\x01 \x01(\x04\"\xac\x01\n\rWatchResponse\x12,\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.tunefleet.v1.ProgressEventH\x00\x12,\n\theartbeat\x18\x02 \x01(\x0b\x32\x17.tunefleet.v1.HeartbeatH\x00\x12\x37\n\x0fhistory_trimmed\x18\x03 \x01(\x0b\x32\x1c.tunefleet.v1.HistoryTrimmedH\x00\x42\x06\n\x04kind\"!\n\x0c\x46leetRequest\x12\x11\n\tgpu_class\x18\x01 \x01(\t\"\x9d\x02\n\x04Host\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x11\n\tgpu_class\x18\x02 \x01(\t\x12\x11\n\tgpu_count\x18\x03 \x01(\r\x12\x18\n\x10gpu_memory_bytes\x18\x04 \x01(\x04\x12\x16\n\x0erunning_job_id\x18\x05 \x01(\t\x12\x32\n\x0elast_heartbeat\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08work_dir\x18\x07 \x01(\t\x12\x17\n\x0fwork_dir_shared\x18\x08 \x01(\x08\x12\x19\n\x11quarantine_reason\x18\t \x01(\t\x12\x32\n\x0equarantined_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"g\n\nQueueDepth\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x11\n\tgpu_class\x18\x02 \x01(\t\x12(\n\x08priority\x18\x03 \x01(\x0e\x32\x16.tunefleet.v1.Priority\x12\r\n\x05\x64\x65pth\x18\x04 \x01(\r\"M\n\nPendingJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08position\x18\x04 \x01(\r\"O\n\x0b\x46leetPolicy\x12\x12\n\npreemption\x18\x01 \x01(\x08\x12\x13\n\x0bretry_limit\x18\x02 \x01(\r\x12\x17\n\x0fretry_backoff_s\x18\x03 \x01(\x01\"\xb2\x01\n\rFleetResponse\x12!\n\x05hosts\x18\x01 \x03(\x0b\x32\x12.tunefleet.v1.Host\x12(\n\x06queues\x18\x02 \x03(\x0b\x32\x18.tunefleet.v1.QueueDepth\x12)\n\x07pending\x18\x03 \x03(\x0b\x32\x18.tunefleet.v1.PendingJob\x12)\n\x06policy\x18\x04 \x01(\x0b\x32\x19.tunefleet.v1.FleetPolicy\"#\n\x10\x43learHostRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\".\n\x11\x43learHostResponse\x12\x19\n\x11quarantine_reason\x18\x01 \x01(\t\"\x1d\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\r\"\xa1\x01\n\nAuditEntry\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x03 \x01(\t\x12\x0c\n\x04team\x18\x04 \x01(\t\x12\x0c\n\x04role\x18\x05 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x06 \x01(\t\x12\x0e\n\x06target\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\":\n\rAuditResponse\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.tunefleet.v1.AuditEntry*^\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x11\n\rPRIORITY_HIGH\x10\x01\x12\x13\n\x0fPRIORITY_NORMAL\x10\x02\x12\x10\n\x0cPRIORITY_LOW\x10\x03\x32\xac\x04\n\x0f\x45xecutorService\x12\x43\n\x06Submit\x12\x1b.tunefleet.v1.SubmitRequest\x1a\x1c.tunefleet.v1.SubmitResponse\x12:\n\x03Get\x12\x18.tunefleet.v1.GetRequest\x1a\x19.tunefleet.v1.GetResponse\x12=\n\x04List\x12\x19.tunefleet.v1.ListRequest\x1a\x1a.tunefleet.v1.ListResponse\x12\x43\n\x06\x43\x61ncel\x12\x1b.tunefleet.v1.CancelRequest\x1a\x1c.tunefleet.v1.CancelResponse\x12\x42\n\x05Watch\x12\x1a.tunefleet.v1.WatchRequest\x1a\x1b.tunefleet.v1.WatchResponse0\x01\x12@\n\x05\x46leet\x12\x1a.tunefleet.v1.FleetRequest\x1a\x1b.tunefleet.v1.FleetResponse\x12L\n\tClearHost\x12\x1e.tunefleet.v1.ClearHostRequest\x1a\x1f.tunefleet.v1.ClearHostResponse\x12@\n\x05\x41udit\x12\x1a.tunefleet.v1.AuditRequest\x1a\x1b.tunefleet.v1.AuditResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btunefleet/v1/executor.proto\x12\x0ctunefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17tunefleet/v1/plan.proto\x1a\x1btunefleet/v1/progress.proto\"\x84\x06\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x04plan\x18\x02 \x01(\x0b\x32\x12.tunefleet.v1.Plan\x12\"\n\x05phase\x18\x03 \x01(\x0e\x32\x13.tunefleet.v1.Phase\x12(\n\x08priority\x18\x04 \x01(\x0e\x32\x16.tunefleet.v1.Priority\x12\r\n\x05queue\x18\x05 \x01(\t\x12\x0f\n\x07host_id\x18\x06 \x01(\t\x12\x30\n\x0csubmitted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\nlast_event\x18\n \x01(\x0b\x32\x1b.tunefleet.v1.ProgressEvent\x12\r\n\x05\x65rror\x18\x0b \x01(\t\x12(\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x0c \x01(\x0b\x32\x16.tunefleet.v1.Feedback\x12\x10\n\x08log_path\x18\r \x01(\t\x12\x12\n\noutput_uri\x18\x0e \x01(\t\x12\x16\n\x0epending_reason\x18\x0f \x01(\t\x12\x16\n\x0equeue_position\x18\x10 \x01(\r\x12\x16\n\x0einfra_failures\x18\x11 \x01(\r\x12\x0c\n\x04team\x18\x12 \x01(\t\x12\x11\n\tsubmitter\x18\x13 \x01(\t\x12\x32\n\x0e\x65xpected_start\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x17\x65xpected_start_earliest\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x39\n\x15\x65xpected_start_latest\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x1d\x65xpected_start_is_lower_bound\x18\x17 \x01(\x08\"[\n\rSubmitRequest\x12 \n\x04plan\x18\x01 \x01(\x0b\x32\x12.tunefleet.v1.Plan\x12(\n\x08priority\x18\x02 \x01(\x0e\x32\x16.tunefleet.v1.Priority\"A\n\x0eSubmitResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.tunefleet.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"-\n\x0bGetResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.tunefleet.v1.Job\"l\n\x0bListRequest\x12#\n\x06phases\x18\x01 \x03(\x0e\x32\x13.tunefleet.v1.Phase\x12\x11\n\tgpu_class\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"H\n\x0cListResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.tunefleet.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"/\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x0e\x43\x61ncelResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.tunefleet.v1.Job\"6\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"5\n\tHeartbeat\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"2\n\x0eHistoryTrimmed\x12 \n\x18\x66irst_available_sequence\x18\x01 \x01(\x04\"\xac\x01\n\rWatchResponse\x12,\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.tunefleet.v1.ProgressEventH\x00\x12,\n\theartbeat\x18\x02 \x01(\x0b\x32\x17.tunefleet.v1.HeartbeatH\x00\x12\x37\n\x0fhistory_trimmed\x18\x03 \x01(\x0b\x32\x1c.tunefleet.v1.HistoryTrimmedH\x00\x42\x06\n\x04kind\"!\n\x0c\x46leetRequest\x12\x11\n\tgpu_class\x18\x01 \x01(\t\"\x9d\x02\n\x04Host\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x11\n\tgpu_class\x18\x02 \x01(\t\x12\x11\n\tgpu_count\x18\x03 \x01(\r\x12\x18\n\x10gpu_memory_bytes\x18\x04 \x01(\x04\x12\x16\n\x0erunning_job_id\x18\x05 \x01(\t\x12\x32\n\x0elast_heartbeat\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08work_dir\x18\x07 \x01(\t\x12\x17\n\x0fwork_dir_shared\x18\x08 \x01(\x08\x12\x19\n\x11quarantine_reason\x18\t \x01(\t\x12\x32\n\x0equarantined_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"g\n\nQueueDepth\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x11\n\tgpu_class\x18\x02 \x01(\t\x12(\n\x08priority\x18\x03 \x01(\x0e\x32\x16.tunefleet.v1.Priority\x12\r\n\x05\x64\x65pth\x18\x04 \x01(\r\"\xae\x02\n\nPendingJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08position\x18\x04 \x01(\r\x12\x32\n\x0e\x65xpected_start\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x17\x65xpected_start_earliest\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x39\n\x15\x65xpected_start_latest\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x1d\x65xpected_start_is_lower_bound\x18\x08 \x01(\x08\x12\x0c\n\x04team\x18\t \x01(\t\"O\n\x0b\x46leetPolicy\x12\x12\n\npreemption\x18\x01 \x01(\x08\x12\x13\n\x0bretry_limit\x18\x02 \x01(\r\x12\x17\n\x0fretry_backoff_s\x18\x03 \x01(\x01\"\xb2\x01\n\rFleetResponse\x12!\n\x05hosts\x18\x01 \x03(\x0b\x32\x12.tunefleet.v1.Host\x12(\n\x06queues\x18\x02 \x03(\x0b\x32\x18.tunefleet.v1.QueueDepth\x12)\n\x07pending\x18\x03 \x03(\x0b\x32\x18.tunefleet.v1.PendingJob\x12)\n\x06policy\x18\x04 \x01(\x0b\x32\x19.tunefleet.v1.FleetPolicy\"#\n\x10\x43learHostRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\".\n\x11\x43learHostResponse\x12\x19\n\x11quarantine_reason\x18\x01 \x01(\t\"\x1d\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\r\"\xa1\x01\n\nAuditEntry\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x03 \x01(\t\x12\x0c\n\x04team\x18\x04 \x01(\t\x12\x0c\n\x04role\x18\x05 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x06 \x01(\t\x12\x0e\n\x06target\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\":\n\rAuditResponse\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.tunefleet.v1.AuditEntry*^\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x11\n\rPRIORITY_HIGH\x10\x01\x12\x13\n\x0fPRIORITY_NORMAL\x10\x02\x12\x10\n\x0cPRIORITY_LOW\x10\x03\x32\xac\x04\n\x0f\x45xecutorService\x12\x43\n\x06Submit\x12\x1b.tunefleet.v1.SubmitRequest\x1a\x1c.tunefleet.v1.SubmitResponse\x12:\n\x03Get\x12\x18.tunefleet.v1.GetRequest\x1a\x19.tunefleet.v1.GetResponse\x12=\n\x04List\x12\x19.tunefleet.v1.ListRequest\x1a\x1a.tunefleet.v1.ListResponse\x12\x43\n\x06\x43\x61ncel\x12\x1b.tunefleet.v1.CancelRequest\x1a\x1c.tunefleet.v1.CancelResponse\x12\x42\n\x05Watch\x12\x1a.tunefleet.v1.WatchRequest\x1a\x1b.tunefleet.v1.WatchResponse0\x01\x12@\n\x05\x46leet\x12\x1a.tunefleet.v1.FleetRequest\x1a\x1b.tunefleet.v1.FleetResponse\x12L\n\tClearHost\x12\x1e.tunefleet.v1.ClearHostRequest\x1a\x1f.tunefleet.v1.ClearHostResponse\x12@\n\x05\x41udit\x12\x1a.tunefleet.v1.AuditRequest\x1a\x1b.tunefleet.v1.AuditResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tunefleet.v1.executor_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRIORITY']._serialized_start=2663
-  _globals['_PRIORITY']._serialized_end=2757
+  _globals['_PRIORITY']._serialized_start=3100
+  _globals['_PRIORITY']._serialized_end=3194
   _globals['_JOB']._serialized_start=133
-  _globals['_JOB']._serialized_end=694
-  _globals['_SUBMITREQUEST']._serialized_start=696
-  _globals['_SUBMITREQUEST']._serialized_end=787
-  _globals['_SUBMITRESPONSE']._serialized_start=789
-  _globals['_SUBMITRESPONSE']._serialized_end=854
-  _globals['_GETREQUEST']._serialized_start=856
-  _globals['_GETREQUEST']._serialized_end=884
-  _globals['_GETRESPONSE']._serialized_start=886
-  _globals['_GETRESPONSE']._serialized_end=931
-  _globals['_LISTREQUEST']._serialized_start=933
-  _globals['_LISTREQUEST']._serialized_end=1041
-  _globals['_LISTRESPONSE']._serialized_start=1043
-  _globals['_LISTRESPONSE']._serialized_end=1115
-  _globals['_CANCELREQUEST']._serialized_start=1117
-  _globals['_CANCELREQUEST']._serialized_end=1164
-  _globals['_CANCELRESPONSE']._serialized_start=1166
-  _globals['_CANCELRESPONSE']._serialized_end=1214
-  _globals['_WATCHREQUEST']._serialized_start=1216
-  _globals['_WATCHREQUEST']._serialized_end=1270
-  _globals['_HEARTBEAT']._serialized_start=1272
-  _globals['_HEARTBEAT']._serialized_end=1325
-  _globals['_HISTORYTRIMMED']._serialized_start=1327
-  _globals['_HISTORYTRIMMED']._serialized_end=1377
-  _globals['_WATCHRESPONSE']._serialized_start=1380
-  _globals['_WATCHRESPONSE']._serialized_end=1552
-  _globals['_FLEETREQUEST']._serialized_start=1554
-  _globals['_FLEETREQUEST']._serialized_end=1587
-  _globals['_HOST']._serialized_start=1590
-  _globals['_HOST']._serialized_end=1875
-  _globals['_QUEUEDEPTH']._serialized_start=1877
-  _globals['_QUEUEDEPTH']._serialized_end=1980
-  _globals['_PENDINGJOB']._serialized_start=1982
-  _globals['_PENDINGJOB']._serialized_end=2059
-  _globals['_FLEETPOLICY']._serialized_start=2061
-  _globals['_FLEETPOLICY']._serialized_end=2140
-  _globals['_FLEETRESPONSE']._serialized_start=2143
-  _globals['_FLEETRESPONSE']._serialized_end=2321
-  _globals['_CLEARHOSTREQUEST']._serialized_start=2323
-  _globals['_CLEARHOSTREQUEST']._serialized_end=2358
-  _globals['_CLEARHOSTRESPONSE']._serialized_start=2360
-  _globals['_CLEARHOSTRESPONSE']._serialized_end=2406
-  _globals['_AUDITREQUEST']._serialized_start=2408
-  _globals['_AUDITREQUEST']._serialized_end=2437
-  _globals['_AUDITENTRY']._serialized_start=2440
-  _globals['_AUDITENTRY']._serialized_end=2601
-  _globals['_AUDITRESPONSE']._serialized_start=2603
-  _globals['_AUDITRESPONSE']._serialized_end=2661
-  _globals['_EXECUTORSERVICE']._serialized_start=2760
-  _globals['_EXECUTORSERVICE']._serialized_end=3316
+  _globals['_JOB']._serialized_end=905
+  _globals['_SUBMITREQUEST']._serialized_start=907
+  _globals['_SUBMITREQUEST']._serialized_end=998
+  _globals['_SUBMITRESPONSE']._serialized_start=1000
+  _globals['_SUBMITRESPONSE']._serialized_end=1065
+  _globals['_GETREQUEST']._serialized_start=1067
+  _globals['_GETREQUEST']._serialized_end=1095
+  _globals['_GETRESPONSE']._serialized_start=1097
+  _globals['_GETRESPONSE']._serialized_end=1142
+  _globals['_LISTREQUEST']._serialized_start=1144
+  _globals['_LISTREQUEST']._serialized_end=1252
+  _globals['_LISTRESPONSE']._serialized_start=1254
+  _globals['_LISTRESPONSE']._serialized_end=1326
+  _globals['_CANCELREQUEST']._serialized_start=1328
+  _globals['_CANCELREQUEST']._serialized_end=1375
+  _globals['_CANCELRESPONSE']._serialized_start=1377
+  _globals['_CANCELRESPONSE']._serialized_end=1425
+  _globals['_WATCHREQUEST']._serialized_start=1427
+  _globals['_WATCHREQUEST']._serialized_end=1481
+  _globals['_HEARTBEAT']._serialized_start=1483
+  _globals['_HEARTBEAT']._serialized_end=1536
+  _globals['_HISTORYTRIMMED']._serialized_start=1538
+  _globals['_HISTORYTRIMMED']._serialized_end=1588
+  _globals['_WATCHRESPONSE']._serialized_start=1591
+  _globals['_WATCHRESPONSE']._serialized_end=1763
+  _globals['_FLEETREQUEST']._serialized_start=1765
+  _globals['_FLEETREQUEST']._serialized_end=1798
+  _globals['_HOST']._serialized_start=1801
+  _globals['_HOST']._serialized_end=2086
+  _globals['_QUEUEDEPTH']._serialized_start=2088
+  _globals['_QUEUEDEPTH']._serialized_end=2191
+  _globals['_PENDINGJOB']._serialized_start=2194
+  _globals['_PENDINGJOB']._serialized_end=2496
+  _globals['_FLEETPOLICY']._serialized_start=2498
+  _globals['_FLEETPOLICY']._serialized_end=2577
+  _globals['_FLEETRESPONSE']._serialized_start=2580
+  _globals['_FLEETRESPONSE']._serialized_end=2758
+  _globals['_CLEARHOSTREQUEST']._serialized_start=2760
+  _globals['_CLEARHOSTREQUEST']._serialized_end=2795
+  _globals['_CLEARHOSTRESPONSE']._serialized_start=2797
+  _globals['_CLEARHOSTRESPONSE']._serialized_end=2843
+  _globals['_AUDITREQUEST']._serialized_start=2845
+  _globals['_AUDITREQUEST']._serialized_end=2874
+  _globals['_AUDITENTRY']._serialized_start=2877
+  _globals['_AUDITENTRY']._serialized_end=3038
+  _globals['_AUDITRESPONSE']._serialized_start=3040
+  _globals['_AUDITRESPONSE']._serialized_end=3098
+  _globals['_EXECUTORSERVICE']._serialized_start=3197
+  _globals['_EXECUTORSERVICE']._serialized_end=3753
 # @@protoc_insertion_point(module_scope)

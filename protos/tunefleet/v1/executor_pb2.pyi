@@ -24,7 +24,7 @@ PRIORITY_NORMAL: Priority
 PRIORITY_LOW: Priority
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures", "team", "submitter")
+    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures", "team", "submitter", "expected_start", "expected_start_earliest", "expected_start_latest", "expected_start_is_lower_bound")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,10 @@ class Job(_message.Message):
     INFRA_FAILURES_FIELD_NUMBER: _ClassVar[int]
     TEAM_FIELD_NUMBER: _ClassVar[int]
     SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_LATEST_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_IS_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     plan: _plan_pb2.Plan
     phase: _progress_pb2.Phase
@@ -63,7 +67,11 @@ class Job(_message.Message):
     infra_failures: int
     team: str
     submitter: str
-    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ..., team: _Optional[str] = ..., submitter: _Optional[str] = ...) -> None: ...
+    expected_start: _timestamp_pb2.Timestamp
+    expected_start_earliest: _timestamp_pb2.Timestamp
+    expected_start_latest: _timestamp_pb2.Timestamp
+    expected_start_is_lower_bound: bool
+    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ..., team: _Optional[str] = ..., submitter: _Optional[str] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
     __slots__ = ("plan", "priority")
@@ -200,16 +208,26 @@ class QueueDepth(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., gpu_class: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class PendingJob(_message.Message):
-    __slots__ = ("job_id", "queue", "reason", "position")
+    __slots__ = ("job_id", "queue", "reason", "position", "expected_start", "expected_start_earliest", "expected_start_latest", "expected_start_is_lower_bound", "team")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_LATEST_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_IS_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     queue: str
     reason: str
     position: int
-    def __init__(self, job_id: _Optional[str] = ..., queue: _Optional[str] = ..., reason: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+    expected_start: _timestamp_pb2.Timestamp
+    expected_start_earliest: _timestamp_pb2.Timestamp
+    expected_start_latest: _timestamp_pb2.Timestamp
+    expected_start_is_lower_bound: bool
+    team: str
+    def __init__(self, job_id: _Optional[str] = ..., queue: _Optional[str] = ..., reason: _Optional[str] = ..., position: _Optional[int] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ..., team: _Optional[str] = ...) -> None: ...
 
 class FleetPolicy(_message.Message):
     __slots__ = ("preemption", "retry_limit", "retry_backoff_s")
