@@ -47,8 +47,10 @@ class ExecutorClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
-    def submit(self, plan: plan_pb2.Plan, priority: int = executor_pb2.PRIORITY_NORMAL) -> executor_pb2.SubmitResponse:
-        return self._call("Submit", executor_pb2.SubmitRequest(plan=plan, priority=priority))  # type: ignore
+    def submit(self, plan: plan_pb2.Plan, priority: int = executor_pb2.PRIORITY_NORMAL,
+               override_budget: bool = False) -> executor_pb2.SubmitResponse:
+        return self._call("Submit", executor_pb2.SubmitRequest(  # type: ignore[no-any-return]
+            plan=plan, priority=priority, override_budget=override_budget))
 
     def get(self, job_id: str) -> executor_pb2.Job:
         return self._call("Get", executor_pb2.GetRequest(job_id=job_id)).job
@@ -77,6 +79,12 @@ class ExecutorClient:
 
     def fleet(self, gpu_class: str = "") -> executor_pb2.FleetResponse:
         return self._call("Fleet", executor_pb2.FleetRequest(gpu_class=gpu_class))
+
+    def usage(self, team: str = "", since_days: int = 0,
+              group_by: int = executor_pb2.USAGE_GROUPING_JOB) -> executor_pb2.UsageResponse:
+        """Measured GPU time and cost, grouped (the caller's team; an admin's: every team, or `team`)."""
+        return self._call("Usage", executor_pb2.UsageRequest(  # type: ignore[no-any-return]
+            team=team, since_days=since_days, group_by=group_by))
 
     def audit(self, limit: int = 0) -> list[executor_pb2.AuditEntry]:
         """The fleet's newest audit entries, oldest first (admins only)."""

@@ -1,4 +1,4 @@
-"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit (ExecutorService
+"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit, usage (ExecutorService
 over gRPC), and worker (run a worker on this host)."""
 
 from __future__ import annotations
@@ -13,21 +13,33 @@ from pathlib import Path
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from clients import connection, fleet_render, render
-from clients.errors import InvalidArgument, NotFound, PermissionDenied, TunefleetError, Unavailable
+from clients.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, TunefleetError, Unavailable
 from clients.executor_client import ExecutorClient
 
 DEFAULT_EXECUTOR = "127.0.0.1:50052"
 PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
               "low": executor_pb2.PRIORITY_LOW}
 PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if v}
-COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit")
+COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usage")
+USAGE_GROUPS = {"job": executor_pb2.USAGE_GROUPING_JOB, "team": executor_pb2.USAGE_GROUPING_TEAM,
+                "class": executor_pb2.USAGE_GROUPING_GPU_CLASS, "day": executor_pb2.USAGE_GROUPING_DAY}
 # Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED, EXIT_DENIED = range(7)
+EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED, EXIT_DENIED, EXIT_REFUSED = \
+    range(8)
 _OUTCOME = {progress_pb2.PHASE_DONE: EXIT_OK, progress_pb2.PHASE_FAILED: EXIT_FAILED,
             progress_pb2.PHASE_CANCELLED: EXIT_CANCELLED}
 EXIT_HELP = """exit status: 0 ok (watch: the job is done), 1 the job failed, 2 bad request (the message names the
 field), 3 executor unreachable, 4 no such job (host clear: the host is not quarantined), 5 the job was cancelled,
-6 your role does not allow it (the message names the role needed)."""
+6 your role does not allow it (the message names the role needed), 7 refused as things stand (over the team's
+budget: the message says by how much)."""
+
+
+def days(text: str) -> int:
+    """'30' or '30d' -> 30."""
+    number = text.strip().lower().removesuffix("d")
+    if not number.isdigit() or not 0 < int(number) <= 400:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of days from 1 to 400; write e.g. 30 or 30d")
+    return int(number)
 
 
 def _add_executor_args(p: argparse.ArgumentParser) -> None:
@@ -47,6 +59,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("plan", type=Path, nargs="?", help="plan file (JSON or binary tunefleet.v1.Plan)")
     s.add_argument("--priority", choices=PRIORITIES, default="normal", help="queue tier (default %(default)s)")
     s.add_argument("--watch", action="store_true", help="then follow the job to its end, as 'tunefleet watch'")
+    s.add_argument("--override-budget", action="store_true",
+                   help="admins: queue it even past its team's monthly budget (audited)")
     _add_executor_args(s)
     s.add_argument("--from-recommend", nargs=argparse.REMAINDER, metavar="RECOMMEND-OPTIONS",
                    help="instead of a plan file: submit the best option of 'tunefleet recommend RECOMMEND-OPTIONS' "
@@ -89,6 +103,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                      "ClearHost with the principal, its team and role.")
     a.add_argument("--limit", type=int, default=100, help="the newest this many entries (default %(default)s)")
     _add_executor_args(a)
+    u = sub.add_parser("usage", help="measured GPU time and what it cost, by job, team, class or day",
+                       formatter_class=fmt, epilog=EXIT_HELP,
+                       description="Every hold of a host by a job is charged when it ends: GPU-seconds x the job's "
+                                   "price per GPU-hour, split into useful and lost (a failed run; steps run again "
+                                   "after a lost host or a hand-back). Your team's, or with --team any team's "
+                                   "(admins; admins see every team by default).")
+    u.add_argument("--team", default="", help="only this team")
+    u.add_argument("--since", type=days, default=30, metavar="DAYS", help="holds that ended in the last DAYS days, "
+                   "e.g. 30 or 30d (default %(default)s)")
+    u.add_argument("--by", choices=USAGE_GROUPS, default="job", help="group by (default %(default)s)")
+    u.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    _add_executor_args(u)
 
 
 def _read_plan(path: Path) -> plan_pb2.Plan:
@@ -139,7 +165,7 @@ def _plan_to_submit(a: argparse.Namespace, recommended: PlanSource) -> plan_pb2.
 def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource) -> int:
     if a.command == "submit":
         plan = _plan_to_submit(a, recommended)
-        r = client.submit(plan, PRIORITIES[a.priority])
+        r = client.submit(plan, PRIORITIES[a.priority], override_budget=a.override_budget)
         if a.json and not a.watch:
             print(render.dumps(r))
         elif not a.json:
@@ -168,6 +194,11 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
               f"job {job.job_id}: {fleet_render.phase_name(job.phase)}"
               + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
                                                                        "within a second)"))
+        return EXIT_OK
+    if a.command == "usage":
+        report = client.usage(a.team, a.since, USAGE_GROUPS[a.by])
+        print(render.dumps(report) if a.json else fleet_render.usage_csv(report, a.by) if a.csv
+              else fleet_render.usage_text(report, a.by))
         return EXIT_OK
     if a.command == "audit":
         entries = client.audit(a.limit)
@@ -199,6 +230,9 @@ def main(a: argparse.Namespace, recommended: PlanSource) -> int:
     except NotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    except FailedPrecondition as exc:  # over the team's budget, a host that cannot run it
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except PermissionDenied as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DENIED

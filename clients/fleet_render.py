@@ -38,6 +38,30 @@ def jobs_text(jobs: Iterable[executor_pb2.Job]) -> str:
     return table(rows, ("job", "phase", "team", "queue", "host", "step", "submitted (UTC)", "last message"))
 
 
+def _usage_rows(r: executor_pb2.UsageResponse, grouped: str = ",") -> list[tuple[str, ...]]:
+    """Hours and dollars with two decimals; `grouped` "," for thousands in a table, "" for CSV."""
+    def f(value: float) -> str:
+        return f"{value:{grouped}.2f}"
+    return [(row.key, f(row.gpu_seconds / 3600), f(row.useful_gpu_seconds / 3600), f(row.lost_gpu_seconds / 3600),
+             f(row.cost_usd), str(row.holds)) for row in [*r.rows, r.total]]
+
+
+def usage_text(r: executor_pb2.UsageResponse, by: str) -> str:
+    if not r.rows:
+        return "no charged GPU time in that period"
+    text = table(_usage_rows(r), (by, "GPU-hours", "useful", "lost", "cost USD", "holds"))
+    if r.month_budget_usd:
+        text += (f"\n\nthis month: spent ${r.month_spent_usd:,.2f} + committed ${r.month_committed_usd:,.2f} of a "
+                 f"${r.month_budget_usd:,.2f} budget")
+    return text
+
+
+def usage_csv(r: executor_pb2.UsageResponse, by: str) -> str:
+    """CSV with a header; keys (job ids, teams, classes, days) hold no comma or quote (their rules say so)."""
+    header = (by, "gpu_hours", "useful_gpu_hours", "lost_gpu_hours", "cost_usd", "holds")
+    return "\n".join(",".join(row) for row in [header, *_usage_rows(r, grouped="")])
+
+
 def audit_text(entries: Iterable[executor_pb2.AuditEntry]) -> str:
     rows = [(e.time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"), e.principal, e.team, e.role, e.action, e.target,
              e.detail.splitlines()[0][:60] if e.detail else "") for e in entries]

@@ -12,6 +12,15 @@ The file is TOML, one table per principal:
 Roles nest: a viewer reads its team's jobs (Get, List, Watch, Fleet); a submitter also submits and cancels them; an
 admin sees every team's jobs and runs the fleet (policy, drains, quarantines, the audit log). `--token-file` keeps
 working and means one admin. Shared by both services: the planner lets any known identity call it.
+
+The same file may set a team's monthly budget and the fleet's own GPU prices (the executor prices jobs with them):
+
+    [[team]]
+    name = "vision"
+    monthly_budget_usd = 2000.0
+
+    [prices]                     # USD per GPU-hour, by GPU class; overrides the catalog's public prices
+    "a100-80gb" = 1.10
 """
 
 from __future__ import annotations
@@ -80,12 +89,74 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def parse_identities(text: str, where: str) -> dict[str, Identity]:
-    """token SHA-256 -> Identity; IdentitiesError naming the entry and field that is wrong."""
+@dataclass(frozen=True)
+class TeamPolicy:
+    name: str
+    monthly_budget_usd: float | None = None  # None: no budget
+
+
+@dataclass(frozen=True)
+class Directory:
+    """What the file says: who may call (by token hash), each team's policy, the fleet's GPU prices."""
+
+    identities: dict[str, Identity]
+    teams: dict[str, TeamPolicy]
+    prices_usd_per_gpu_hour: dict[str, float]
+
+
+def parse_directory(text: str, where: str) -> Directory:
+    """The whole file; IdentitiesError naming the entry and field that is wrong."""
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise IdentitiesError(f"{where} is not TOML: {e}") from None
+    unknown = set(document) - {"identity", "team", "prices"}
+    if unknown:
+        raise IdentitiesError(f"{where} has unknown tables {sorted(unknown)}; it takes [[identity]], [[team]] and "
+                              "[prices]")
+    return Directory(_identities(document, where), _teams(document, where), _prices(document, where))
+
+
+def _number(value: object, at: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise IdentitiesError(f"{at} must be a number of dollars from 0 to 1e9, not {value!r}")
+    return float(value)
+
+
+def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
+    entries = document.get("team", [])
+    if not isinstance(entries, list):
+        raise IdentitiesError(f"{where}: team must be [[team]] tables")
+    teams: dict[str, TeamPolicy] = {}
+    for i, entry in enumerate(entries):
+        at = f"{where}: team {i + 1}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
+                not _NAME.fullmatch(entry["name"]):
+            raise IdentitiesError(f"{at}: name must be 1-64 letters, digits, '_', '.', '@' or '-'")
+        unknown = set(entry) - {"name", "monthly_budget_usd"}
+        if unknown:
+            raise IdentitiesError(f"{at} ({entry['name']}) has unknown keys {sorted(unknown)}")
+        if entry["name"] in teams:
+            raise IdentitiesError(f"{at}: team {entry['name']} is listed twice")
+        budget = entry.get("monthly_budget_usd")
+        teams[entry["name"]] = TeamPolicy(entry["name"], None if budget is None else _number(
+            budget, f"{at} ({entry['name']}): monthly_budget_usd"))
+    return teams
+
+
+def _prices(document: dict[str, object], where: str) -> dict[str, float]:
+    table = document.get("prices", {})
+    if not isinstance(table, dict):
+        raise IdentitiesError(f"{where}: prices must be a table of GPU class = USD per GPU-hour")
+    return {str(k): _number(v, f"{where}: prices.{k}") for k, v in table.items()}
+
+
+def parse_identities(text: str, where: str) -> dict[str, Identity]:
+    """token SHA-256 -> Identity; IdentitiesError naming the entry and field that is wrong."""
+    return parse_directory(text, where).identities
+
+
+def _identities(document: dict[str, object], where: str) -> dict[str, Identity]:
     entries = document.get("identity", [])
     if not isinstance(entries, list) or not entries:
         raise IdentitiesError(f"{where} lists no [[identity]] tables; each needs principal, team, role and "
@@ -130,9 +201,9 @@ class Identities:
     stat at most every RELOAD_CHECK_S); an edit that does not parse is logged and the last good table kept, so a
     typo never locks every caller out."""
 
-    def __init__(self, table: dict[str, Identity], path: Path | None = None,
+    def __init__(self, directory: Directory, path: Path | None = None,
                  reload_check_s: float = RELOAD_CHECK_S) -> None:
-        self._table = table
+        self._directory = directory
         self._path = path
         self._stamp = self._stat() if path else None
         self._reload_check_s = reload_check_s
@@ -146,14 +217,14 @@ class Identities:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as e:
             raise IdentitiesError(f"{path}: {e}") from None
-        return cls(parse_identities(text, str(path)), path, reload_check_s)
+        return cls(parse_directory(text, str(path)), path, reload_check_s)
 
     @classmethod
     def single_admin(cls, token: str) -> Identities:
         """`--token-file`: one token, the fleet's admin."""
         if not token:
             raise ValueError("an empty bearer token would let every call in")
-        return cls({token_sha256(token): TOKEN_FILE_ADMIN})
+        return cls(Directory({token_sha256(token): TOKEN_FILE_ADMIN}, {}, {}))
 
     def _stat(self) -> tuple[int, int] | None:
         try:
@@ -173,12 +244,19 @@ class Identities:
                 return
             self._stamp = stamp
             try:
-                self._table = parse_identities(self._path.read_text(), str(self._path))
-                log.info("identities.reloaded", path=str(self._path), identities=len(self._table))
+                self._directory = parse_directory(self._path.read_text(), str(self._path))
+                log.info("identities.reloaded", path=str(self._path),
+                         identities=len(self._directory.identities), teams=len(self._directory.teams))
             except (OSError, UnicodeDecodeError, IdentitiesError) as e:
                 log.error("identities.reload_failed", path=str(self._path), error=str(e),
-                          kept=len(self._table))
+                          kept=len(self._directory.identities))
 
     def lookup(self, token: str) -> Identity | None:
         self._reload_if_changed()
-        return self._table.get(token_sha256(token))
+        return self._directory.identities.get(token_sha256(token))
+
+    @property
+    def directory(self) -> Directory:
+        """The file's current content (read again when it changed)."""
+        self._reload_if_changed()
+        return self._directory

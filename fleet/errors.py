@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.errors import ExhaustedError, MissingError, UnavailableError
+from common.errors import ExhaustedError, MissingError, PreconditionError, UnavailableError
 from contract.errors import ExecutorError
 
 
@@ -20,3 +20,7 @@ class QueueFullError(ExecutorError, ExhaustedError):
 
 class HostNotQuarantinedError(ExecutorError, MissingError):
     """ClearHost of a host that is not quarantined (NOT_FOUND)."""
+
+
+class OverBudgetError(ExecutorError, PreconditionError):
+    """Submit would take a team past its monthly budget (FAILED_PRECONDITION); says by how much."""

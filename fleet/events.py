@@ -27,7 +27,8 @@ EVENT_FIELD = b"e"
 
 # KEYS: job hash, stream. ARGV: sequence, event bytes, phase, terminal (0/1), now ms, retention s, Feedback bytes
 # (stored with the event that carries it, so a client that sees DONE also sees the job's Feedback), fence (the
-# publisher's fencing token; 0 for the service's own events, which it writes inside transactions).
+# publisher's fencing token; 0 for the service's own events, which it writes inside transactions), the step of a
+# sealed checkpoint ('' for any other event: fleet.ledger keeps what a hold ran up to it).
 # Returns 1 published, 0 already there (not newer than the last event), -1 no such job, -2 stale fence.
 _PUBLISH = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -39,6 +40,7 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '=', maxlen, ARGV[1] .. '-0', 'e', ARGV[2]
 redis.call('PERSIST', KEYS[2])
 redis.call('HSET', KEYS[1], 'last_sequence', ARGV[1], 'last_event', ARGV[2], 'phase', ARGV[3])
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'feedback', ARGV[7]) end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'checkpoint_step', ARGV[9]) end
 if ARGV[4] == '1' then
   redis.call('HSET', KEYS[1], 'finished_at_ms', ARGV[5])
   redis.call('EXPIRE', KEYS[2], ARGV[6])
@@ -71,7 +73,8 @@ class EventLog:
         result = self._publish(keys=[job_key(event.job_id), events_key(event.job_id)],
                                args=[event.sequence, event.SerializeToString(), event.phase,
                                      int(event.phase in TERMINAL_PHASES), now_ms(), EVENTS_RETENTION_S,
-                                     feedback.SerializeToString() if feedback is not None else b"", fence],
+                                     feedback.SerializeToString() if feedback is not None else b"", fence,
+                                     event.step if event.phase == progress_pb2.PHASE_CHECKPOINTING else ""],
                                client=pipeline)
         if pipeline is not None:
             return True

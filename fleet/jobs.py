@@ -6,8 +6,9 @@ Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
 timeout_s, submitter (a principal), team, predicted_s / predicted_low_s / predicted_high_s (the plan's duration),
-nodes, fence (fencing token, fleet.leases), infra_failures (hosts lost while
-running it), retry_at_ms, retry_reason, preempt_requested, preempted_for.
+nodes, price_usd_per_gpu_hour, cost_high_usd, and what fleet.ledger charged (spent_usd, gpu_seconds,
+lost_gpu_seconds, hold_from_step, checkpoint_step), fence (fencing token, fleet.leases), infra_failures (hosts lost
+while running it), retry_at_ms, retry_reason, preempt_requested, preempted_for.
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -58,6 +59,10 @@ def _int(record: Mapping[bytes, bytes], name: str) -> int:
     return int(record.get(name.encode(), b"0") or 0)
 
 
+def _float(record: Mapping[bytes, bytes], name: str) -> float:
+    return float(record.get(name.encode(), b"0") or 0)
+
+
 @dataclass(frozen=True)
 class NewJob:
     """What Submit stores for a validated plan."""
@@ -73,6 +78,8 @@ class NewJob:
     team: str = ""  # the team it belongs to: who may see and cancel it, and the per-team cap
     predicted_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the plan's duration: most likely, low, high
     nodes: int = 1
+    price_usd_per_gpu_hour: float = 0.0  # what its holds are charged (fleet.ledger)
+    cost_high_usd: float = 0.0  # the upper end of its predicted cost: what it commits against its team's budget
 
     def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
         """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""
@@ -84,7 +91,8 @@ class NewJob:
                 "infra_failures": 0, "retry_at_ms": 0, "preempt_requested": 0, "preempted_for": "",
                 "events_max_len": self.events_max_len, "timeout_s": self.timeout_s, "submitter": self.submitter,
                 "team": self.team, "predicted_s": self.predicted_s[0], "predicted_low_s": self.predicted_s[1],
-                "predicted_high_s": self.predicted_s[2], "nodes": self.nodes}
+                "predicted_high_s": self.predicted_s[2], "nodes": self.nodes,
+                "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour, "cost_high_usd": self.cost_high_usd}
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,8 @@ class StopRequests:
 # What a Job without its plan shows (List), first the field that says whether the record exists at all.
 SUMMARY_FIELDS = ("schema", "phase", "priority", "queue", "gpu_class", "host_id", "submitted_at_ms", "started_at_ms",
                   "finished_at_ms", "error", "log_path", "output_dir", "infra_failures", "last_event", "feedback",
-                  "team", "submitter")
+                  "team", "submitter", "price_usd_per_gpu_hour", "cost_high_usd", "spent_usd", "gpu_seconds",
+                  "lost_gpu_seconds")
 
 
 def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
@@ -109,7 +118,9 @@ def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool 
         submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
         log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"),
         infra_failures=_int(record, "infra_failures"), team=_text(record, "team"),
-        submitter=_text(record, "submitter"))
+        submitter=_text(record, "submitter"), price_usd_per_gpu_hour=_float(record, "price_usd_per_gpu_hour"),
+        cost_high_usd=_float(record, "cost_high_usd"), spent_usd=_float(record, "spent_usd"),
+        gpu_seconds=_float(record, "gpu_seconds"), lost_gpu_seconds=_float(record, "lost_gpu_seconds"))
     if _int(record, "started_at_ms"):
         job.started_at.CopyFrom(_timestamp(_int(record, "started_at_ms")))
     if _int(record, "finished_at_ms"):

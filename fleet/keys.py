@@ -27,6 +27,11 @@
                                                   (pruned when counted); the per-caller and per-team
                                                   caps
     tunefleet:v1:audit                    stream  who did what: Cancel, ClearHost, Submit (capped)  fleet.audit
+    tunefleet:v1:ledger                   stream  one entry per charged hold (capped)               fleet.ledger
+    tunefleet:v1:spend:<YYYY-MM>          hash    "<team>:usd|gpu_s|lost_gpu_s" -> the month's      fleet.ledger
+                                                  totals
+    tunefleet:v1:team-jobs:<team>         set     a team's jobs that may not have ended (pruned     fleet.ledger
+                                                  when read): what it has committed
     rq:queue:tunefleet.<class>.<tier>     list    rq's queues, one per GPU class and tier           fleet.queues
 """
 
@@ -39,6 +44,7 @@ RETRYING = PREFIX + "retrying"
 POLICY = PREFIX + "policy"
 HOSTS_INDEX = PREFIX + "hosts"
 AUDIT_STREAM = PREFIX + "audit"
+LEDGER_STREAM = PREFIX + "ledger"
 
 
 def job_key(job_id: str) -> str:
@@ -75,3 +81,11 @@ def member_key(job_id: str, node_rank: int) -> str:
 
 def submitter_key(submitter: str) -> str:
     return f"{PREFIX}submitter:{submitter}"
+
+
+def spend_key(month: str) -> str:
+    return f"{PREFIX}spend:{month}"
+
+
+def team_jobs_key(team: str) -> str:
+    return f"{PREFIX}team-jobs:{team}"

@@ -17,7 +17,7 @@ from fleet.audit import AuditLog
 from fleet.errors import QueueFullError
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
-from fleet.keys import JOBS_INDEX, job_key, submitter_key
+from fleet.keys import JOBS_INDEX, job_key, submitter_key, team_jobs_key
 
 
 class Lifecycle:
@@ -28,7 +28,8 @@ class Lifecycle:
         self.queues = queues.JobQueues(connection)
 
     def submit(self, new: NewJob, max_queued: int = 0, max_queued_per_team: int = 0,
-               audit: AuditLog | None = None, who: Identity | None = None) -> tuple[executor_pb2.Job, bool]:
+               audit: AuditLog | None = None, who: Identity | None = None,
+               note: str = "") -> tuple[executor_pb2.Job, bool]:
         """Create the job and queue it; (the job, True). The same plan again: (the existing job, False);
         PlanError when its id is taken by another plan; QueueFullError when its submitter already has
         `max_queued` jobs waiting, or its team `max_queued_per_team` (0: no cap). Concurrent Submits of one caller
@@ -64,8 +65,9 @@ class Lifecycle:
                     pipe.zadd(JOBS_INDEX, {plan.plan_id: submitted})
                     for owner in owners:
                         pipe.sadd(submitter_key(owner), plan.plan_id)
+                    pipe.sadd(team_jobs_key(new.team), plan.plan_id)
                     if audit is not None and who is not None:
-                        audit.record(who, "submit", plan.plan_id, f"on {new.queue}", pipeline=pipe)
+                        audit.record(who, "submit", plan.plan_id, f"on {new.queue}{note}", pipeline=pipe)
                     self.events.publish(new_event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
                                                   message=f"queued on {new.queue}"), pipeline=pipe)
                     self.queues.enqueue(plan.plan_id, new.queue, new.timeout_s, pipeline=pipe)

@@ -19,7 +19,7 @@ import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from contract.progress import TERMINAL_PHASES, new_event
-from fleet import queues
+from fleet import ledger, queues
 from fleet.events import EventLog
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
@@ -194,10 +194,11 @@ class Sweeper:
 
 
 def _end_hold(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, bytes], phase: int,
-              message: str) -> None:
+              message: str, outcome: str) -> None:
     """Inside a transaction on a running job's record: take the job from its holder (the fence moves on, so
-    whatever the old holder still writes is refused; it leaves the running set) and publish the job's next
-    event, at the step it had reached."""
+    whatever the old holder still writes is refused; it leaves the running set), charge the hold (fleet.ledger)
+    and publish the job's next event, at the step it had reached."""
+    ledger.charge(pipe, job_id, record, outcome)
     last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
     pipe.hincrby(job_key(job_id), "fence", 1)
     pipe.srem(RUNNING_SET, job_id)
@@ -215,14 +216,14 @@ def _fail_over(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, byt
         message = (f"{why}; that is {failures} infrastructure failures, past the fleet's retry limit of "
                    f"{policy.retry_limit}; checkpoints kept — Submit the plan under a new id, or raise --retry-limit")
         pipe.hset(key, mapping={"infra_failures": failures, "error": message})
-        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_FAILED, message)
+        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_FAILED, message, ledger.FAILED)
         return failures
     delay_s = policy.backoff_s(failures)
     _wait_in_retrying(pipe, job_id, now, delay_s, why, "")
     pipe.hset(key, "infra_failures", failures)
     _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
               f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from its last complete "
-              "checkpoint")
+              "checkpoint", ledger.HOST_LOST)
     return failures
 
 
@@ -272,7 +273,7 @@ def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_fa
         pipe.hset(job_key(job_id), "gang_attempts", attempts)
         _wait_in_retrying(pipe, job_id, now, delay_s, why, GANG_WAIT)
         _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
-                  f"{why}; the gang tries again in {delay_s:g} s, first in its queue")
+                  f"{why}; the gang tries again in {delay_s:g} s, first in its queue", ledger.GIVEN_BACK)
     return _as_holder(connection, job_id, fence, write)
 
 
@@ -283,7 +284,7 @@ def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool
 
     def write(pipe: Any, record: dict[bytes, bytes]) -> None:
         pipe.hset(job_key(job_id), mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
-        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message)
+        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message, ledger.GIVEN_BACK)
         job_queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0), pipeline=pipe,
                        at_front=True)
     return _as_holder(connection, job_id, fence, write)

@@ -1,5 +1,6 @@
 """The executor service's Prometheus metrics: events streamed to watchers, and fleet state read from Redis at
-scrape time (queue depth per queue, jobs by phase, events written, live hosts and their heartbeat age)."""
+scrape time (queue depth per queue, jobs by phase, events written, live hosts and their heartbeat age, each team's
+measured usage this month)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from tunefleet.v1 import progress_pb2
+
+from fleet.ledger import month_of
 
 if TYPE_CHECKING:
     from executor.service.servicer import Executor
@@ -57,6 +60,17 @@ class FleetCollector(Collector):
         for host in executor.hosts.hosts():
             age.add_metric([host.host_id, host.gpu_class], now - host.last_heartbeat.ToNanoseconds() / 1e9)
         yield age
+        month = month_of(int(now * 1000))
+        spend = GaugeMetricFamily("tunefleet_team_spend_usd", "measured cost of each team's GPU holds this month "
+                                  "(fleet.ledger)", labels=["team", "month"])
+        held = GaugeMetricFamily("tunefleet_team_gpu_seconds", "GPU-seconds each team's jobs held this month, and of "
+                                 "them lost (a failed run, steps run again)", labels=["team", "month", "kind"])
+        for team, totals in executor.ledger.month_totals(month).items():
+            spend.add_metric([team, month], totals.get("usd", 0.0))
+            held.add_metric([team, month, "held"], totals.get("gpu_s", 0.0))
+            held.add_metric([team, month, "lost"], totals.get("lost_gpu_s", 0.0))
+        yield spend
+        yield held
 
 
 _COLLECTOR = FleetCollector()

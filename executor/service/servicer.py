@@ -12,12 +12,14 @@ from pathlib import PurePosixPath
 
 import redis
 import structlog
-from tunefleet.v1 import executor_pb2, progress_pb2
+from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
-from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
-from contract.errors import PlanError
+from common.errors import DeniedError
+from common.identity import UNAUTHENTICATED_ADMIN, Directory, Identities, Identity, Role
+from contract.errors import PlanError, SpecError
 from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
+from executor.service import usage
 from executor.service.waiting import (
     PLACE_FIELDS,
     RUNNING_FIELDS,
@@ -31,7 +33,7 @@ from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
 from fleet.audit import AuditLog
 from fleet.connection import Reachability
-from fleet.errors import JobNotFoundError
+from fleet.errors import JobNotFoundError, OverBudgetError
 from fleet.eta import Schedule, Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
@@ -44,7 +46,9 @@ from fleet.jobs import (
     decode_page_token,
     encode_page_token,
     job_from_record,
+    now_ms,
 )
+from fleet.ledger import Ledger, month_of
 from fleet.lifecycle import Lifecycle
 from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from planner.catalog import Catalog
@@ -58,6 +62,7 @@ _LIST_SCAN_BATCH = 200
 DEFAULT_MAX_QUEUED_PER_CALLER = 1_000
 # Jobs one team may keep waiting, every member's together.
 DEFAULT_MAX_QUEUED_PER_TEAM = 5_000
+NO_DIRECTORY = Directory({}, {}, {})
 DEFAULT_AUDIT_ENTRIES = 100
 MAX_AUDIT_ENTRIES = 10_000
 _LIST_SCAN_LIMIT = 5_000  # records one List call may read while filtering, so a page never costs unbounded work
@@ -87,6 +92,8 @@ class Executor:
         self.lifecycle = Lifecycle(connection)
         self.reachability = Reachability(connection)
         self.audit_log = AuditLog(connection)
+        self.ledger = Ledger(connection)
+        self.identities: Identities | None = None  # the server's auth file: team budgets and fleet prices
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -132,15 +139,60 @@ class Executor:
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
         if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
+        gpus_total = (plan.hardware.gpus_per_node or 1) * (plan.hardware.nodes or 1)
+        price = self._price(gpu_class, plan, gpus_total)
+        cost_high = plan.prediction.estimate.duration_s_high / 3600 * gpus_total * price
+        override = self._check_budget(who, cost_high, request.override_budget)
         new = NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority),
                      gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
                      timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
                      events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team,
                      predicted_s=(plan.prediction.estimate.duration_s, plan.prediction.estimate.duration_s_low,
-                                  plan.prediction.estimate.duration_s_high), nodes=plan.hardware.nodes or 1)
+                                  plan.prediction.estimate.duration_s_high), nodes=plan.hardware.nodes or 1,
+                     price_usd_per_gpu_hour=price, cost_high_usd=cost_high)
         job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
-                                             self.audit_log, who)
+                                             self.audit_log, who, note=override)
         return executor_pb2.SubmitResponse(job=job, created=created)
+
+    def _directory(self) -> Directory:
+        return self.identities.directory if self.identities is not None else NO_DIRECTORY
+
+    def _price(self, gpu_class: str, plan: plan_pb2.Plan, gpus_total: int) -> float:
+        """USD per GPU-hour of a job of this class: the fleet's own price (its auth file's [prices]), else the
+        catalog's public on-demand one, else what the plan was priced at; 0 when nothing says."""
+        fleet_price = self._directory().prices_usd_per_gpu_hour.get(gpu_class)
+        if fleet_price is not None:
+            return fleet_price
+        try:
+            catalog_price = self.catalog.gpu(gpu_class).on_demand_hourly_usd
+        except SpecError:
+            catalog_price = 0.0
+        return catalog_price or plan.prediction.estimate.hourly_usd / gpus_total
+
+    def _check_budget(self, who: Identity, cost_high_usd: float, override: bool) -> str:
+        """OverBudgetError when the job would take its team past its monthly budget: spent this month, plus what its
+        open jobs may still spend, plus this job's predicted upper bound. An admin may override (audited); the
+        note the audit records."""
+        if override:
+            who.require(Role.ADMIN, "override_budget")
+            return "; over the team's budget, admin override"
+        policy = self._directory().teams.get(who.team)
+        if policy is None or policy.monthly_budget_usd is None:
+            return ""
+        month = month_of(now_ms())
+        if cost_high_usd <= 0:
+            raise OverBudgetError(f"team {who.team} has a budget and this job has no price: its plan predicts no "
+                                  "duration, or its GPU class has none on record; plan it with 'tunefleet recommend "
+                                  "--save-plan', or ask an admin to set the class's price ([prices] in the auth file)")
+        spent, committed = self.ledger.spent_usd(who.team, month), self.ledger.committed_usd(who.team)
+        total = spent + committed + cost_high_usd
+        if total > policy.monthly_budget_usd:
+            raise OverBudgetError(
+                f"team {who.team}: spent ${spent:,.2f} + committed ${committed:,.2f} + this job ${cost_high_usd:,.2f} "
+                f"(the upper end of its predicted cost) = ${total:,.2f}, over its ${policy.monthly_budget_usd:,.2f} "
+                f"budget for {month}; cancel queued jobs, wait for next month, or ask an admin to submit it with "
+                "override_budget")
+        return ""
 
     # --- Get / List -----------------------------------------------------------------------------------
 
@@ -283,6 +335,27 @@ class Executor:
                                               position=place.position, team=record.get(b"team", b"").decode())
             set_expected_start(start, line.at_ms, pending)
             response.pending.append(pending)
+        return response
+
+    # --- Usage ----------------------------------------------------------------------------------------
+
+    def usage(self, request: executor_pb2.UsageRequest,
+              who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.UsageResponse:
+        """Charged GPU time and its cost since `since_days`, grouped; a team's month against its budget."""
+        team = request.team or ("" if who.role is Role.ADMIN else who.team)
+        if team and not who.sees(team):
+            raise DeniedError(f"another team's usage needs the admin role; {who.principal} is in team {who.team}")
+        if request.since_days > usage.MAX_SINCE_DAYS:
+            raise PlanError("since_days", f"is {request.since_days}; at most {usage.MAX_SINCE_DAYS}")
+        since_ms = now_ms() - (request.since_days or usage.DEFAULT_SINCE_DAYS) * 86_400_000
+        holds = [h for h in self.ledger.holds(since_ms, usage.MAX_HOLDS_READ) if not team or h.get("team") == team]
+        rows, total = usage.aggregate(holds, request.group_by or executor_pb2.USAGE_GROUPING_JOB)
+        response = executor_pb2.UsageResponse(rows=rows, total=total)
+        if team:
+            policy = self._directory().teams.get(team)
+            response.month_spent_usd = self.ledger.spent_usd(team, month_of(now_ms()))
+            response.month_committed_usd = self.ledger.committed_usd(team)
+            response.month_budget_usd = (policy.monthly_budget_usd or 0.0) if policy else 0.0
         return response
 
     # --- ClearHost ------------------------------------------------------------------------------------

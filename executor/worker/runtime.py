@@ -60,6 +60,7 @@ from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, S
 from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
+from fleet.ledger import charge_ended
 from fleet.recovery import Sweeper, release_held, requeue_held
 
 log = structlog.get_logger("executor.worker.runtime")
@@ -361,9 +362,14 @@ class WorkerRuntime:
                 failed.time.GetCurrentTime()
                 self.events.publish(failed, fence=held.fence)
             self.store.update(held.job_id, error=message)
-            self.leases.release(held.job_id, self.host_id, held.fence)
+            self._release(held)
         except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("job.fail_record_failed", error=str(e))
+
+    def _release(self, held: Held) -> None:
+        """End this worker's hold of a job that ended, and charge it (fleet.ledger), unless the job moved on."""
+        if self.leases.release(held.job_id, self.host_id, held.fence):
+            charge_ended(self.redis, held.job_id)
 
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
@@ -395,7 +401,7 @@ class WorkerRuntime:
                 phase=outcome.phase, step=last.step, total_steps=last.total_steps, message=outcome.message))
         if outcome.phase == progress_pb2.PHASE_FAILED:
             self.store.update(job_id, error=outcome.message)
-        self.leases.release(job_id, self.host_id, held.fence)
+        self._release(held)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last
 

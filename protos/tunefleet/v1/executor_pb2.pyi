@@ -18,13 +18,26 @@ class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRIORITY_HIGH: _ClassVar[Priority]
     PRIORITY_NORMAL: _ClassVar[Priority]
     PRIORITY_LOW: _ClassVar[Priority]
+
+class UsageGrouping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USAGE_GROUPING_UNSPECIFIED: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_JOB: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_TEAM: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_GPU_CLASS: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_DAY: _ClassVar[UsageGrouping]
 PRIORITY_UNSPECIFIED: Priority
 PRIORITY_HIGH: Priority
 PRIORITY_NORMAL: Priority
 PRIORITY_LOW: Priority
+USAGE_GROUPING_UNSPECIFIED: UsageGrouping
+USAGE_GROUPING_JOB: UsageGrouping
+USAGE_GROUPING_TEAM: UsageGrouping
+USAGE_GROUPING_GPU_CLASS: UsageGrouping
+USAGE_GROUPING_DAY: UsageGrouping
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures", "team", "submitter", "expected_start", "expected_start_earliest", "expected_start_latest", "expected_start_is_lower_bound")
+    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures", "team", "submitter", "expected_start", "expected_start_earliest", "expected_start_latest", "expected_start_is_lower_bound", "price_usd_per_gpu_hour", "cost_high_usd", "spent_usd", "gpu_seconds", "lost_gpu_seconds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +61,11 @@ class Job(_message.Message):
     EXPECTED_START_EARLIEST_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_START_LATEST_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_START_IS_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    PRICE_USD_PER_GPU_HOUR_FIELD_NUMBER: _ClassVar[int]
+    COST_HIGH_USD_FIELD_NUMBER: _ClassVar[int]
+    SPENT_USD_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LOST_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     plan: _plan_pb2.Plan
     phase: _progress_pb2.Phase
@@ -71,15 +89,22 @@ class Job(_message.Message):
     expected_start_earliest: _timestamp_pb2.Timestamp
     expected_start_latest: _timestamp_pb2.Timestamp
     expected_start_is_lower_bound: bool
-    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ..., team: _Optional[str] = ..., submitter: _Optional[str] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ...) -> None: ...
+    price_usd_per_gpu_hour: float
+    cost_high_usd: float
+    spent_usd: float
+    gpu_seconds: float
+    lost_gpu_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ..., team: _Optional[str] = ..., submitter: _Optional[str] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ..., price_usd_per_gpu_hour: _Optional[float] = ..., cost_high_usd: _Optional[float] = ..., spent_usd: _Optional[float] = ..., gpu_seconds: _Optional[float] = ..., lost_gpu_seconds: _Optional[float] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("plan", "priority")
+    __slots__ = ("plan", "priority", "override_budget")
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDE_BUDGET_FIELD_NUMBER: _ClassVar[int]
     plan: _plan_pb2.Plan
     priority: Priority
-    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+    override_budget: bool
+    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., override_budget: _Optional[bool] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("job", "created")
@@ -294,3 +319,43 @@ class AuditResponse(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
+
+class UsageRequest(_message.Message):
+    __slots__ = ("team", "since_days", "group_by")
+    TEAM_FIELD_NUMBER: _ClassVar[int]
+    SINCE_DAYS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    team: str
+    since_days: int
+    group_by: UsageGrouping
+    def __init__(self, team: _Optional[str] = ..., since_days: _Optional[int] = ..., group_by: _Optional[_Union[UsageGrouping, str]] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("key", "gpu_seconds", "useful_gpu_seconds", "lost_gpu_seconds", "cost_usd", "holds")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USEFUL_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LOST_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    gpu_seconds: float
+    useful_gpu_seconds: float
+    lost_gpu_seconds: float
+    cost_usd: float
+    holds: int
+    def __init__(self, key: _Optional[str] = ..., gpu_seconds: _Optional[float] = ..., useful_gpu_seconds: _Optional[float] = ..., lost_gpu_seconds: _Optional[float] = ..., cost_usd: _Optional[float] = ..., holds: _Optional[int] = ...) -> None: ...
+
+class UsageResponse(_message.Message):
+    __slots__ = ("rows", "total", "month_spent_usd", "month_budget_usd", "month_committed_usd")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MONTH_SPENT_USD_FIELD_NUMBER: _ClassVar[int]
+    MONTH_BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    MONTH_COMMITTED_USD_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    total: UsageRow
+    month_spent_usd: float
+    month_budget_usd: float
+    month_committed_usd: float
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., total: _Optional[_Union[UsageRow, _Mapping]] = ..., month_spent_usd: _Optional[float] = ..., month_budget_usd: _Optional[float] = ..., month_committed_usd: _Optional[float] = ...) -> None: ...

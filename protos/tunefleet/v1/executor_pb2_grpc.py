@@ -75,6 +75,11 @@ class ExecutorServiceStub:
                 request_serializer=tunefleet_dot_v1_dot_executor__pb2.AuditRequest.SerializeToString,
                 response_deserializer=tunefleet_dot_v1_dot_executor__pb2.AuditResponse.FromString,
                 _registered_method=True)
+        self.Usage = channel.unary_unary(
+                '/tunefleet.v1.ExecutorService/Usage',
+                request_serializer=tunefleet_dot_v1_dot_executor__pb2.UsageRequest.SerializeToString,
+                response_deserializer=tunefleet_dot_v1_dot_executor__pb2.UsageResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -133,6 +138,13 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Usage(self, request, context):
+        """Measured GPU usage and its cost, by job, team, GPU class or day (a caller's own team; an admin's: any).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +187,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Audit,
                     request_deserializer=tunefleet_dot_v1_dot_executor__pb2.AuditRequest.FromString,
                     response_serializer=tunefleet_dot_v1_dot_executor__pb2.AuditResponse.SerializeToString,
+            ),
+            'Usage': grpc.unary_unary_rpc_method_handler(
+                    servicer.Usage,
+                    request_deserializer=tunefleet_dot_v1_dot_executor__pb2.UsageRequest.FromString,
+                    response_serializer=tunefleet_dot_v1_dot_executor__pb2.UsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -394,6 +411,33 @@ class ExecutorService:
             '/tunefleet.v1.ExecutorService/Audit',
             tunefleet_dot_v1_dot_executor__pb2.AuditRequest.SerializeToString,
             tunefleet_dot_v1_dot_executor__pb2.AuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Usage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunefleet.v1.ExecutorService/Usage',
+            tunefleet_dot_v1_dot_executor__pb2.UsageRequest.SerializeToString,
+            tunefleet_dot_v1_dot_executor__pb2.UsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

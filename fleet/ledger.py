@@ -1,0 +1,147 @@
+"""What the fleet's GPUs cost, measured: every time a job leaves its host (done, failed, cancelled, given back, or
+its host lost) the hold is charged — GPU-seconds held × the job's price per GPU-hour — and split into useful and
+lost: a failed run's time is lost; a hold that ended before its job did keeps only the steps up to its last
+complete checkpoint (the steps after it are run again), in proportion to the steps it ran. A cancelled job's time
+was the team's choice, not a loss.
+
+One entry per hold in a capped Redis stream (the usage reports read it by time: entry ids are milliseconds), the
+month's totals per team in a hash (budgets read it), and the job's own totals on its record. Writes go into the
+caller's transaction where it has one, so a hold is charged exactly when it ends."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from tunefleet.v1 import progress_pb2
+
+from fleet.keys import LEDGER_STREAM, job_key, spend_key, team_jobs_key
+
+# Holds kept for usage reports: ~250 bytes each; a fleet of 1,000 GPUs turning over a job an hour per GPU keeps
+# about a month.
+LEDGER_MAX_ENTRIES = 1_000_000
+# Outcomes of a hold, and what each keeps.
+DONE, FAILED, CANCELLED, GIVEN_BACK, HOST_LOST = "done", "failed", "cancelled", "given-back", "host-lost"
+
+
+def month_of(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m")
+
+
+@dataclass(frozen=True)
+class Charge:
+    gpu_seconds: float
+    lost_gpu_seconds: float
+    usd: float
+
+
+def charge_of(record: dict[bytes, bytes], end_ms: int, outcome: str) -> Charge | None:
+    """The cost of the hold that ends now, from the job's record; None when no hold is open."""
+    start_ms = int(record.get(b"started_at_ms") or 0)
+    if not start_ms or end_ms <= start_ms:
+        return None
+    gpus = int(record.get(b"gpus") or 1) * int(record.get(b"nodes") or 1)
+    gpu_s = (end_ms - start_ms) / 1000 * gpus
+    if outcome == FAILED:
+        lost = gpu_s
+    elif outcome in (GIVEN_BACK, HOST_LOST):
+        last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b"")).step
+        first = int(record.get(b"hold_from_step") or 0)
+        kept_to = max(first, int(record.get(b"checkpoint_step") or 0))
+        ran = last - first
+        lost = gpu_s if ran <= 0 else gpu_s * max(0, last - kept_to) / ran
+    else:
+        lost = 0.0
+    price = float(record.get(b"price_usd_per_gpu_hour") or 0)
+    return Charge(gpu_s, lost, gpu_s / 3600 * price)
+
+
+def charge(pipe: Any, job_id: str, record: dict[bytes, bytes], outcome: str,
+           end_ms: int | None = None) -> Charge | None:
+    """Charge the hold that ends now, inside the caller's pipeline (a transaction, or one made for it)."""
+    end_ms = end_ms or int(time.time() * 1000)
+    cost = charge_of(record, end_ms, outcome)
+    if cost is None:
+        return None
+    team = record.get(b"team", b"").decode()
+    pipe.xadd(LEDGER_STREAM, {"job": job_id, "team": team, "class": record.get(b"gpu_class", b"").decode(),
+                              "outcome": outcome, "gpu_s": cost.gpu_seconds, "lost_gpu_s": cost.lost_gpu_seconds,
+                              "usd": cost.usd, "start_ms": int(record.get(b"started_at_ms") or 0)},
+              maxlen=LEDGER_MAX_ENTRIES, approximate=True)
+    key = job_key(job_id)
+    pipe.hincrbyfloat(key, "spent_usd", cost.usd)
+    pipe.hincrbyfloat(key, "gpu_seconds", cost.gpu_seconds)
+    pipe.hincrbyfloat(key, "lost_gpu_seconds", cost.lost_gpu_seconds)
+    month = spend_key(month_of(end_ms))
+    pipe.hincrbyfloat(month, f"{team}:usd", cost.usd)
+    pipe.hincrbyfloat(month, f"{team}:gpu_s", cost.gpu_seconds)
+    pipe.hincrbyfloat(month, f"{team}:lost_gpu_s", cost.lost_gpu_seconds)
+    return cost
+
+
+OUTCOME_OF_PHASE = {progress_pb2.PHASE_DONE: DONE, progress_pb2.PHASE_FAILED: FAILED,
+                    progress_pb2.PHASE_CANCELLED: CANCELLED}
+
+
+def charge_ended(connection: Any, job_id: str) -> Charge | None:
+    """Charge the hold of a job its holder has just ended (released) with a terminal phase."""
+    key = job_key(job_id)
+    record = connection.hgetall(key)
+    outcome = OUTCOME_OF_PHASE.get(int(record.get(b"phase") or 0))
+    if outcome is None:
+        return None
+    pipe = connection.pipeline(transaction=True)
+    cost = charge(pipe, job_id, record, outcome)
+    pipe.execute()
+    return cost
+
+
+class Ledger:
+    """Reads of the ledger: a team's month, what its open jobs may still spend, the holds of a period."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
+
+    def spent_usd(self, team: str, month: str) -> float:
+        return float(self.redis.hget(spend_key(month), f"{team}:usd") or 0)
+
+    def month_totals(self, month: str) -> dict[str, dict[str, float]]:
+        """team -> {usd, gpu_s, lost_gpu_s} for the month."""
+        totals: dict[str, dict[str, float]] = defaultdict(dict)
+        for field, value in self.redis.hgetall(spend_key(month)).items():
+            team, _, what = field.decode().rpartition(":")
+            totals[team][what] = float(value)
+        return dict(totals)
+
+    def committed_usd(self, team: str) -> float:
+        """What the team's jobs that have not ended may still spend: each one's priced upper bound less what it
+        spent already. Jobs that ended leave the team's set as they are found."""
+        key = team_jobs_key(team)
+        ids = [m.decode() for m in self.redis.smembers(key)]
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(job_key(job_id), ["phase", "cost_high_usd", "spent_usd"])
+        committed, ended = 0.0, []
+        for job_id, (phase, high, spent) in zip(ids, pipe.execute(), strict=True):
+            if phase is None or int(phase) in (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED,
+                                               progress_pb2.PHASE_CANCELLED):
+                ended.append(job_id)
+                continue
+            committed += max(0.0, float(high or 0) - float(spent or 0))
+        if ended:
+            self.redis.srem(key, *ended)
+        return committed
+
+    def holds(self, since_ms: int, count: int) -> list[dict[str, str]]:
+        """Charged holds that ended since `since_ms`, oldest first, at most `count`."""
+        rows = self.redis.xrange(LEDGER_STREAM, min=f"{since_ms}-0", max="+", count=count)
+        out = []
+        for entry_id, fields in rows:
+            row = {k.decode(): v.decode() for k, v in fields.items()}
+            row["end_ms"] = entry_id.decode().partition("-")[0]
+            out.append(row)
+        return out
