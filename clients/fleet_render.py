@@ -84,11 +84,14 @@ def feedback_text(jobs: Iterable[executor_pb2.Job]) -> str:
                      f"{f.predicted_step_time_s:.3f}" if f.predicted_step_time_s else "-",
                      f"{f.measured_step_time_s:.3f}", _error(f.measured_step_time_s, f.predicted_step_time_s),
                      f"{f.predicted_communication_time_s:.3f}" if f.predicted_communication_time_s else "-",
-                     f"{f.world_size} on {f.nodes}" if f.world_size else "-", f"{f.measured_tokens_per_s:,.0f}"))
+                     f"{f.world_size} on {f.nodes}" if f.world_size else "-", f"{f.measured_tokens_per_s:,.0f}",
+                     f"${j.cost_high_usd:,.2f}" if j.cost_high_usd else "-",
+                     f"${j.spent_usd:,.2f}" if j.gpu_seconds else "-"))
     if not rows:
         return "no finished jobs with feedback"
     return table(rows, ("job", "predicted peak GPU", "measured peak GPU", "error", "predicted step s",
-                        "measured step s", "error", "of it comm s", "ranks on nodes", "measured tok/s"))
+                        "measured step s", "error", "of it comm s", "ranks on nodes", "measured tok/s",
+                        "cost: predicted up to", "measured"))
 
 
 def _in(stamp: Timestamp, now_s: float) -> str:
