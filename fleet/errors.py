@@ -10,6 +10,11 @@ class JobNotFoundError(ExecutorError, MissingError):
     """No job has this id (NOT_FOUND)."""
 
 
+def no_such_job(job_id: str) -> JobNotFoundError:
+    """The one answer for an id nobody used and for another team's job alike (its existence is not revealed)."""
+    return JobNotFoundError("job_id", f"no job {job_id!r}; 'tunefleet jobs' lists the fleet's jobs")
+
+
 class FleetUnavailableError(ExecutorError, UnavailableError):
     """The fleet's Redis cannot be reached (UNAVAILABLE); the call may be retried."""
 

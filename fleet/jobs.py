@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from contract.errors import PlanError
-from fleet.errors import JobNotFoundError
+from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
 
 JOB_SCHEMA_VERSION = "1"
@@ -142,7 +142,7 @@ class JobStore:
     def raw(self, job_id: str) -> dict[bytes, bytes]:
         record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))
         if not record:
-            raise JobNotFoundError("job_id", f"no job {job_id!r}; 'tunefleet jobs' lists the fleet's jobs")
+            raise no_such_job(job_id)
         return record
 
     def get(self, job_id: str, with_plan: bool = True) -> executor_pb2.Job:

@@ -33,7 +33,7 @@ from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
 from fleet.audit import AuditLog
 from fleet.connection import Reachability
-from fleet.errors import JobNotFoundError, OverBudgetError
+from fleet.errors import OverBudgetError, no_such_job
 from fleet.eta import Schedule, Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
@@ -202,7 +202,7 @@ class Executor:
         _require_id(job_id)
         record = self.store.raw(job_id)
         if not who.sees(record.get(b"team", b"").decode()):
-            raise JobNotFoundError("job_id", f"no job {job_id!r}; 'tunefleet jobs' lists the fleet's jobs")
+            raise no_such_job(job_id)
         return record
 
     def get(self, request: executor_pb2.GetRequest, who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.GetResponse:
