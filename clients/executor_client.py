@@ -86,6 +86,10 @@ class ExecutorClient:
         return self._call("Usage", executor_pb2.UsageRequest(  # type: ignore[no-any-return]
             team=team, since_days=since_days, group_by=group_by))
 
+    def move(self, job_id: str, gpu_class: str) -> executor_pb2.Job:
+        """Re-plan a queued job for another GPU class and queue it there."""
+        return self._call("Move", executor_pb2.MoveRequest(job_id=job_id, gpu_class=gpu_class)).job  # type: ignore
+
     def audit(self, limit: int = 0) -> list[executor_pb2.AuditEntry]:
         """The fleet's newest audit entries, oldest first (admins only)."""
         return list(self._call("Audit", executor_pb2.AuditRequest(limit=limit)).entries)

@@ -1,5 +1,5 @@
-"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit, usage (ExecutorService
-over gRPC), and worker (run a worker on this host)."""
+"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit, usage, move
+(ExecutorService over gRPC), and worker (run a worker on this host)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ DEFAULT_EXECUTOR = "127.0.0.1:50052"
 PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
               "low": executor_pb2.PRIORITY_LOW}
 PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if v}
-COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usage")
+COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usage", "move")
 USAGE_GROUPS = {"job": executor_pb2.USAGE_GROUPING_JOB, "team": executor_pb2.USAGE_GROUPING_TEAM,
                 "class": executor_pb2.USAGE_GROUPING_GPU_CLASS, "day": executor_pb2.USAGE_GROUPING_DAY}
 # Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
@@ -103,6 +103,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                      "ClearHost with the principal, its team and role.")
     a.add_argument("--limit", type=int, default=100, help="the newest this many entries (default %(default)s)")
     _add_executor_args(a)
+    m = sub.add_parser("move", help="where a queued job would start now, and re-plan it for that GPU class",
+                       formatter_class=fmt, epilog=EXIT_HELP,
+                       description="Without --gpu-class: when the job is expected to start on its own class, and "
+                                   "the planner's answer on each class with an idle host now (it would start at "
+                                   "once). With --gpu-class: re-plan it for that class (the planner's cheapest fit "
+                                   "on one of its hosts) and queue it there; its data, output and hyperparameters "
+                                   "stay. Only a job that never wrote a checkpoint moves.")
+    m.add_argument("job_id")
+    m.add_argument("--gpu-class", default="", help="the class to move it to")
+    _add_executor_args(m)
     u = sub.add_parser("usage", help="measured GPU time and what it cost, by job, team, class or day",
                        formatter_class=fmt, epilog=EXIT_HELP,
                        description="Every hold of a host by a job is charged when it ends: GPU-seconds x the job's "
@@ -194,6 +204,14 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
               f"job {job.job_id}: {fleet_render.phase_name(job.phase)}"
               + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
                                                                        "within a second)"))
+        return EXIT_OK
+    if a.command == "move":
+        if a.gpu_class:
+            moved = client.move(a.job_id, a.gpu_class)
+            print(render.dumps(moved) if a.json else f"job {moved.job_id} on {moved.queue}: {moved.last_event.message}")
+            return EXIT_OK
+        job = client.get(a.job_id)
+        print(render.dumps(job) if a.json else fleet_render.alternatives_text(job))
         return EXIT_OK
     if a.command == "usage":
         report = client.usage(a.team, a.since, USAGE_GROUPS[a.by])

@@ -114,6 +114,22 @@ def expected_start(job: executor_pb2.PendingJob | executor_pb2.Job) -> str:
     return ("at least " if job.expected_start_is_lower_bound else "") + text
 
 
+def alternatives_text(job: executor_pb2.Job) -> str:
+    """'waiting for a100-80gb: starts in 40 min, then ~1.2 h, ~$7.10' and each class that would start it now."""
+    if job.phase != progress_pb2.PHASE_QUEUED:
+        return f"job {job.job_id} is {phase_name(job.phase)}: only a queued job moves"
+    gpu_class = job.queue.split(".")[1] if job.queue.count(".") >= 2 else job.queue
+    e = job.plan.prediction.estimate
+    own = f"~{e.duration_s / 3600:.1f} h, ~${e.cost_usd:,.2f}" if e.duration_s else "no prediction"
+    lines = [f"waiting for {gpu_class}: starts {expected_start(job)}, then {own}"]
+    for alt in job.runs_now_instead:
+        lines.append(f"starts now on {alt.gpus_per_node}x {alt.gpu_class}: ~{alt.duration_s / 3600:.1f} h, "
+                     f"~${alt.cost_usd:,.2f}  (tunefleet move {job.job_id} --gpu-class {alt.gpu_class})")
+    if not job.runs_now_instead:
+        lines.append("no other class has an idle host that fits it now")
+    return "\n".join(lines)
+
+
 def _health(h: executor_pb2.Host) -> str:
     if not h.quarantine_reason:
         return "ok"

@@ -19,6 +19,10 @@ from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
 from fleet.keys import JOBS_INDEX, job_key, submitter_key, team_jobs_key
 
+# What a move replaces in a job record: its plan and what Submit derived from it.
+MOVED_FIELDS = ("plan", "queue", "gpu_class", "gpus", "nodes", "timeout_s", "predicted_s", "predicted_low_s",
+                "predicted_high_s", "price_usd_per_gpu_hour", "cost_high_usd")
+
 
 class Lifecycle:
     def __init__(self, connection: redis.Redis) -> None:
@@ -75,6 +79,32 @@ class Lifecycle:
                     return self.store.get(plan.plan_id), True
                 except redis.WatchError:
                     continue  # created concurrently: answer with that job
+
+    def move(self, job_id: str, moved: NewJob, message: str, audit: AuditLog, who: Identity) -> executor_pb2.Job:
+        """One transaction: a queued job leaves its queue for `moved.queue` with `moved`'s plan, class, prediction
+        and price, says so in an event and in the audit log. PlanError when it no longer waits in a queue."""
+        key = job_key(job_id)
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    record = pipe.hgetall(key)
+                    if not record:
+                        self.store.raw(job_id)  # raises NOT_FOUND
+                    if int(record[b"phase"]) != progress_pb2.PHASE_QUEUED:
+                        raise PlanError("job_id", "is no longer waiting (it started or ended); only a queued job moves")
+                    pipe.multi()
+                    self.queues.remove(job_id, record[b"queue"].decode(), pipeline=pipe)
+                    fields = moved.fields(0)
+                    pipe.hset(key, mapping={k: fields[k] for k in MOVED_FIELDS})
+                    self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_QUEUED,
+                                                  message=message), pipeline=pipe)
+                    self.queues.enqueue(job_id, moved.queue, moved.timeout_s, pipeline=pipe)
+                    audit.record(who, "move", job_id, message, pipeline=pipe)
+                    pipe.execute()
+                    return self.store.get(job_id)
+                except redis.WatchError:
+                    continue
 
     def waiting_of(self, submitter: str, cap: int) -> int:
         """How many of `submitter`'s jobs still wait (QUEUED), when that may reach `cap`; the set of its jobs

@@ -65,7 +65,7 @@ class FleetCollector(Collector):
                                   "(fleet.ledger)", labels=["team", "month"])
         held = GaugeMetricFamily("tunefleet_team_gpu_seconds", "GPU-seconds each team's jobs held this month, and of "
                                  "them lost (a failed run, steps run again)", labels=["team", "month", "kind"])
-        for team, totals in executor.ledger.month_totals(month).items():
+        for team, totals in executor.accounts.ledger.month_totals(month).items():
             spend.add_metric([team, month], totals.get("usd", 0.0))
             held.add_metric([team, month, "held"], totals.get("gpu_s", 0.0))
             held.add_metric([team, month, "lost"], totals.get("lost_gpu_s", 0.0))

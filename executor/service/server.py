@@ -77,6 +77,9 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def Usage(self, request, context):  # noqa: N802
         return self._call(self._executor.usage, request, context)
 
+    def Move(self, request, context):  # noqa: N802
+        return self._call(self._executor.move, request, context)
+
     def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
             if not self._executor.reachability.up:
@@ -107,7 +110,7 @@ def create_server(address: str, executor: Executor,
     register_fleet_collector(executor)
     options = options or ServerOptions(max_workers=DEFAULT_WORKERS, max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     identities = options.accepted()
-    executor.identities = identities
+    executor.accounts.identities = identities
     servicer = ExecutorServicer(executor, identities)
     server, port, health_servicer = build_server(
         address, lambda s: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, s), [SERVICE_NAME],

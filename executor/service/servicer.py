@@ -14,12 +14,12 @@ import redis
 import structlog
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
-from common.errors import DeniedError
-from common.identity import UNAUTHENTICATED_ADMIN, Directory, Identities, Identity, Role
-from contract.errors import PlanError, SpecError
+from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
+from contract.errors import PlanError
 from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
-from executor.service import usage
+from executor.service import moves
+from executor.service.accounts import Accounts
 from executor.service.waiting import (
     PLACE_FIELDS,
     RUNNING_FIELDS,
@@ -33,7 +33,7 @@ from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues
 from fleet.audit import AuditLog
 from fleet.connection import Reachability
-from fleet.errors import OverBudgetError, no_such_job
+from fleet.errors import no_such_job
 from fleet.eta import Schedule, Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
@@ -46,9 +46,8 @@ from fleet.jobs import (
     decode_page_token,
     encode_page_token,
     job_from_record,
-    now_ms,
 )
-from fleet.ledger import Ledger, month_of
+from fleet.ledger import Ledger
 from fleet.lifecycle import Lifecycle
 from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from planner.catalog import Catalog
@@ -62,7 +61,7 @@ _LIST_SCAN_BATCH = 200
 DEFAULT_MAX_QUEUED_PER_CALLER = 1_000
 # Jobs one team may keep waiting, every member's together.
 DEFAULT_MAX_QUEUED_PER_TEAM = 5_000
-NO_DIRECTORY = Directory({}, {}, {})
+MAX_ALTERNATIVES = 8  # idle classes a Get plans the job for
 DEFAULT_AUDIT_ENTRIES = 100
 MAX_AUDIT_ENTRIES = 10_000
 _LIST_SCAN_LIMIT = 5_000  # records one List call may read while filtering, so a page never costs unbounded work
@@ -92,8 +91,7 @@ class Executor:
         self.lifecycle = Lifecycle(connection)
         self.reachability = Reachability(connection)
         self.audit_log = AuditLog(connection)
-        self.ledger = Ledger(connection)
-        self.identities: Identities | None = None  # the server's auth file: team budgets and fleet prices
+        self.accounts = Accounts(Ledger(connection), catalog)
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -139,60 +137,23 @@ class Executor:
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
         if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
-        gpus_total = (plan.hardware.gpus_per_node or 1) * (plan.hardware.nodes or 1)
-        price = self._price(gpu_class, plan, gpus_total)
-        cost_high = plan.prediction.estimate.duration_s_high / 3600 * gpus_total * price
-        override = self._check_budget(who, cost_high, request.override_budget)
-        new = NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority),
-                     gpu_class=gpu_class, gpus=plan.hardware.gpus_per_node or 1,
-                     timeout_s=queues.job_timeout_s(plan.prediction.estimate.duration_s),
-                     events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team,
-                     predicted_s=(plan.prediction.estimate.duration_s, plan.prediction.estimate.duration_s_low,
-                                  plan.prediction.estimate.duration_s_high), nodes=plan.hardware.nodes or 1,
-                     price_usd_per_gpu_hour=price, cost_high_usd=cost_high)
+        new = self._new_job(plan, gpu_class, priority, who)
+        override = self.accounts.check_budget(who, new.cost_high_usd, request.override_budget)
         job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
                                              self.audit_log, who, note=override)
         return executor_pb2.SubmitResponse(job=job, created=created)
 
-    def _directory(self) -> Directory:
-        return self.identities.directory if self.identities is not None else NO_DIRECTORY
-
-    def _price(self, gpu_class: str, plan: plan_pb2.Plan, gpus_total: int) -> float:
-        """USD per GPU-hour of a job of this class: the fleet's own price (its auth file's [prices]), else the
-        catalog's public on-demand one, else what the plan was priced at; 0 when nothing says."""
-        fleet_price = self._directory().prices_usd_per_gpu_hour.get(gpu_class)
-        if fleet_price is not None:
-            return fleet_price
-        try:
-            catalog_price = self.catalog.gpu(gpu_class).on_demand_hourly_usd
-        except SpecError:
-            catalog_price = 0.0
-        return catalog_price or plan.prediction.estimate.hourly_usd / gpus_total
-
-    def _check_budget(self, who: Identity, cost_high_usd: float, override: bool) -> str:
-        """OverBudgetError when the job would take its team past its monthly budget: spent this month, plus what its
-        open jobs may still spend, plus this job's predicted upper bound. An admin may override (audited); the
-        note the audit records."""
-        if override:
-            who.require(Role.ADMIN, "override_budget")
-            return "; over the team's budget, admin override"
-        policy = self._directory().teams.get(who.team)
-        if policy is None or policy.monthly_budget_usd is None:
-            return ""
-        month = month_of(now_ms())
-        if cost_high_usd <= 0:
-            raise OverBudgetError(f"team {who.team} has a budget and this job has no price: its plan predicts no "
-                                  "duration, or its GPU class has none on record; plan it with 'tunefleet recommend "
-                                  "--save-plan', or ask an admin to set the class's price ([prices] in the auth file)")
-        spent, committed = self.ledger.spent_usd(who.team, month), self.ledger.committed_usd(who.team)
-        total = spent + committed + cost_high_usd
-        if total > policy.monthly_budget_usd:
-            raise OverBudgetError(
-                f"team {who.team}: spent ${spent:,.2f} + committed ${committed:,.2f} + this job ${cost_high_usd:,.2f} "
-                f"(the upper end of its predicted cost) = ${total:,.2f}, over its ${policy.monthly_budget_usd:,.2f} "
-                f"budget for {month}; cancel queued jobs, wait for next month, or ask an admin to submit it with "
-                "override_budget")
-        return ""
+    def _new_job(self, plan: plan_pb2.Plan, gpu_class: str, priority: int, who: Identity) -> NewJob:
+        """What the fleet stores for a checked plan: its queue, size, timeout, prediction and price."""
+        gpus_total = (plan.hardware.gpus_per_node or 1) * (plan.hardware.nodes or 1)
+        price = self.accounts.price(gpu_class, plan, gpus_total)
+        e = plan.prediction.estimate
+        return NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority), gpu_class=gpu_class,
+                      gpus=plan.hardware.gpus_per_node or 1, timeout_s=queues.job_timeout_s(e.duration_s),
+                      events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team,
+                      predicted_s=(e.duration_s, e.duration_s_low, e.duration_s_high),
+                      nodes=plan.hardware.nodes or 1, price_usd_per_gpu_hour=price,
+                      cost_high_usd=e.duration_s_high / 3600 * gpus_total * price)
 
     # --- Get / List -----------------------------------------------------------------------------------
 
@@ -215,7 +176,20 @@ class Executor:
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
                 set_expected_start(self._start_of(request.job_id, record, hosts, line.at_ms), line.at_ms, job)
+            job.runs_now_instead.extend(self._alternatives(job.plan, record[b"gpu_class"].decode(), hosts))
         return executor_pb2.GetResponse(job=job)
+
+    def _alternatives(self, plan: plan_pb2.Plan, own_class: str,
+                      hosts: list[executor_pb2.Host]) -> list[executor_pb2.Alternative]:
+        """The planner's answer on each other class with an idle healthy host now (moves)."""
+        found = []
+        for idle in moves.idle_classes(hosts)[:MAX_ALTERNATIVES]:
+            if idle.gpu_class == own_class:
+                continue
+            best = moves.best_on(plan, idle.gpu_class, idle.gpus_per_host, self.accounts.priced_catalog())
+            if best is not None:
+                found.append(moves.alternative(best))
+        return found
 
     def _ahead(self, job_id: str, queue: str) -> list[str]:
         """The ids before this job in its class's queue order (higher tiers first), at most MAX_PAGE_SIZE of each
@@ -337,26 +311,37 @@ class Executor:
             response.pending.append(pending)
         return response
 
-    # --- Usage ----------------------------------------------------------------------------------------
+    # --- Move -----------------------------------------------------------------------------------------
+
+    def move(self, request: executor_pb2.MoveRequest,
+             who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.MoveResponse:
+        """Re-plan a queued job for another GPU class — the planner's cheapest fit on one host of it, at the
+        fleet's prices — and queue it there, at the back; its data, output and hyperparameters stay."""
+        record = self._visible(request.job_id, who)
+        who.require(Role.SUBMITTER, "Move")
+        moves.check_movable(record)
+        hosts = [h for h in self.hosts.hosts() if not h.quarantine_reason]
+        classes = sorted({h.gpu_class for h in hosts})
+        if request.gpu_class not in classes:
+            raise PlanError("gpu_class", f"{request.gpu_class!r} has no healthy host in the fleet; it has "
+                                         f"{', '.join(classes) or 'no hosts'}")
+        plan = job_from_record(request.job_id, record).plan
+        check_shared_output(plan.output_uri, [h for h in hosts if h.gpu_class == request.gpu_class])
+        most = max(h.gpu_count for h in hosts if h.gpu_class == request.gpu_class)
+        best = moves.best_on(plan, request.gpu_class, most, self.accounts.priced_catalog())
+        if best is None:
+            raise PlanError("gpu_class", f"the planner finds no way to run this job on one {request.gpu_class} host "
+                                         f"of {most} GPU(s) (or its model is a folder only workers read: give the plan "
+                                         "a catalog name or config.json)")
+        new = self._new_job(moves.moved(plan, best), request.gpu_class, int(record[b"priority"]), who)
+        e = best.estimate
+        message = (f"moved to {new.queue} by {who.principal}: {best.fit.hardware.gpus_per_node}x "
+                   f"{request.gpu_class}, ~{e.duration_s / 3600:.1f} h, ~${e.cost_usd:,.2f}")
+        return executor_pb2.MoveResponse(job=self.lifecycle.move(request.job_id, new, message, self.audit_log, who))
 
     def usage(self, request: executor_pb2.UsageRequest,
               who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.UsageResponse:
-        """Charged GPU time and its cost since `since_days`, grouped; a team's month against its budget."""
-        team = request.team or ("" if who.role is Role.ADMIN else who.team)
-        if team and not who.sees(team):
-            raise DeniedError(f"another team's usage needs the admin role; {who.principal} is in team {who.team}")
-        if request.since_days > usage.MAX_SINCE_DAYS:
-            raise PlanError("since_days", f"is {request.since_days}; at most {usage.MAX_SINCE_DAYS}")
-        since_ms = now_ms() - (request.since_days or usage.DEFAULT_SINCE_DAYS) * 86_400_000
-        holds = [h for h in self.ledger.holds(since_ms, usage.MAX_HOLDS_READ) if not team or h.get("team") == team]
-        rows, total = usage.aggregate(holds, request.group_by or executor_pb2.USAGE_GROUPING_JOB)
-        response = executor_pb2.UsageResponse(rows=rows, total=total)
-        if team:
-            policy = self._directory().teams.get(team)
-            response.month_spent_usd = self.ledger.spent_usd(team, month_of(now_ms()))
-            response.month_committed_usd = self.ledger.committed_usd(team)
-            response.month_budget_usd = (policy.monthly_budget_usd or 0.0) if policy else 0.0
-        return response
+        return self.accounts.usage(request, who)
 
     # --- ClearHost ------------------------------------------------------------------------------------
 

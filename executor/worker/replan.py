@@ -5,7 +5,6 @@ checkpoint — up to the plan's bound, after which the job fails saying what was
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from tunefleet.v1 import model_pb2, plan_pb2, progress_pb2
 from common.units import size
 from contract import oom
 from contract import training as training_spec
-from contract.deepspeed_config import deepspeed_config
 from contract.errors import SpecError
+from contract.replan import with_training
 from contract.schema import Architecture, TrainingSpec
 from executor.worker.supervision import Outcome
 from fleet.jobs import JobStore
@@ -55,17 +54,8 @@ def _read(plan_path: Path, work_dir: Path) -> _Run:
 
 
 def replanned(plan: plan_pb2.Plan, after: TrainingSpec, world_size: int, predicted_bytes: int) -> plan_pb2.Plan:
-    """The plan with the rung's training: the DeepSpeed keys a move changes are regenerated, the rest (the
-    optimizer, its schedule, the run's hyperparameters) kept as the plan had them."""
-    new = plan_pb2.Plan()
-    new.CopyFrom(plan)
-    new.training.CopyFrom(training_spec.training_to_proto(after))
-    config = json.loads(plan.deepspeed_config_json)
-    generated = deepspeed_config(after, world_size)
-    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
-                "zero_optimization"):
-        config[key] = generated[key]
-    new.deepspeed_config_json = json.dumps(config, sort_keys=True)
+    """The plan with the rung's training (contract.replan), predicting the rung's peak."""
+    new = with_training(plan, after, world_size)
     new.prediction.fit.per_gpu.total_bytes = predicted_bytes
     return new
 

@@ -80,6 +80,11 @@ class ExecutorServiceStub:
                 request_serializer=tunefleet_dot_v1_dot_executor__pb2.UsageRequest.SerializeToString,
                 response_deserializer=tunefleet_dot_v1_dot_executor__pb2.UsageResponse.FromString,
                 _registered_method=True)
+        self.Move = channel.unary_unary(
+                '/tunefleet.v1.ExecutorService/Move',
+                request_serializer=tunefleet_dot_v1_dot_executor__pb2.MoveRequest.SerializeToString,
+                response_deserializer=tunefleet_dot_v1_dot_executor__pb2.MoveResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -145,6 +150,13 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Move(self, request, context):
+        """Re-plan a queued job for another GPU class (the planner's cheapest fit on one host of it) and queue it there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -192,6 +204,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Usage,
                     request_deserializer=tunefleet_dot_v1_dot_executor__pb2.UsageRequest.FromString,
                     response_serializer=tunefleet_dot_v1_dot_executor__pb2.UsageResponse.SerializeToString,
+            ),
+            'Move': grpc.unary_unary_rpc_method_handler(
+                    servicer.Move,
+                    request_deserializer=tunefleet_dot_v1_dot_executor__pb2.MoveRequest.FromString,
+                    response_serializer=tunefleet_dot_v1_dot_executor__pb2.MoveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -438,6 +455,33 @@ class ExecutorService:
             '/tunefleet.v1.ExecutorService/Usage',
             tunefleet_dot_v1_dot_executor__pb2.UsageRequest.SerializeToString,
             tunefleet_dot_v1_dot_executor__pb2.UsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Move(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunefleet.v1.ExecutorService/Move',
+            tunefleet_dot_v1_dot_executor__pb2.MoveRequest.SerializeToString,
+            tunefleet_dot_v1_dot_executor__pb2.MoveResponse.FromString,
             options,
             channel_credentials,
             insecure,
