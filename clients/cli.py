@@ -62,6 +62,7 @@ DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
 OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
 RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
 OOM_MOVES = spellings(plan_pb2.OomMove, "OOM_MOVE_")
+CALIBRATION_ENV = "TUNEFLEET_CALIBRATION"
 def _add_margin_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=margin, default=0.0,
                    help="headroom to demand beyond the predicted total, e.g. 10%%: fits only with that much to spare "
@@ -120,6 +121,9 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     c.add_argument("--address", default=os.environ.get("TUNEFLEET_PLANNER", ""),
                    help="planner host:port (env TUNEFLEET_PLANNER); empty plans in-process")
+    c.add_argument("--calibration", type=Path, default=os.environ.get(CALIBRATION_ENV) or None,
+                   help="in-process: plan with the fleet's own runs ('tunefleet calibrate --out FILE'; env "
+                        f"{CALIBRATION_ENV}); a planner service takes it with 'serve planner --calibration'")
     connection.add_arguments(c)
 
 
@@ -279,7 +283,8 @@ def _recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
 
 def _planner(a: argparse.Namespace) -> PlannerClient:
     c = connection.from_arguments(a, a.address)
-    return PlannerClient(a.address or None, token=c.token, tls_ca=c.tls_ca, tls_server_name=c.tls_server_name)
+    return PlannerClient(a.address or None, token=c.token, tls_ca=c.tls_ca, tls_server_name=c.tls_server_name,
+                         calibration=a.calibration)
 
 
 def recommended_plan(argv: list[str]) -> plan_pb2.Plan:

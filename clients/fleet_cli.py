@@ -1,4 +1,4 @@
-"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit, usage, move
+"""The fleet half of the `tunefleet` command: submit, watch, jobs, cancel, fleet, host, audit, usage, move, calibrate
 (ExecutorService over gRPC), and worker (run a worker on this host)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ DEFAULT_EXECUTOR = "127.0.0.1:50052"
 PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
               "low": executor_pb2.PRIORITY_LOW}
 PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if v}
-COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usage", "move")
+COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usage", "move", "calibrate")
 USAGE_GROUPS = {"job": executor_pb2.USAGE_GROUPING_JOB, "team": executor_pb2.USAGE_GROUPING_TEAM,
                 "class": executor_pb2.USAGE_GROUPING_GPU_CLASS, "day": executor_pb2.USAGE_GROUPING_DAY}
 # Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
@@ -103,6 +103,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                      "ClearHost with the principal, its team and role.")
     a.add_argument("--limit", type=int, default=100, help="the newest this many entries (default %(default)s)")
     _add_executor_args(a)
+    k = sub.add_parser("calibrate", help="the planner's error on this fleet's GPUs, from its finished runs",
+                       formatter_class=fmt, epilog=EXIT_HELP,
+                       description="Read every finished job's Feedback (predicted vs measured peak memory and step "
+                                   "time) and write, per GPU class, what the planner cannot simulate: how far the "
+                                   "allocated peak landed from the prediction, the allocator's slack, the step time "
+                                   "against the prediction. Give the file to the planner (--calibration FILE, or "
+                                   "'serve planner --calibration FILE'): with 5 or more runs of a class, Fit's range "
+                                   "comes from them and says so, with the probability that the job fits.")
+    k.add_argument("--out", type=Path, required=True, help="the calibration file to write")
+    _add_executor_args(k)
     m = sub.add_parser("move", help="where a queued job would start now, and re-plan it for that GPU class",
                        formatter_class=fmt, epilog=EXIT_HELP,
                        description="Without --gpu-class: when the job is expected to start on its own class, and "
@@ -204,6 +214,19 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
               f"job {job.job_id}: {fleet_render.phase_name(job.phase)}"
               + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
                                                                        "within a second)"))
+        return EXIT_OK
+    if a.command == "calibrate":
+        from planner import calibration  # the CLI's in-process planner is a dependency already
+
+        done = list(client.jobs([progress_pb2.PHASE_DONE]))
+        samples = [(j.queue.split(".")[1] if j.queue.count(".") >= 2 else j.queue, calibration.run_of(
+            j.feedback.predicted_peak_gpu_memory_bytes, j.feedback.measured_peak_gpu_memory_bytes,
+            j.feedback.measured_peak_gpu_reserved_bytes, j.feedback.predicted_step_time_s,
+            j.feedback.measured_step_time_s)) for j in reversed(done) if j.HasField("feedback")]
+        calibrations = calibration.calibrate(samples)
+        calibration.save(calibrations, a.out)
+        print(json.dumps({c: len(cal.runs) for c, cal in calibrations.items()}) if a.json
+              else fleet_render.calibration_text(calibrations, a.out))
         return EXIT_OK
     if a.command == "move":
         if a.gpu_class:

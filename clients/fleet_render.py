@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
@@ -128,6 +129,23 @@ def alternatives_text(job: executor_pb2.Job) -> str:
     if not job.runs_now_instead:
         lines.append("no other class has an idle host that fits it now")
     return "\n".join(lines)
+
+
+def calibration_text(calibrations: dict[str, Any], path: Path) -> str:
+    rows = []
+    for gpu_class, cal in calibrations.items():
+        memory = cal.memory_runs
+        ratios = [r.allocated_ratio for r in memory]
+        slacks = [r.slack for r in memory]
+        step = cal.step_time_ratio
+        rows.append((gpu_class, str(len(cal.runs)), str(len(memory)),
+                     f"x{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-",
+                     f"{min(slacks):.0%}-{max(slacks):.0%}" if slacks else "-", f"x{step:.2f}" if step else "-"))
+    if not rows:
+        return f"no finished job with Feedback yet; wrote an empty calibration to {path}"
+    text = table(rows, ("GPU class", "runs", "measured memory", "allocated vs plan", "allocator slack",
+                        "step time vs plan"))
+    return text + f"\n\nwrote {path}; plan with it: tunefleet fit ... --calibration {path}"
 
 
 def _health(h: executor_pb2.Host) -> str:

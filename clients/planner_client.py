@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -20,7 +21,8 @@ class PlannerClient:
     """`PlannerClient("host:port")` talks gRPC; `PlannerClient()` plans in this process."""
 
     def __init__(self, address: str | None = None, *, token: str = "", tls_ca: bytes | None = None,
-                 tls_server_name: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 tls_server_name: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
+                 calibration: Path | None = None) -> None:
         connection = Connection(token, tls_ca, tls_server_name)
         self._timeout_s = timeout_s
         self._metadata = metadata(connection)
@@ -30,9 +32,9 @@ class PlannerClient:
             self._stub: Any = planner_pb2_grpc.PlannerServiceStub(self._channel)
             self._local: Any = None
         else:
-            from planner.catalog import default_catalog
+            from planner.catalog import calibrated_catalog
             from planner.service import Planner
-            self._local = Planner(default_catalog())
+            self._local = Planner(calibrated_catalog(calibration))
 
     def close(self) -> None:
         if self._channel is not None:

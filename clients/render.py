@@ -89,6 +89,8 @@ def fit_text(r: plan_pb2.FitResult) -> str:
             ("largest batch" if r.inference else "largest micro-batch", str(r.max_micro_batch))]
     text = head + "\n\n" + table(rows, ("per-GPU memory", "bytes"))
     text += f"\nrange: {r.band_basis}"
+    if r.calibrated:
+        text += f"\nprobability it fits: {r.fit_probability:.0%} (the share of those runs whose error it would survive)"
     for note in r.notes:
         text += f"\nnote: {note}"
     if r.suggestions:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
 from common.bounds import echo
 from common.units import GiB
 from contract.schema import Flavor, GpuSpec, ModelSpec
+from planner import calibration
+from planner.calibration import ClassCalibration
 from planner.data.flavors import FLAVORS
 from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
@@ -62,6 +65,11 @@ class Catalog:
     flavors: tuple[Flavor, ...]
     models: tuple[ModelSpec, ...]
     model_aliases: dict[str, str]
+    # The fleet's own runs by GPU class (planner.calibration, `--calibration FILE`); none by default.
+    calibrations: dict[str, ClassCalibration] = field(default_factory=dict)
+
+    def calibration(self, gpu_class: str) -> ClassCalibration | None:
+        return self.calibrations.get(gpu_class)
 
     def __post_init__(self) -> None:
         gpu_index: dict[str, GpuSpec] = {}
@@ -136,3 +144,10 @@ def _with_usable_memory(gpu: GpuSpec) -> GpuSpec:
 def default_catalog() -> Catalog:
     return Catalog(gpus=tuple(_with_usable_memory(_with_price(g)) for g in GPUS), flavors=FLAVORS, models=MODELS,
                    model_aliases=dict(ALIASES))
+
+
+def calibrated_catalog(path: Path | None) -> Catalog:
+    """The default catalog with the fleet's calibration (planner.calibration) read from `path`; the plain catalog
+    without one. InvalidFieldError naming a file that is not a calibration."""
+    catalog = default_catalog()
+    return catalog if path is None else replace(catalog, calibrations=calibration.load(path))

@@ -233,7 +233,8 @@ def fit_to_proto(r: FitResult) -> plan_pb2.FitResult:
         fits=r.fits, capacity_bytes=r.capacity_bytes, headroom_bytes=r.headroom_bytes,
         max_micro_batch=r.max_micro_batch, trainable_parameter_count=r.trainable_parameters,
         total_low_bytes=r.band.low_bytes, total_high_bytes=r.band.high_bytes, band_basis=r.band.basis, tight=r.tight,
-        margin_fraction=r.margin_fraction, inference=r.inference,
+        margin_fraction=r.margin_fraction, inference=r.inference, fit_probability=r.fit_probability or 0.0,
+        calibrated=r.fit_probability is not None,
         per_gpu=plan_pb2.MemoryBreakdown(
             weights_bytes=g.weights_bytes, adapter_bytes=g.adapter_bytes, gradients_bytes=g.gradients_bytes,
             optimizer_bytes=g.optimizer_bytes, activations_bytes=g.activations_bytes, logits_bytes=g.logits_bytes,

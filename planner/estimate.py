@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from contract.errors import InvalidFieldError
 from contract.limits import MAX_TRAINING_TOKENS
 from contract.schema import Hardware, ModelSpec, TrainingSpec, Workload
 from planner import constants as k
+from planner.calibration import ClassCalibration
 from planner.throughput import StepTime, step_time, total_steps
 
 
@@ -56,3 +57,16 @@ def estimate(model: ModelSpec, t: TrainingSpec, hw: Hardware, workload: Workload
         duration_s_high=k.STARTUP_S + train_s * k.DURATION_HIGH_FACTOR, hourly_usd=hourly, gpus=hw.world_size,
         priced=hw.priced,
     )
+
+
+def calibrated(e: Estimate, cal: ClassCalibration | None) -> Estimate:
+    """The estimate with its step time scaled by what the fleet's own runs of the class measured against their
+    predictions (planner.calibration: the median, once enough runs measured it); unchanged otherwise."""
+    ratio = cal.step_time_ratio if cal is not None else None
+    if not ratio:
+        return e
+    s = e.step
+    step = replace(s, compute_s=s.compute_s * ratio, communication_s=s.communication_s * ratio,
+                   offload_s=s.offload_s * ratio, model_flops_utilization=s.model_flops_utilization / ratio)
+    scaled = [k.STARTUP_S + (d - k.STARTUP_S) * ratio for d in (e.duration_s, e.duration_s_low, e.duration_s_high)]
+    return replace(e, step=step, duration_s=scaled[0], duration_s_low=scaled[1], duration_s_high=scaled[2])

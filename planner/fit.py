@@ -18,6 +18,7 @@ from contract.schema import (
     Precision,
     TrainingSpec,
 )
+from planner import calibration
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
 from planner.confidence import Band, band
@@ -58,6 +59,7 @@ class FitResult:
     band: Band
     margin_fraction: float = 0.0
     inference: bool = False  # sized for serving (planner/inference.py)
+    fit_probability: float | None = None  # from the fleet's own runs of this class (planner.calibration)
 
     @property
     def headroom_bytes(self) -> int:
@@ -244,9 +246,14 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
     if model.note:
         notes.append(model.note)
     found = suggestions(model, t, hw, catalog, best) if not ok else ()
-    likely = band(gpu, t)
+    likely, probability = band(gpu, t), None
+    calibrated = calibration.likely(cal, gpu.allocated_bytes, hw.gpu.memory_bytes) \
+        if (cal := catalog.calibration(hw.gpu.name)) is not None else None
+    if calibrated is not None:
+        likely = Band(calibrated.low_bytes, calibrated.high_bytes, calibrated.basis)
+        probability = calibrated.fit_probability
     if ok and likely.high_bytes > hw.gpu.memory_bytes:
         notes.append(f"tight: the peak is likely {gib(likely.low_bytes)}-{gib(likely.high_bytes)} and the GPU holds "
                      f"{gib(hw.gpu.memory_bytes)}; ask for --margin to plan with room, or take a suggestion below")
     return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw,
-                     likely, margin_fraction)
+                     likely, margin_fraction, fit_probability=probability)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from common.errors import AbandonedError
 from contract.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Precision, TrainingSpec, Workload
 from planner.catalog import Catalog
-from planner.estimate import Estimate, estimate
+from planner.estimate import Estimate, calibrated, estimate
 from planner.fit import FitResult, fit, max_micro_batch
 from planner.memo import memo
 from planner.memory import MEMORY_CACHE_ENTRIES, host_memory
@@ -206,6 +206,8 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
             evaluated += n
             if best is not None and (found is None or best.estimate.cost_usd < found.estimate.cost_usd):
                 found = best
+        if found is not None:
+            found = replace(found, estimate=calibrated(found.estimate, catalog.calibration(hw.gpu.name)))
         if found is None:
             rejections.append(Rejection(label, hw.world_size, why, detail))
         elif constraints.max_cost_usd is not None and found.estimate.cost_usd > constraints.max_cost_usd:

@@ -14,7 +14,7 @@ from contract.schema import Hardware, ModelSpec, Precision, TrainingSpec
 from planner import convert
 from planner.catalog import Catalog
 from planner.errors import NotFoundError
-from planner.estimate import estimate
+from planner.estimate import calibrated, estimate
 from planner.fit import FitResult, fit
 from planner.inference import InferenceSpec, inference_fit
 from planner.memo import memo
@@ -72,7 +72,8 @@ class Planner:
         workload = convert.workload_from_proto(request.workload)
         return planner_pb2.EstimateResponse(
             fit=self._fit_answer(m, t, hw, _auto(request.training.precision), request.margin_fraction),
-            estimate=convert.estimate_to_proto(estimate(m, t, hw, workload)))
+            estimate=convert.estimate_to_proto(calibrated(estimate(m, t, hw, workload),
+                                                          self.catalog.calibration(hw.gpu.name))))
 
     def recommend(self, request: planner_pb2.RecommendRequest,
                   should_stop: Callable[[], bool] = lambda: False) -> planner_pb2.RecommendResponse:

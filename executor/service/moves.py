@@ -45,7 +45,7 @@ def priced(catalog: Catalog, prices: dict[str, float]) -> Catalog:
         return catalog
     gpus = tuple(replace(g, on_demand_hourly_usd=table[g.name], spot_hourly_usd=0.0, price_source="the fleet's price")
                  if g.name in table else g for g in catalog.gpus)
-    return Catalog(gpus=gpus, flavors=catalog.flavors, models=catalog.models, model_aliases=catalog.model_aliases)
+    return replace(catalog, gpus=gpus)
 
 
 def best_on(plan: plan_pb2.Plan, gpu_class: str, max_gpus: int, priced: Catalog) -> Candidate | None:

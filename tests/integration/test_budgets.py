@@ -16,6 +16,7 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 from clients.errors import FailedPrecondition, PermissionDenied
 from clients.executor_client import ExecutorClient
 from common.identity import Identities, token_sha256
+from planner import calibration
 from tests.integration.fleet_helpers import events_at_end, fleet_plan, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -51,6 +52,7 @@ def _plan(tiny_model: Path, data: Path, job_id: str):  # noqa: ANN202 - a Plan
     plan = fleet_plan(tiny_model, data, job_id, max_steps=4)
     e = plan.prediction.estimate
     e.duration_s, e.duration_s_low, e.duration_s_high = 50.0, 25.0, PREDICTED_HIGH_S
+    e.step_time_s = 0.5  # what the run's Feedback compares its measured step time with (tunefleet calibrate)
     return plan
 
 
@@ -102,3 +104,14 @@ def test_a_team_is_held_to_its_budget_and_charged_what_its_jobs_measured(start_s
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
     assert rows[0]["team"] == "vision" and float(rows[0]["cost_usd"]) == pytest.approx(done.spent_usd, abs=0.01)
     assert rows[-1]["team"] == "total"
+
+    # issue 25, item 5: the real run's Feedback calibrates its class (a CPU run: its step time, no GPU memory)
+    cal_file = tmp_path / "calibration.json"
+    calibrated = subprocess.run([sys.executable, "-m", "clients.cli", "calibrate", "--out", str(cal_file),
+                                 "--executor", service.address, "--token", "root-token"],
+                                capture_output=True, text=True, timeout=60)
+    assert calibrated.returncode == 0 and "cpu" in calibrated.stdout, calibrated.stderr
+    runs = calibration.load(cal_file)["cpu"].runs
+    feedback = done.feedback
+    assert len(runs) == 1 and runs[0].allocated_ratio == 0
+    assert runs[0].step_time_ratio == pytest.approx(feedback.measured_step_time_s / feedback.predicted_step_time_s)

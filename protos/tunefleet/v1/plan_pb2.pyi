@@ -135,7 +135,7 @@ class ResolvedHardware(_message.Message):
     def __init__(self, gpu: _Optional[_Union[_hardware_pb2.GpuSpec, _Mapping]] = ..., gpus_per_node: _Optional[int] = ..., nodes: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ..., hourly_usd_per_gpu: _Optional[float] = ..., spot: _Optional[bool] = ..., provider: _Optional[str] = ..., flavor: _Optional[str] = ..., inter_node_bandwidth_bytes_per_s: _Optional[float] = ...) -> None: ...
 
 class FitResult(_message.Message):
-    __slots__ = ("fits", "per_gpu", "host", "capacity_bytes", "headroom_bytes", "max_micro_batch", "suggestions", "notes", "model", "hardware", "training", "trainable_parameter_count", "total_low_bytes", "total_high_bytes", "band_basis", "tight", "margin_fraction", "inference")
+    __slots__ = ("fits", "per_gpu", "host", "capacity_bytes", "headroom_bytes", "max_micro_batch", "suggestions", "notes", "model", "hardware", "training", "trainable_parameter_count", "total_low_bytes", "total_high_bytes", "band_basis", "tight", "margin_fraction", "inference", "fit_probability", "calibrated")
     FITS_FIELD_NUMBER: _ClassVar[int]
     PER_GPU_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,8 @@ class FitResult(_message.Message):
     TIGHT_FIELD_NUMBER: _ClassVar[int]
     MARGIN_FRACTION_FIELD_NUMBER: _ClassVar[int]
     INFERENCE_FIELD_NUMBER: _ClassVar[int]
+    FIT_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATED_FIELD_NUMBER: _ClassVar[int]
     fits: bool
     per_gpu: MemoryBreakdown
     host: HostMemory
@@ -172,7 +174,9 @@ class FitResult(_message.Message):
     tight: bool
     margin_fraction: float
     inference: bool
-    def __init__(self, fits: _Optional[bool] = ..., per_gpu: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., host: _Optional[_Union[HostMemory, _Mapping]] = ..., capacity_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., max_micro_batch: _Optional[int] = ..., suggestions: _Optional[_Iterable[_Union[Suggestion, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ..., model: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ..., hardware: _Optional[_Union[ResolvedHardware, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., trainable_parameter_count: _Optional[int] = ..., total_low_bytes: _Optional[int] = ..., total_high_bytes: _Optional[int] = ..., band_basis: _Optional[str] = ..., tight: _Optional[bool] = ..., margin_fraction: _Optional[float] = ..., inference: _Optional[bool] = ...) -> None: ...
+    fit_probability: float
+    calibrated: bool
+    def __init__(self, fits: _Optional[bool] = ..., per_gpu: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., host: _Optional[_Union[HostMemory, _Mapping]] = ..., capacity_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., max_micro_batch: _Optional[int] = ..., suggestions: _Optional[_Iterable[_Union[Suggestion, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ..., model: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ..., hardware: _Optional[_Union[ResolvedHardware, _Mapping]] = ..., training: _Optional[_Union[_training_pb2.TrainingSpec, _Mapping]] = ..., trainable_parameter_count: _Optional[int] = ..., total_low_bytes: _Optional[int] = ..., total_high_bytes: _Optional[int] = ..., band_basis: _Optional[str] = ..., tight: _Optional[bool] = ..., margin_fraction: _Optional[float] = ..., inference: _Optional[bool] = ..., fit_probability: _Optional[float] = ..., calibrated: _Optional[bool] = ...) -> None: ...
 
 class TimeEstimate(_message.Message):
     __slots__ = ("flops_per_token", "model_flops_utilization", "compute_time_per_step_s", "communication_time_per_step_s", "offload_time_per_step_s", "step_time_s", "tokens_per_s", "total_steps", "total_tokens", "duration_s_low", "duration_s", "duration_s_high", "gpu_hours", "cost_usd_low", "cost_usd", "cost_usd_high", "hourly_usd", "priced")
