@@ -11,7 +11,7 @@ DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
 CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock redis deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-accuracy bench-simulate serve clean
+.PHONY: help install lock redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-accuracy bench-simulate serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	# the memory model is byte-exact against particular transformers / DeepSpeed / PEFT / TRL versions.
 	$(PIP) install -q -c constraints.txt torch==2.13.0
 	$(PIP) install -q -c constraints.txt --no-build-isolation "deepspeed>=0.18,<1"
-	$(PIP) install -q -c constraints.txt -e '.[train,queue,dev]'
+	$(PIP) install -q -c constraints.txt -e '.[train,queue,dashboard,dev]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
 	# executor.training points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
 	DS_ACCELERATOR=cpu $(PY) -c "import executor.training; from deepspeed.accelerator import get_accelerator as a; \
@@ -50,6 +50,16 @@ plan: $(STAMP) ## planner answers: will Llama-3.1-8B QLoRA fit a 4090, cost, che
 	$(VENV)/bin/tunefleet estimate --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --tokens 10M
 	$(VENV)/bin/tunefleet recommend --model meta-llama/Llama-3.1-8B --method qlora --tokens 10M --limit 5
 
+chromium: ## install Debian's Chromium if it is missing (the dashboard's browser tests drive it; no browser download)
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+dashboard-assets: ## install the dashboard's chart library from the npm registry into dashboard/static/vendor (committed)
+	cd dashboard/assets && npm ci --silent
+	cp dashboard/assets/node_modules/uplot/dist/uPlot.iife.min.js dashboard/assets/node_modules/uplot/dist/uPlot.min.css \
+		dashboard/static/vendor/
+	cp dashboard/assets/node_modules/uplot/LICENSE dashboard/static/vendor/uPlot.LICENSE
+	rm -rf dashboard/assets/node_modules
+
 $(DEPLOY_STAMP):
 	python3 -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q checkov==$(CHECKOV_VERSION)
@@ -66,15 +76,15 @@ deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustom
 # other worker's training fills. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) $(DEPLOY_STAMP) redis protos-check ## install, check generated code is current, run the whole test suite
+test: $(STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-fast: $(STAMP) $(DEPLOY_STAMP) redis ## the inner loop: every test that starts no training process and installs nothing
+test-fast: $(STAMP) $(DEPLOY_STAMP) redis chromium ## the inner loop: every test that starts no training process and installs nothing
 	$(PY) -m pytest -q -m "not training and not install"
 
 lint: $(STAMP) ## ruff and mypy
-	$(VENV)/bin/ruff check common contract planner fleet clients executor devtools tests benchmarks
-	$(VENV)/bin/mypy common contract planner fleet clients executor devtools
+	$(VENV)/bin/ruff check common contract planner fleet clients executor dashboard devtools tests benchmarks
+	$(VENV)/bin/mypy common contract planner fleet clients executor dashboard devtools
 
 protos: $(STAMP) ## regenerate Python code from protos/
 	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. tunefleet/v1/*.proto

@@ -74,14 +74,29 @@ RETRY_SERVICE_CONFIG = json.dumps({"methodConfig": [{
                     "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]})
 
 
-def channel_for(address: str, connection: Connection = Connection()) -> grpc.Channel:
+def _channel_options(connection: Connection) -> list[tuple[str, object]]:
     options: list[tuple[str, object]] = [("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG)]
+    if connection.tls_ca is not None and connection.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", connection.tls_server_name))
+    return options
+
+
+def channel_for(address: str, connection: Connection = Connection()) -> grpc.Channel:
+    options = _channel_options(connection)
     if connection.tls_ca is None:
         return grpc.insecure_channel(address, options=options)
-    if connection.tls_server_name:
-        options.append(("grpc.ssl_target_name_override", connection.tls_server_name))
     return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=connection.tls_ca or None),
                                options=options)
+
+
+def aio_channel_for(address: str, connection: Connection = Connection()) -> grpc.aio.Channel:
+    """channel_for on asyncio (created inside the event loop that uses it): for a server streaming to many callers
+    without a thread each."""
+    options = _channel_options(connection)
+    if connection.tls_ca is None:
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=connection.tls_ca or None),
+                                   options=options)
 
 
 def metadata(connection: Connection) -> tuple[tuple[str, str], ...]:

@@ -23,17 +23,22 @@ _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EX
 
 
 class ExecutorClient:
+    """One caller's client. Given `channel` (a server that serves many callers, such as the dashboard), it calls
+    over that shared channel with its own token and leaves the channel open on close()."""
+
     def __init__(self, address: str, *, token: str = "", tls_ca: bytes | None = None, tls_server_name: str = "",
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout_s: float = DEFAULT_TIMEOUT_S, channel: grpc.Channel | None = None) -> None:
         connection = Connection(token, tls_ca, tls_server_name)
         self.address = address
         self._timeout_s = timeout_s
         self._metadata = metadata(connection)
-        self._channel = channel_for(address, connection)
+        self._owns_channel = channel is None
+        self._channel = channel or channel_for(address, connection)
         self._stub: Any = executor_pb2_grpc.ExecutorServiceStub(self._channel)
 
     def close(self) -> None:
-        self._channel.close()
+        if self._owns_channel:
+            self._channel.close()
 
     def __enter__(self) -> ExecutorClient:
         return self
@@ -93,6 +98,10 @@ class ExecutorClient:
     def audit(self, limit: int = 0) -> list[executor_pb2.AuditEntry]:
         """The fleet's newest audit entries, oldest first (admins only)."""
         return list(self._call("Audit", executor_pb2.AuditRequest(limit=limit)).entries)
+
+    def who_am_i(self) -> executor_pb2.WhoAmIResponse:
+        """The caller's principal, team and role."""
+        return self._call("WhoAmI", executor_pb2.WhoAmIRequest())  # type: ignore[no-any-return]
 
     def clear_host(self, host_id: str) -> str:
         """Let a quarantined host take work again; what its quarantine said."""

@@ -18,17 +18,19 @@ DEFAULT_TIMEOUT_S = 30.0
 
 
 class PlannerClient:
-    """`PlannerClient("host:port")` talks gRPC; `PlannerClient()` plans in this process."""
+    """`PlannerClient("host:port")` talks gRPC; `PlannerClient()` plans in this process. Given `channel` (shared by a
+    server's many callers), it calls over it with its own token and leaves it open on close()."""
 
     def __init__(self, address: str | None = None, *, token: str = "", tls_ca: bytes | None = None,
                  tls_server_name: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 calibration: Path | None = None) -> None:
+                 calibration: Path | None = None, channel: grpc.Channel | None = None) -> None:
         connection = Connection(token, tls_ca, tls_server_name)
         self._timeout_s = timeout_s
         self._metadata = metadata(connection)
         self._channel: grpc.Channel | None = None
+        self._owns_channel = channel is None
         if address:
-            self._channel = channel_for(address, connection)
+            self._channel = channel or channel_for(address, connection)
             self._stub: Any = planner_pb2_grpc.PlannerServiceStub(self._channel)
             self._local: Any = None
         else:
@@ -37,7 +39,7 @@ class PlannerClient:
             self._local = Planner(calibrated_catalog(calibration))
 
     def close(self) -> None:
-        if self._channel is not None:
+        if self._channel is not None and self._owns_channel:
             self._channel.close()
 
     def __enter__(self) -> PlannerClient:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("common", "contract", "planner", "fleet", "executor", "clients")
+PRODUCT = ("common", "contract", "planner", "fleet", "executor", "clients", "dashboard")
 MAX_MODULE_LINES = 450
 # What each layer may not import (a prefix names a package and everything under it).
 FORBIDDEN = {
@@ -20,11 +20,13 @@ FORBIDDEN = {
     "executor.service": ("executor.worker", "executor.training", "clients", "devtools", "torch"),
     "executor.worker": ("executor.service", "clients", "devtools", "torch"),
     "executor.training": ("fleet", "executor.service", "executor.worker", "clients", "devtools", "redis", "rq"),
-    "clients": ("fleet", "devtools", "torch", "redis", "rq"),
-    "common": ("contract", "planner", "fleet", "executor", "clients", "devtools"),
+    "clients": ("fleet", "dashboard", "devtools", "torch", "redis", "rq"),
+    # The dashboard is an HTTP client of both services: it reaches them through clients/ only.
+    "dashboard": ("planner", "fleet", "executor", "devtools", "torch", "redis", "rq"),
+    "common": ("contract", "planner", "fleet", "executor", "clients", "dashboard", "devtools"),
 }
 # The CLI is every command's entry point: it alone may start the executor's commands (inside the subcommand).
-ENTRY_POINT_IMPORTS = {"clients.cli": ("executor",)}
+ENTRY_POINT_IMPORTS = {"clients.cli": ("executor", "dashboard")}
 
 
 def _module_name(path: Path) -> str:

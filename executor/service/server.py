@@ -80,6 +80,13 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def Move(self, request, context):  # noqa: N802
         return self._call(self._executor.move, request, context)
 
+    def WhoAmI(self, request, context):  # noqa: N802
+        def who(_: executor_pb2.WhoAmIRequest) -> executor_pb2.WhoAmIResponse:
+            identity = caller(self._identities, context.invocation_metadata())
+            return executor_pb2.WhoAmIResponse(principal=identity.principal, team=identity.team,
+                                               role=identity.role.value)
+        return call_unary(who, request, context)
+
     def Watch(self, request, context):  # noqa: N802
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
             if not self._executor.reachability.up:

@@ -387,3 +387,17 @@ class MoveResponse(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal", "team", "role")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    team: str
+    role: str
+    def __init__(self, principal: _Optional[str] = ..., team: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...

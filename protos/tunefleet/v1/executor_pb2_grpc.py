@@ -85,6 +85,11 @@ class ExecutorServiceStub:
                 request_serializer=tunefleet_dot_v1_dot_executor__pb2.MoveRequest.SerializeToString,
                 response_deserializer=tunefleet_dot_v1_dot_executor__pb2.MoveResponse.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/tunefleet.v1.ExecutorService/WhoAmI',
+                request_serializer=tunefleet_dot_v1_dot_executor__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=tunefleet_dot_v1_dot_executor__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -157,6 +162,14 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the caller's token is: its principal, team and role (what a dashboard checks at login and which actions it
+        offers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +222,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Move,
                     request_deserializer=tunefleet_dot_v1_dot_executor__pb2.MoveRequest.FromString,
                     response_serializer=tunefleet_dot_v1_dot_executor__pb2.MoveResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=tunefleet_dot_v1_dot_executor__pb2.WhoAmIRequest.FromString,
+                    response_serializer=tunefleet_dot_v1_dot_executor__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -482,6 +500,33 @@ class ExecutorService:
             '/tunefleet.v1.ExecutorService/Move',
             tunefleet_dot_v1_dot_executor__pb2.MoveRequest.SerializeToString,
             tunefleet_dot_v1_dot_executor__pb2.MoveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunefleet.v1.ExecutorService/WhoAmI',
+            tunefleet_dot_v1_dot_executor__pb2.WhoAmIRequest.SerializeToString,
+            tunefleet_dot_v1_dot_executor__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,5 @@
+import sys
+
+from dashboard.serve import main
+
+sys.exit(main())
