@@ -42,8 +42,8 @@ lock: $(STAMP) ## record the versions .venv runs in constraints.txt (after a del
 redis: ## install redis-server from Debian's packages if it is missing (tests start their own on a free port)
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 
-run: $(STAMP) redis ## the main job: Redis, planner, executor and a worker; plan, submit and watch a tiny job to DONE
-	$(PY) -m devtools.demo
+run: $(STAMP) redis ## the main job: Redis, planner, executor, a worker and the dashboard; plan, submit and watch a tiny job to DONE (RUN_ARGS=--keep-serving keeps them up)
+	$(PY) -m devtools.demo $(RUN_ARGS)
 
 plan: $(STAMP) ## planner answers: will Llama-3.1-8B QLoRA fit a 4090, cost, cheapest hardware
 	$(VENV)/bin/tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048

@@ -1,8 +1,9 @@
 """`make run`: the whole stack on this machine, on embedded defaults, then everything it started is stopped.
 
 Redis (a redis-server of its own on a free port, with its data under .tunefleet/redis; it never touches a
-Redis it did not start, such as one on 6379), the planner, the executor service and one worker (class cpu
-without a GPU). It builds a tiny Llama and a dataset locally (nothing downloaded), asks the planner whether the
+Redis it did not start, such as one on 6379), the planner, the executor service, one worker (class cpu
+without a GPU) and the dashboard (its URL is printed; these services run without tokens, so its login takes an
+empty token). It builds a tiny Llama and a dataset locally (nothing downloaded), asks the planner whether the
 job fits, submits the plan, follows it to DONE with the progress bar, and prints the job's Feedback (measured vs
 predicted).
 """
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -36,6 +38,7 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 STATE_DIR = Path(".tunefleet")
 DEMO_STEPS = 120
+DASHBOARD_PORT = 8080
 PLANNED_GPU = "rtx-4090"  # what the planner sizes the job for; the demo worker runs it on the CPU
 
 
@@ -81,6 +84,31 @@ def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str) -> Non
             raise SystemExit(f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s") from None
 
 
+def _dashboard_port() -> int:
+    """8080 when it is free (the port the README names), else any free one."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", DASHBOARD_PORT))
+        except OSError:
+            return free_port()
+    return DASHBOARD_PORT
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], name: str) -> None:
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with status {proc.returncode}; see {STATE_DIR / 'logs' / name}.log")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False  # not up yet
+    try:
+        wait_until(answers, START_TIMEOUT_S, poll_s=0.2)
+    except TimeoutError:
+        raise SystemExit(f"{name} did not answer {url} within {START_TIMEOUT_S:.0f} s") from None
+
+
 def _redis(stack: ExitStack, logs: Path) -> str:
     data = (STATE_DIR / "redis").resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -95,7 +123,7 @@ def _redis(stack: ExitStack, logs: Path) -> str:
     return url
 
 
-def run(steps: int) -> int:
+def run(steps: int, keep_serving: bool = False) -> int:
     from devtools.tiny import build_model, counting_text, make_plan
 
     logs = (STATE_DIR / "logs").resolve()
@@ -112,9 +140,15 @@ def run(steps: int) -> int:
                                                 "--host-id", host_id, "--work-dir", str(STATE_DIR / "runs"),
                                                 "--data-root", str(STATE_DIR),
                                                 "--progress-interval-s", "1"], logs))
+        dashboard_address = f"127.0.0.1:{_dashboard_port()}"
+        dashboard = stack.enter_context(_process("dashboard", [
+            *cli, "serve", "dashboard", "--address", dashboard_address, "--executor", executor_address,
+            "--planner", planner_address], logs))
         _wait_healthy(planner_address, planner, "planner")
         _wait_healthy(executor_address, executor, "executor")
+        _wait_http(f"http://{dashboard_address}/healthz", dashboard, "dashboard")
         _say(f"planner on {planner_address}, executor on {executor_address}, worker {host_id}; logs in {logs}")
+        _say(f"dashboard: http://{dashboard_address}/ (log in with an empty token: this demo runs without tokens)")
 
         demo = (STATE_DIR / "demo").resolve()
         model_dir = demo / "tiny-llama"
@@ -145,6 +179,10 @@ def run(steps: int) -> int:
             print(fleet_render.feedback_text([job]))
             print()
             print(fleet_render.fleet_text(client.fleet()))
+        if keep_serving:
+            _say(f"the job is on http://{dashboard_address}/jobs/{job_id}; Ctrl-C stops everything")
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
         _say(f"outputs in {job.output_uri}; stopping what this run started")
     if last.phase != progress_pb2.PHASE_DONE:
         print(f"demo job ended {fleet_render.phase_name(last.phase)}: {last.message}", file=sys.stderr)
@@ -157,9 +195,11 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=DEMO_STEPS,
                    help="optimizer steps of the demo job (default %(default)s)")
+    p.add_argument("--keep-serving", action="store_true",
+                   help="after the job, keep every service (and the dashboard) up until Ctrl-C")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return run(args.steps)
+    return run(args.steps, args.keep_serving)
 
 
 if __name__ == "__main__":

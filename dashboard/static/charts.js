@@ -28,8 +28,7 @@ function growingChart(el, series, opts) {
   const yFormat = opts.format ? (u, vals) => vals.map(v => opts.format(v)) : undefined;
   const chart = new uPlot({
     width: width, height: 220,
-    scales: { x: Object.assign({ time: !!opts.time }, opts.xRange ? { range: opts.xRange } : {}),
-              y: opts.yRange ? { range: opts.yRange } : {} },
+    scales: { x: { time: !!opts.time }, y: opts.yRange ? { range: opts.yRange } : {} },
     axes: [{ label: opts.xLabel || "step" }, { values: yFormat, size: opts.ySize || 60 }],
     series: [{ label: opts.xLabel || "step" },
              ...series.map(s => ({ label: s.label, stroke: s.color, width: s.width || 2, dash: s.dash,
@@ -47,6 +46,10 @@ function growingChart(el, series, opts) {
     set(columns) {
       columns.forEach((col, i) => { data[i] = col; });
       chart.setData(data);
+      if (opts.xWindow) {  // the last xWindow units up to the newest point (or now), however few points there are
+        const last = data[0].length ? data[0][data[0].length - 1] : Date.now() / 1000;
+        chart.setScale("x", { min: last - opts.xWindow, max: last });
+      }
       el.dataset.points = String(data[0].length);
     },
   };

@@ -8,8 +8,8 @@
   const chart = growingChart(document.getElementById("chart-utilisation"),
     names.map((n, i) => ({ label: n, color: colors[i % colors.length], dash: dashes[i % dashes.length],
                            points: u.time_s.length < 2 })),
-    { time: true, xLabel: "time (UTC)", format: v => v == null ? "" : Math.round(v * 100) + "%", yRange: [0, 1],
-      xRange: (chart, min, max) => [Math.min(min, max - u.history_s), max] });
+    { time: true, xLabel: "time", format: v => v == null ? "" : Math.round(v * 100) + "%", yRange: [0, 1],
+      xWindow: u.history_s });
   chart.set([u.time_s, ...names.map(n => u.classes[n])]);
   const refresh = Number(document.querySelector('meta[name="refresh-s"]').content) * 1000;
   setInterval(() => { if (document.visibilityState === "visible") location.reload(); }, refresh);

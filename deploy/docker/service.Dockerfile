@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1.7
-# The planner and executor-service images: no torch, no build tools in the final stage, non-root.
+# The planner, executor-service and dashboard images: no torch, no build tools in the final stage, non-root.
 # Build from the repository root (versions: constraints.txt, the same the tests install):
-#   docker build -f deploy/docker/service.Dockerfile --target planner  -t tunefleet-planner .
-#   docker build -f deploy/docker/service.Dockerfile --target executor -t tunefleet-executor .
+#   docker build -f deploy/docker/service.Dockerfile --target planner   -t tunefleet-planner .
+#   docker build -f deploy/docker/service.Dockerfile --target executor  -t tunefleet-executor .
+#   docker build -f deploy/docker/service.Dockerfile --target dashboard -t tunefleet-dashboard .
 #
 # Base image pinned by digest: python:3.11-slim (Debian bookworm), digest as pinned in public Dockerfiles
 # in 2026 (not re-resolved here: no registry access). Refresh with
@@ -19,6 +20,7 @@ COPY planner planner
 COPY fleet fleet
 COPY executor executor
 COPY clients clients
+COPY dashboard dashboard
 
 # Wheels only: grpcio and protobuf ship manylinux wheels, so no compiler is needed in any stage. pip and
 # setuptools leave the venv once it is built (25 MB the running service never uses).
@@ -31,6 +33,10 @@ RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-d
 FROM source AS build-executor
 RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
         --no-binary=tunefleet -c constraints.txt ".[queue]" && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
+
+FROM source AS build-dashboard
+RUN python -m venv /opt/tunefleet && /opt/tunefleet/bin/pip install --no-cache-dir --only-binary=:all: \
+        --no-binary=tunefleet -c constraints.txt ".[dashboard]" && /opt/tunefleet/bin/python -m pip uninstall -y -q pip setuptools
 
 FROM base AS runtime
 RUN groupadd --system --gid 10001 tunefleet && \
@@ -51,3 +57,10 @@ EXPOSE 50052 9100
 HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "127.0.0.1:50062"]
 ENTRYPOINT ["tunefleet", "serve", "executor"]
 CMD ["--address", "0.0.0.0:50052", "--metrics-address", "0.0.0.0:9100", "--health-address", "127.0.0.1:50062"]
+
+FROM runtime AS dashboard
+COPY --from=build-dashboard /opt/tunefleet /opt/tunefleet
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["tunefleet", "health", "http://127.0.0.1:8080/healthz"]
+ENTRYPOINT ["tunefleet", "serve", "dashboard"]
+CMD ["--address", "0.0.0.0:8080"]

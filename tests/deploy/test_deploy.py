@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from clients import cli
+from dashboard import serve as dashboard_main
 from executor.service import __main__ as executor_main
 from executor.worker import main as worker
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S
@@ -92,6 +93,7 @@ DOCKERFILES = {"service": Dockerfile(DEPLOY / "docker" / "service.Dockerfile"),
                "worker": Dockerfile(DEPLOY / "docker" / "worker.Dockerfile")}
 IMAGES = {"tunefleet-planner": DOCKERFILES["service"].stages["planner"],
           "tunefleet-executor": DOCKERFILES["service"].stages["executor"],
+          "tunefleet-dashboard": DOCKERFILES["service"].stages["dashboard"],
           "tunefleet-worker": DOCKERFILES["worker"].stages["worker"]}
 
 
@@ -110,6 +112,8 @@ def _accepts(command: list[str]) -> None:
         parser, rest = planner_main.build_parser(), command[3:]
     elif command[1:3] == ["serve", "executor"]:
         parser, rest = executor_main.build_parser(), command[3:]
+    elif command[1:3] == ["serve", "dashboard"]:
+        parser, rest = dashboard_main.build_parser(), command[3:]
     else:
         parser, rest = cli.build_parser(), command[1:]
     try:
@@ -198,8 +202,23 @@ def test_ports_probes_services_and_metrics_match_the_flags(rendered) -> None:
                     assert port["targetPort"] in ports and port["port"] == ports[port["targetPort"]]
 
 
+def test_the_dashboard_serves_where_its_probes_and_service_look_and_reaches_both_services(rendered) -> None:
+    for overlay, objects in rendered.items():
+        services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+        (name, spec, _), = [(n, s, m) for n, s, m in _pod_specs(objects) if n == "dashboard"]
+        container = spec["containers"][0]
+        port = int(_flag(container["args"], "--address").rsplit(":", 1)[1])  # type: ignore[union-attr]
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": port}
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, (overlay, probe)
+        assert services[name]["spec"]["ports"][0]["port"] == port
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["TUNEFLEET_EXECUTOR"].endswith(":50052") and env["TUNEFLEET_PLANNER"].endswith(":50051")
+        assert ("--tls-ca" in container["args"]) == (overlay == "prod"), "TLS services need the dashboard's CA"
+
+
 def test_environment_variables_are_ones_the_code_or_a_named_program_reads(rendered) -> None:
-    source = "\n".join(p.read_text() for d in ("common", "planner", "executor", "clients")
+    source = "\n".join(p.read_text() for d in ("common", "planner", "executor", "clients", "dashboard")
                        for p in (ROOT / d).rglob("*.py"))
     names = {e["name"] for objects in rendered.values() for _, c in _containers(objects) for e in c.get("env", [])}
     compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())

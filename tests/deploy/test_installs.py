@@ -1,11 +1,11 @@
 """Every image's package set installs and starts — the image test that needs no container engine.
 
 Each image of deploy/docker installs one package set: the planner image the base install (`pip install .`), the
-executor-service image `.[queue]`, the worker image `.[train,queue]`. For each, the test installs that set from
-what the Dockerfile copies into a virtualenv of its own (pip, under constraints.txt, as the Dockerfile does),
-runs the image's ENTRYPOINT with --help, starts it as its CMD says (ports made free) and runs its HEALTHCHECK
-command against it. The suite's own venv has every extra, which would hide an import only an extra provides;
-this one has only what the image has.
+dashboard image `.[dashboard]`, the executor-service image `.[queue]`, the worker image `.[train,queue]`. For each,
+the test installs that set from what the Dockerfile copies into a virtualenv of its own (pip, under
+constraints.txt, as the Dockerfile does), runs the image's ENTRYPOINT with --help, starts it as its CMD says
+(ports made free) and runs its HEALTHCHECK command against it. The suite's own venv has every extra, which would
+hide an import only an extra provides; this one has only what the image has.
 """
 
 from __future__ import annotations
@@ -75,17 +75,25 @@ def _freed(command: list[str]) -> tuple[list[str], dict[str, str]]:
     return freed, addresses
 
 
-# One virtualenv grows through the three package sets, in the order of the tests below: installing an extra on top
-# of a set yields exactly the larger set, so each check still sees only what its image installs.
+# One virtualenv grows through the package sets, in the order of the tests below: installing an extra on top of a
+# set yields exactly the larger set, so each check still sees only what its image installs — but for the
+# dashboard's web packages (Starlette, Jinja2, uvicorn), which the executor and worker checks then also have and
+# import nowhere.
 @pytest.fixture(scope="module")
 def core_venv(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
     return _venv(tmp_path_factory, source, "")
 
 
 @pytest.fixture(scope="module")
-def queue_venv(core_venv: Path, source: Path) -> Path:
-    _pip(core_venv, f"{source}[queue]")
+def dashboard_venv(core_venv: Path, source: Path) -> Path:
+    _pip(core_venv, f"{source}[dashboard]")
     return core_venv
+
+
+@pytest.fixture(scope="module")
+def queue_venv(dashboard_venv: Path, source: Path) -> Path:
+    _pip(dashboard_venv, f"{source}[queue]")
+    return dashboard_venv
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +145,38 @@ def test_the_base_install_plans_and_the_planner_image_serves_and_answers_its_hea
     imported = _run(core_venv, ["python", "-c", "import torch"])
     assert imported.returncode != 0, "the base install must not carry the training stack"
     _serves(core_venv, "tunefleet-planner", started)
+
+
+def test_the_base_install_says_which_extra_the_dashboard_needs(core_venv: Path) -> None:
+    ran = _run(core_venv, ["tunefleet", "serve", "dashboard", "--executor", "127.0.0.1:1"])
+    assert ran.returncode == 2 and "pip install 'tunefleet[dashboard]'" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_the_dashboard_image_serves_without_torch_or_redis_and_answers_its_healthcheck(dashboard_venv: Path,
+                                                                                       started: list) -> None:
+    stage = IMAGES["tunefleet-dashboard"]
+    helped = _run(dashboard_venv, [*stage["ENTRYPOINT"], "--help"])
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
+    for absent in ("torch", "redis", "rq"):
+        assert _run(dashboard_venv, ["python", "-c", f"import {absent}"]).returncode != 0, f"{absent} is installed"
+    cmd, _ = _freed(stage["CMD"])
+    port = free_port()
+    cmd[cmd.index("--address") + 1] = f"127.0.0.1:{port}"
+    started.append(subprocess.Popen([str(dashboard_venv / "bin" / stage["ENTRYPOINT"][0]), *stage["ENTRYPOINT"][1:],
+                                     *cmd, "--executor", "127.0.0.1:1"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, cwd=dashboard_venv.parent))
+    assert stage["HEALTHCHECK"][-1] == "http://127.0.0.1:8080/healthz", "the check names the port the CMD binds"
+    health = [*stage["HEALTHCHECK"][:-1], f"http://127.0.0.1:{port}/healthz"]
+    checks: list[subprocess.CompletedProcess[str]] = []
+
+    def healthy() -> bool:
+        assert started[-1].poll() is None, f"the dashboard exited: {started[-1].stdout.read()}"  # type: ignore[union-attr]
+        checks.append(_run(dashboard_venv, health))
+        return checks[-1].returncode == 0
+
+    wait_until(healthy, START_TIMEOUT_S, poll_s=0.5)
+    assert "SERVING" in checks[-1].stdout and "Traceback" not in checks[-1].stderr
 
 
 def test_the_executor_image_serves_against_redis_and_answers_its_healthcheck(queue_venv: Path, redis_url: str,

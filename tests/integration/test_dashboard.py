@@ -129,6 +129,11 @@ def test_a_job_from_the_cli_trains_live_on_its_page_and_a_cancel_from_the_page_r
     assert alice.locator("#checkpoints li").count() >= 1 and "step 20" in alice.inner_text("#checkpoints")
     assert alice.locator("#cancel").count() == 0, "a finished job offers Cancel"
     _screenshot(alice, shots, "job")
+    # a browser reconnecting with Last-Event-ID gets the events after it, once each, then the end
+    events = alice.request.get(f"{url}/jobs/dash-1/events", headers={"last-event-id": "10"}).text()
+    ids = [int(line[4:]) for line in events.splitlines() if line.startswith("id: ")]
+    assert ids[0] == 11 and ids == list(range(11, ids[-1] + 1))
+    assert events.rstrip().endswith(f'event: end\ndata: {{"sequence":{ids[-1]}}}'), events[-300:]
     alice.goto(f"{url}/jobs")
     _screenshot(alice, shots, "jobs")
 
@@ -155,8 +160,15 @@ def test_a_viewer_gets_no_cancel_and_forged_posts_are_refused(browser, fleet, ti
     with ExecutorClient(executor, token=_token("alice")) as client:
         client.submit(fleet_plan(tiny_model, counting_data, "queued-1"))  # no worker: it stays queued
     alice, vic = _login(browser, url, "alice"), _login(browser, url, "vic")
-    alice.goto(f"{url}/jobs/queued-1")
+    shown = alice.goto(f"{url}/jobs/queued-1")
     assert alice.locator("#cancel").count() == 1, "a submitter of the job's team is offered Cancel"
+    assert "script-src 'self'" in shown.headers["content-security-policy"]  # type: ignore[union-attr]
+    for _ in range(30):  # Cancel is reachable from the keyboard alone
+        alice.keyboard.press("Tab")
+        if alice.evaluate("document.activeElement.id") == "cancel":
+            break
+    else:
+        pytest.fail("Tab never reaches the Cancel button")
     vic.goto(f"{url}/jobs/queued-1")
     assert vic.locator("#cancel").count() == 0, "a viewer is offered Cancel"
 
@@ -205,6 +217,7 @@ def test_the_plan_page_draws_what_tunefleet_fit_prints_and_recommends(browser, f
     alice.fill("#tokens", "5M")
     alice.click("#do-recommend")
     alice.wait_for_selector("#candidates")
+    alice.wait_for_load_state("load")  # the chart's script has run
     assert alice.locator("#candidates tbody tr").count() >= 1
     assert _points(alice, "chart-pareto") == alice.locator("#candidates tbody tr").count()
     _screenshot(alice, shots, "plan-recommend")
