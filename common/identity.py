@@ -81,6 +81,10 @@ UNAUTHENTICATED_ADMIN = Identity("anonymous", "default", Role.ADMIN)
 TOKEN_FILE_ADMIN = Identity("admin", "default", Role.ADMIN)
 
 
+# A team's fair-share weight is relative to the others'; bounded so a typo cannot starve every other team.
+MAX_WEIGHT = 1000.0
+
+
 class IdentitiesError(ValueError):
     """An identities file that cannot be used; the message names the entry and the field."""
 
@@ -93,6 +97,7 @@ def token_sha256(token: str) -> str:
 class TeamPolicy:
     name: str
     monthly_budget_usd: float | None = None  # None: no budget
+    weight: float = 1.0  # its share of a GPU class against other teams' (fleet.fairshare)
 
 
 @dataclass(frozen=True)
@@ -133,14 +138,18 @@ def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
                 not _NAME.fullmatch(entry["name"]):
             raise IdentitiesError(f"{at}: name must be 1-64 letters, digits, '_', '.', '@' or '-'")
-        unknown = set(entry) - {"name", "monthly_budget_usd"}
+        unknown = set(entry) - {"name", "monthly_budget_usd", "weight"}
         if unknown:
             raise IdentitiesError(f"{at} ({entry['name']}) has unknown keys {sorted(unknown)}")
         if entry["name"] in teams:
             raise IdentitiesError(f"{at}: team {entry['name']} is listed twice")
         budget = entry.get("monthly_budget_usd")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight <= MAX_WEIGHT:
+            raise IdentitiesError(f"{at} ({entry['name']}): weight must be a number above 0 and at most "
+                                  f"{MAX_WEIGHT:g} (its share against the other teams'), not {weight!r}")
         teams[entry["name"]] = TeamPolicy(entry["name"], None if budget is None else _number(
-            budget, f"{at} ({entry['name']}): monthly_budget_usd"))
+            budget, f"{at} ({entry['name']}): monthly_budget_usd"), float(weight))
     return teams
 
 

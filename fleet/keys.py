@@ -32,6 +32,8 @@
                                                   totals
     tunefleet:v1:team-jobs:<team>         set     a team's jobs that may not have ended (pruned     fleet.ledger
                                                   when read): what it has committed
+    tunefleet:v1:team-shares              hash    team -> {"weight": w} from the identities file    fleet.fairshare
+    tunefleet:v1:usage                    hash    "<team>:gpu_s|at_s": each team's decaying usage   fleet.fairshare
     rq:queue:tunefleet.<class>.<tier>     list    rq's queues, one per GPU class and tier           fleet.queues
 """
 
@@ -45,6 +47,8 @@ POLICY = PREFIX + "policy"
 HOSTS_INDEX = PREFIX + "hosts"
 AUDIT_STREAM = PREFIX + "audit"
 LEDGER_STREAM = PREFIX + "ledger"
+TEAM_SHARES = PREFIX + "team-shares"
+USAGE = PREFIX + "usage"
 
 
 def job_key(job_id: str) -> str:

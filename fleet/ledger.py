@@ -19,6 +19,7 @@ from typing import Any
 import redis
 from tunefleet.v1 import progress_pb2
 
+from fleet.fairshare import charge_usage
 from fleet.keys import LEDGER_STREAM, job_key, spend_key, team_jobs_key
 
 # Holds kept for usage reports: ~250 bytes each; a fleet of 1,000 GPUs turning over a job an hour per GPU keeps
@@ -80,6 +81,7 @@ def charge(pipe: Any, job_id: str, record: dict[bytes, bytes], outcome: str,
     pipe.hincrbyfloat(month, f"{team}:usd", cost.usd)
     pipe.hincrbyfloat(month, f"{team}:gpu_s", cost.gpu_seconds)
     pipe.hincrbyfloat(month, f"{team}:lost_gpu_s", cost.lost_gpu_seconds)
+    charge_usage(pipe, team, cost.gpu_seconds, end_ms / 1000)
     return cost
 
 

@@ -152,14 +152,35 @@ class JobQueues:
         """0-based place of a job in its queue, or None when it is not there."""
         return self._queue(queue).get_job_position(job_id)
 
+    def move_to_front(self, job_id: str, queue: str) -> bool:
+        """Move a waiting job to the front of its queue (the fair-share head, for the dequeue that follows) — only when
+        nobody changed the queue meanwhile (a worker's pop, a Submit): the queue's list is WATCHed, so a job another
+        worker took is never pushed back. True when it moved."""
+        q = self._queue(queue)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(q.key)
+                if q.get_job_position(job_id) is None:
+                    return False
+                pipe.multi()
+                q.remove(job_id, pipeline=pipe)
+                q.push_job_id(job_id, pipeline=pipe, at_front=True)
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        return True
+
 
 def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],
-         paused: Callable[[], bool] = lambda: False, burst: bool = False) -> None:
+         paused: Callable[[], bool] = lambda: False, burst: bool = False,
+         before_dequeue: Callable[[], None] = lambda: None) -> None:
     """Run an rq worker on `queues` (in order) in this process until it is told to stop.
 
     Jobs run in this process (rq's SimpleWorker: no fork — the job only supervises a training process tree).
     SIGTERM/SIGINT call on_shutdown, so the running job can stop its tree and requeue; rq then exits after it.
     While `paused()` (a quarantined host) the worker takes nothing, as rq's own suspension does for every worker.
+    `before_dequeue` runs before each dequeue (rq's check_for_suspension hook): the fair-share arrangement of the
+    class's queues (fleet.fairshare).
     """
 
     shutdown = threading.Event()
@@ -173,6 +194,7 @@ def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Cal
         def check_for_suspension(self, burst: bool) -> None:
             super().check_for_suspension(burst)
             if not paused():
+                before_dequeue()
                 return
             if burst:
                 raise StopRequested  # as rq's own suspension ends a burst worker

@@ -37,6 +37,7 @@ from fleet.errors import no_such_job
 from fleet.eta import Schedule, Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
+from fleet.fairshare import FairShare, OrderCache
 from fleet.hosts import HostRegistry, plan_gpu_class
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
@@ -92,6 +93,8 @@ class Executor:
         self.reachability = Reachability(connection)
         self.audit_log = AuditLog(connection)
         self.accounts = Accounts(Ledger(connection), catalog)
+        self.fairshare = FairShare(connection, self.queues)
+        self._published_weights: dict[str, float] | None = None
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -100,13 +103,22 @@ class Executor:
         preemption) beside the workers' own sweeps, so recovery does not wait for an idle worker."""
         if self.config.policy is not None:
             self.config.policy.save(self.connection)
+        self.publish_weights()
         self._sweeping = threading.Thread(target=self._sweep_loop, name="fleet-sweep", daemon=True)
         self._sweeping.start()
         self.reachability.start()
 
+    def publish_weights(self) -> None:
+        """The teams' fair-share weights from the auth file, for the workers' order (when they changed)."""
+        weights = {name: team.weight for name, team in self.accounts.directory().teams.items()}
+        if weights != self._published_weights:
+            self.fairshare.save_weights(weights)
+            self._published_weights = weights
+
     def _sweep_loop(self) -> None:
         while not self._stopped.wait(self.config.sweep_interval_s):
             try:
+                self.publish_weights()
                 self.sweeper.sweep()
             except redis.RedisError as e:
                 log.warning("fleet.sweep_failed", error=str(e))
@@ -171,11 +183,13 @@ class Executor:
         job = job_from_record(request.job_id, record)
         if job.phase == progress_pb2.PHASE_QUEUED:
             hosts = self.hosts.hosts()
-            line = self._line(hosts, self.queues.depth)
+            orders = OrderCache(self.fairshare)
+            line = self._line(hosts, self.queues.depth, orders)
             place = line.place(request.job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
-                set_expected_start(self._start_of(request.job_id, record, hosts, line.at_ms), line.at_ms, job)
+                set_expected_start(self._start_of(request.job_id, record, hosts, line.at_ms, orders), line.at_ms,
+                                   job)
             job.runs_now_instead.extend(self._alternatives(job.plan, record[b"gpu_class"].decode(), hosts))
         return executor_pb2.GetResponse(job=job)
 
@@ -191,23 +205,24 @@ class Executor:
                 found.append(moves.alternative(best))
         return found
 
-    def _ahead(self, job_id: str, queue: str) -> list[str]:
-        """The ids before this job in its class's queue order (higher tiers first), at most MAX_PAGE_SIZE of each
-        queue."""
+    @staticmethod
+    def _ahead(job_id: str, queue: str, orders: OrderCache) -> list[str]:
+        """The ids before this job in its class's start order (higher tiers first, each tier in fair-share order), at
+        most MAX_PAGE_SIZE of each queue."""
         gpu_class, priority = queues.parse_queue_name(queue) or ("", 0)
         ahead: list[str] = []
         for tier in queues.TIERS:
-            ids = self.queues.queued_ids(queues.queue_name(gpu_class, tier), MAX_PAGE_SIZE)
+            ids = orders.order(queues.queue_name(gpu_class, tier))[:MAX_PAGE_SIZE]
             if tier == priority:
                 return ahead + ids[:ids.index(job_id)] if job_id in ids else ahead + ids
             ahead += ids
         return ahead
 
     def _start_of(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host],
-                  at_ms: int) -> Start | None:
+                  at_ms: int, orders: OrderCache) -> Start | None:
         queue = record[b"queue"].decode()
         plan = schedule(hosts, record[b"gpu_class"].decode(), self._running(hosts), at_ms)
-        for ahead in self.store.records(self._ahead(job_id, queue), PLACE_FIELDS):
+        for ahead in self.store.records(self._ahead(job_id, queue, orders), PLACE_FIELDS):
             if ahead:
                 plan.take(predicted(ahead), nodes_of(ahead))
         return plan.start(nodes_of(record))
@@ -271,7 +286,8 @@ class Executor:
         """Hosts and queue depths for everyone; the pending jobs of the caller's team (an admin's: all)."""
         hosts = self.hosts.hosts(request.gpu_class)
         depths = self.queues.depths()
-        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), lambda q: depths.get(q, 0))
+        orders = OrderCache(self.fairshare)
+        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), lambda q: depths.get(q, 0), orders)
         policy = line.policy
         response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s))
@@ -287,8 +303,7 @@ class Executor:
         waiting: list[tuple[str, int | None]] = [
             (job_id, None) for job_id in self.sweeper.retrying(MAX_PAGE_SIZE)]
         for queue in response.queues:
-            waiting += [(job_id, index) for index, job_id in
-                        enumerate(self.queues.queued_ids(queue.queue, MAX_PAGE_SIZE))]
+            waiting += [(job_id, index) for index, job_id in enumerate(orders.order(queue.queue)[:MAX_PAGE_SIZE])]
         records = self.store.records([job_id for job_id, _ in waiting], PLACE_FIELDS)
         all_hosts = line.hosts
         running = self._running(all_hosts)
@@ -364,11 +379,11 @@ class Executor:
             raise PlanError("limit", f"is {request.limit}; at most {MAX_AUDIT_ENTRIES:,}")
         return executor_pb2.AuditResponse(entries=self.audit_log.newest(request.limit or DEFAULT_AUDIT_ENTRIES))
 
-    def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int]) -> WaitingLine:
-        """The fleet's state that every queued job's place depends on, read once per call."""
+    def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int], orders: OrderCache) -> WaitingLine:
+        """The fleet's state that every queued job's place depends on, read once per call; places in the workers'
+        start order (fair share across teams within a tier)."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
-        return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding,
-                           lambda queue, job_id: self.queues.position(job_id, queue))
+        return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding, orders.index)
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:

@@ -21,6 +21,7 @@ from executor.worker import runtime as worker_runtime
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
 from executor.worker.watchdog import DEFAULT_HANG_FACTOR, DEFAULT_HANG_FLOOR_S, HangPolicy
 from fleet import queues
+from fleet.fairshare import FairShare
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S
 from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id, detect_gpus
 from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S
@@ -41,10 +42,23 @@ def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
             log.warning("worker.heartbeat_failed", error=str(e))
 
 
+def _fair_share(runtime: WorkerRuntime, fair: FairShare) -> None:
+    """Before each dequeue: the fair-share head (fleet.fairshare) of this class's highest non-empty tier to its
+    front. A failure only leaves the queue in FIFO order."""
+    try:
+        for queue in runtime.queues:
+            if fair.queues.depth(queue):
+                fair.arrange(queue)
+                return
+    except redis.RedisError as e:
+        log.warning("worker.fair_share_failed", error=str(e))
+
+
 DESCRIPTION = """\
 Run a fleet worker on this host: register it (GPU class from NVML, or 'cpu' without GPUs), take jobs from
-the queues tunefleet.<class>.high, .normal and .low (in that order), and run each with DeepSpeed through
-'tunefleet train'. Relative output paths of plans land under --work-dir.
+the queues tunefleet.<class>.high, .normal and .low (in that order; within a tier, teams share by weight and
+recent usage), and run each with DeepSpeed through 'tunefleet train'. Relative output paths of plans land
+under --work-dir.
 
 SIGTERM or Ctrl-C drains the worker: the running job writes a checkpoint at the end of its current step
 (within --drain-grace-s, else it is interrupted and keeps its last checkpoint) and is requeued at the front of
@@ -143,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 3
     worker_runtime.install(runtime)
+    fair = FairShare(runtime.redis)
     done = threading.Event()
     beats = threading.Thread(target=_heartbeats, args=(runtime, done), daemon=True)
     beats.start()
@@ -150,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
              queues=runtime.queues, work_dir=str(runtime.work_dir))
     try:
         queues.work(runtime.redis, runtime.queues, runtime.host_id, on_shutdown=runtime.stopping.set,
-                    paused=lambda: runtime.health.reason is not None, burst=args.burst)
+                    paused=lambda: runtime.health.reason is not None, burst=args.burst,
+                    before_dequeue=lambda: _fair_share(runtime, fair))
     finally:
         done.set()
         try:

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from common.errors import DeniedError
-from common.identity import Identities, IdentitiesError, Identity, Role, parse_identities, token_sha256
+from common.identity import (
+    Identities,
+    IdentitiesError,
+    Identity,
+    Role,
+    parse_directory,
+    parse_identities,
+    token_sha256,
+)
 
 GOOD = f'[[identity]]\nprincipal = "alice"\nteam = "vision"\nrole = "submitter"\ntoken_sha256 = "{"a" * 64}"\n'
 
@@ -28,6 +36,19 @@ def test_a_file_that_cannot_be_used_is_refused_naming_the_entry_and_the_field(te
     with pytest.raises(IdentitiesError) as e:
         parse_identities(text, "ids.toml")
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("weight", ["0", "-1", '"2"', "true", "1001"])
+def test_a_team_weight_must_be_a_positive_number_within_bounds(weight: str) -> None:
+    with pytest.raises(IdentitiesError) as e:
+        parse_directory(GOOD + f'[[team]]\nname = "vision"\nweight = {weight}\n', "ids.toml")
+    assert "team 1 (vision): weight must be a number above 0 and at most 1000" in str(e.value)
+
+
+def test_a_team_weight_defaults_to_one() -> None:
+    teams = parse_directory(GOOD + '[[team]]\nname = "vision"\nweight = 2.5\n\n[[team]]\nname = "speech"\n',
+                            "ids.toml").teams
+    assert (teams["vision"].weight, teams["speech"].weight) == (2.5, 1.0)
 
 
 def test_roles_nest_and_a_team_sees_only_its_jobs() -> None:

@@ -1,0 +1,78 @@
+"""Weighted fair sharing, the pure order: teams interleave in proportion to their weights, recent usage moves a
+team back, FIFO within a team, and one team's queue stays FIFO; usage decays with its half-life."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleet.fairshare import USAGE_HALF_LIFE_S, Waiter, decayed, fair_order
+
+
+def _waiters(*teams: str, gpu_s: float = 100.0) -> list[Waiter]:
+    return [Waiter(f"{team}{i}", team, gpu_s) for i, team in enumerate(teams)]
+
+
+def test_equal_teams_alternate_and_each_team_keeps_its_own_order() -> None:
+    waiters = _waiters("a", "a", "a", "b", "b")  # a0 a1 a2 b3 b4 in FIFO order
+    assert fair_order(waiters, {}, {}) == ["a0", "b3", "a1", "b4", "a2"]
+
+
+def test_a_team_with_twice_the_weight_gets_twice_the_starts() -> None:
+    waiters = _waiters(*("a" * 6), *("b" * 6))
+    order = fair_order(waiters, {}, {"a": 2.0, "b": 1.0})
+    first_six = [j[0] for j in order[:6]]
+    assert first_six.count("a") == 4 and first_six.count("b") == 2
+
+
+def test_recent_usage_puts_a_team_behind_until_the_others_catch_up() -> None:
+    waiters = _waiters("a", "a", "b", "b")
+    assert fair_order(waiters, {"a": 250.0}, {}) == ["b2", "b3", "a0", "a1"]
+    assert fair_order(waiters, {"a": 50.0}, {}) == ["b2", "a0", "b3", "a1"]
+
+
+def test_longer_jobs_count_for_more() -> None:
+    waiters = [Waiter("a-long", "a", 1000.0), Waiter("a-next", "a", 10.0), Waiter("b0", "b", 10.0),
+               Waiter("b1", "b", 10.0), Waiter("b2", "b", 10.0)]
+    assert fair_order(waiters, {}, {}) == ["a-long", "b0", "b1", "b2", "a-next"]
+
+
+def test_one_team_is_fifo_and_nothing_is_lost_or_repeated() -> None:
+    waiters = _waiters(*"aaaa")
+    assert fair_order(waiters, {"a": 1e9}, {"a": 0.5}) == [w.job_id for w in waiters]
+    mixed = _waiters(*"abcabcbbca")
+    assert sorted(fair_order(mixed, {"c": 30.0}, {"b": 3.0})) == sorted(w.job_id for w in mixed)
+
+
+@pytest.mark.parametrize(("elapsed_s", "left"), [(0, 100.0), (USAGE_HALF_LIFE_S, 50.0), (2 * USAGE_HALF_LIFE_S, 25.0)])
+def test_usage_halves_every_half_life(elapsed_s: float, left: float) -> None:
+    assert decayed(100.0, 1_000.0, 1_000.0 + elapsed_s) == pytest.approx(left)
+
+
+def test_the_worker_arrangement_puts_the_fair_head_in_front_of_a_real_rq_queue(redis_url: str) -> None:
+    import redis
+    from tunefleet.v1 import executor_pb2
+
+    from devtools.tiny import make_plan
+    from fleet import connection, queues
+    from fleet.fairshare import FairShare, charge_usage
+    from fleet.jobs import NewJob
+    from fleet.lifecycle import Lifecycle
+
+    queue = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
+    lifecycle = Lifecycle(connection.connect(redis_url))
+    for job_id, team in (("a0", "a"), ("a1", "a"), ("b0", "b")):
+        plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(job_id), plan_id=job_id)
+        lifecycle.submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL, queue=queue, gpu_class="cpu",
+                                gpus=1, timeout_s=600, team=team))
+    fair = FairShare(redis.Redis.from_url(redis_url))
+    assert fair.order(queue) == ["a0", "b0", "a1"], "no usage yet: the teams alternate from the oldest job"
+    pipe = fair.redis.pipeline(transaction=True)
+    charge_usage(pipe, "a", 1_000.0)
+    pipe.execute()
+    assert fair.order(queue) == ["b0", "a0", "a1"]
+    assert fair.arrange(queue) == "b0"
+    assert fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "the head moved; the rest kept their order"
+    assert fair.arrange(queue) is None, "already in front: nothing to move"
+    assert not fair.queues.move_to_front("gone", queue) and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"]
