@@ -167,8 +167,10 @@ def fleet_text(f: executor_pb2.FleetResponse) -> str:
     if pending:
         parts.append(table(pending, ("pending job", "team", "queue", "place", "expected start", "why it waits")))
     policy = f.policy
-    parts.append(f"policy: preemption {'on' if policy.preemption else 'off'}; a lost host's job is retried up to "
-                 f"{policy.retry_limit} time(s), first after {policy.retry_backoff_s:g} s")
+    exempt = f" (none that has run under {policy.preempt_min_runtime_s:g} s)" \
+        if policy.preemption and policy.preempt_min_runtime_s else ""
+    parts.append(f"policy: preemption {'on' if policy.preemption else 'off'}{exempt}; a lost host's job is retried up "
+                 f"to {policy.retry_limit} time(s), first after {policy.retry_backoff_s:g} s")
     return "\n\n".join(parts)
 
 

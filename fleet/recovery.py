@@ -33,6 +33,9 @@ DEFAULT_RETRY_BACKOFF_S = 10.0
 MAX_RETRY_BACKOFF_S = 600.0  # 10 s, 20 s, 40 s, ... never more than ten minutes
 GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (fleet.gangs), not a failure
 GANG_JITTER = 0.5  # a gang's wait is its backoff × U(1, 1 + GANG_JITTER)
+# What choosing a preemption victim reads of a running job: its priority and what a yield would lose (fleet.ledger).
+_RUNNING_FIELDS = ("priority", "started_at_ms", "preempt_requested", "phase", "preempted_for", "gpus", "nodes",
+                   "last_event", "hold_from_step", "checkpoint_step")
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,15 @@ class FleetPolicy:
     preemption: bool = False  # off: strict queue order, a running job is never stopped for another
     retry_limit: int = DEFAULT_RETRY_LIMIT  # infrastructure failures a job survives; the next one fails it
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S  # wait before retry n: backoff × 2^(n-1)
+    preempt_min_runtime_s: float = 0.0  # a job that has held its host for less is never preempted (0: any may be)
 
     def backoff_s(self, failures: int) -> float:
         return min(self.retry_backoff_s * 2 ** max(failures - 1, 0), MAX_RETRY_BACKOFF_S)
 
     def save(self, connection: Any) -> None:
         connection.hset(POLICY, mapping={"preemption": int(self.preemption), "retry_limit": self.retry_limit,
-                                             "retry_backoff_s": self.retry_backoff_s})
+                                         "retry_backoff_s": self.retry_backoff_s,
+                                         "preempt_min_runtime_s": self.preempt_min_runtime_s})
 
     @classmethod
     def load(cls, connection: Any) -> FleetPolicy:
@@ -57,7 +62,8 @@ class FleetPolicy:
             return cls()
         return cls(preemption=stored.get(b"preemption") == b"1",
                    retry_limit=int(stored.get(b"retry_limit", DEFAULT_RETRY_LIMIT)),
-                   retry_backoff_s=float(stored.get(b"retry_backoff_s", DEFAULT_RETRY_BACKOFF_S)))
+                   retry_backoff_s=float(stored.get(b"retry_backoff_s", DEFAULT_RETRY_BACKOFF_S)),
+                   preempt_min_runtime_s=float(stored.get(b"preempt_min_runtime_s", 0.0)))
 
 
 @dataclass
@@ -89,7 +95,7 @@ class Sweeper:
             if self._requeue_due(member.decode()):
                 report.requeued.append(member.decode())
         if policy.preemption:
-            report.preempted = self._preempt()
+            report.preempted = self._preempt(policy, now)
         return report
 
     def _recover(self, job_id: str, policy: FleetPolicy, now: int) -> bool:
@@ -136,9 +142,11 @@ class Sweeper:
             except redis.WatchError:
                 return False
 
-    def _preempt(self) -> list[str]:
-        """Per GPU class with no idle host: for each job waiting in a tier above some running job's, ask the
-        lowest-priority, most recently started of those running jobs to checkpoint and yield (one per waiter)."""
+    def _preempt(self, policy: FleetPolicy, now: int) -> list[str]:
+        """Per GPU class with no idle host: for each job waiting in a tier above some running job's, ask one of the
+        lowest-priority running jobs to checkpoint and yield (one per waiter): the one that loses the least work
+        (the GPU-seconds it ran since its last checkpoint, which it runs again), never one that has held its host for
+        less than the policy's minimum runtime."""
         by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
         for host in self.hosts.hosts():
             by_class[host.gpu_class].append(host)
@@ -146,31 +154,37 @@ class Sweeper:
         for gpu_class, hosts in sorted(by_class.items()):
             if any(not h.running_job_id for h in hosts):
                 continue  # a free host takes the waiting job; nothing to preempt
-            running = self._running([h.running_job_id for h in hosts])
+            running = self._running([h.running_job_id for h in hosts], now)
+            young_ms = now - int(policy.preempt_min_runtime_s * 1000)
             for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
                 waiting = self.queues.queued_ids(queues.queue_name(gpu_class, priority))
                 yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
                 for waiter in [queued_job_id(w) for w in waiting][len(yielding):]:
-                    victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority]
+                    victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority
+                               and r["started_at_ms"] <= young_ms]
                     if not victims:
                         break
-                    victim = max(victims, key=lambda r: (r["priority"], r["started_at_ms"]))
+                    victim = min(victims, key=lambda r: (-r["priority"], r["lost_gpu_s"], -r["started_at_ms"]))
                     if self._ask_to_yield(victim["job_id"], waiter):
                         victim.update(preempt_requested=True, preempted_for_priority=priority)
                         preempted.append(victim["job_id"])
         return preempted
 
-    def _running(self, job_ids: list[str]) -> list[dict[str, Any]]:
+    def _running(self, job_ids: list[str], now: int) -> list[dict[str, Any]]:
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
-            pipe.hmget(job_key(job_id), ["priority", "started_at_ms", "preempt_requested", "phase", "preempted_for"])
+            pipe.hmget(job_key(job_id), list(_RUNNING_FIELDS))
         rows = []
-        for job_id, (priority, started, preempt, phase, preempted_for) in zip(job_ids, pipe.execute(), strict=True):
-            if phase is None or int(phase) not in RUNNING_PHASES:
+        for job_id, values in zip(job_ids, pipe.execute(), strict=True):
+            record = {k.encode(): v for k, v in zip(_RUNNING_FIELDS, values, strict=True) if v is not None}
+            if b"phase" not in record or int(record[b"phase"]) not in RUNNING_PHASES:
                 continue
-            rows.append({"job_id": job_id, "priority": int(priority or 0), "started_at_ms": int(started or 0),
-                         "preempt_requested": preempt == b"1",
-                         "preempted_for_priority": self._priority_of((preempted_for or b"").decode())})
+            lost = ledger.charge_of(record, now, ledger.GIVEN_BACK)  # what a yield now would run again
+            rows.append({"job_id": job_id, "priority": int(record.get(b"priority") or 0),
+                         "started_at_ms": int(record.get(b"started_at_ms") or 0),
+                         "preempt_requested": record.get(b"preempt_requested") == b"1",
+                         "preempted_for_priority": self._priority_of(record.get(b"preempted_for", b"").decode()),
+                         "lost_gpu_s": lost.lost_gpu_seconds if lost else 0.0})
         return rows
 
     def _priority_of(self, job_id: str) -> int:

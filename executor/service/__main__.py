@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on: a high-priority job waiting on a busy GPU class makes a lower-priority job "
                              "checkpoint and yield its host (it resumes later); off: strict queue order "
                              "(default off)")
+    policy.add_argument("--preempt-min-runtime-s", type=float,
+                        help="a job that has held its host for less is never preempted (the victim is otherwise the "
+                             "lowest-priority job that loses the least work since its last checkpoint; default 0)")
     policy.add_argument("--retry-limit", type=int,
                         help=f"lost hosts a job survives (requeued from its checkpoint each time); the next one "
                              f"fails it (default {DEFAULT_RETRY_LIMIT})")
@@ -67,6 +70,8 @@ def serve(argv: list[str] | None = None) -> int:
     if (args.retry_limit is not None and args.retry_limit < 0) or \
             (args.retry_backoff_s is not None and not 0 <= args.retry_backoff_s <= MAX_RETRY_BACKOFF_S):
         parser.error(f"--retry-limit must be >= 0 and --retry-backoff-s between 0 and {MAX_RETRY_BACKOFF_S:g}")
+    if args.preempt_min_runtime_s is not None and not 0 <= args.preempt_min_runtime_s <= 7 * 24 * 3600:
+        parser.error("--preempt-min-runtime-s must be between 0 and a week (604800)")
     options = server_options(parser, args, MAX_CONCURRENT_RPCS)
     try:
         fleet_policy = _policy(args)
@@ -91,13 +96,15 @@ def serve(argv: list[str] | None = None) -> int:
 
 def _policy(args: argparse.Namespace) -> FleetPolicy | None:
     """The fleet's stored policy with the flags given applied; None when no policy flag was given."""
-    if args.preemption is None and args.retry_limit is None and args.retry_backoff_s is None:
+    if args.preemption is None and args.retry_limit is None and args.retry_backoff_s is None and \
+            args.preempt_min_runtime_s is None:
         return None
     current = FleetPolicy.load(connection.connect(args.redis))
     return dataclasses.replace(
         current, **{k: v for k, v in (("preemption", None if args.preemption is None else args.preemption == "on"),
                                       ("retry_limit", args.retry_limit),
-                                      ("retry_backoff_s", args.retry_backoff_s)) if v is not None})
+                                      ("retry_backoff_s", args.retry_backoff_s),
+                                      ("preempt_min_runtime_s", args.preempt_min_runtime_s)) if v is not None})
 
 
 if __name__ == "__main__":

@@ -290,7 +290,8 @@ class Executor:
         line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), lambda q: depths.get(q, 0), orders)
         policy = line.policy
         response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
-            preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s))
+            preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s,
+            preempt_min_runtime_s=policy.preempt_min_runtime_s))
         for name, depth in depths.items():
             parsed = queues.parse_queue_name(name)
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):

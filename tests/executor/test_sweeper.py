@@ -179,6 +179,31 @@ def test_preemption_asks_the_lowest_most_recent_job_to_yield_once_per_waiting_jo
     assert sweeper.sweep().preempted == [], "an idle host takes the waiting job"
 
 
+def test_the_victim_is_the_job_that_loses_the_least_work_and_never_one_younger_than_the_minimum(
+        fleet, executor, tiny_model, counting_data):
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    now = now_ms()
+    # (job, held for, last step, last checkpoint): a yield now runs again the steps after the checkpoint
+    running = {"long-checkpointed": (7_200, 100, 95),  # 2 h held, 5 % after its checkpoint: 360 GPU-s lost
+               "hour-no-checkpoint": (3_600, 50, 0),  # 1 h held, nothing kept: 3,600 GPU-s lost
+               "young": (60, 10, 0)}  # 60 s: under the minimum runtime
+    for job_id, (held_s, step, checkpoint) in running.items():
+        _submit(executor, tiny_model, counting_data, job_id, executor_pb2.PRIORITY_LOW)
+        _take(fleet, leases, job_id, f"host-{job_id}")
+        fleet.hset(job_key(job_id), mapping={
+            "started_at_ms": now - held_s * 1000, "checkpoint_step": checkpoint, "hold_from_step": 0,
+            "last_event": new_event(job_id, 9, progress_pb2.PHASE_TRAINING, step=step).SerializeToString()})
+        registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
+    FleetPolicy(preemption=True, preempt_min_runtime_s=300).save(fleet)
+    sweeper = Sweeper(fleet)
+    for n, victim in enumerate(["long-checkpointed", "hour-no-checkpoint"]):
+        _submit(executor, tiny_model, counting_data, f"high-{n}", executor_pb2.PRIORITY_HIGH)
+        assert sweeper.sweep(now).preempted == [victim]
+    _submit(executor, tiny_model, counting_data, "high-2", executor_pb2.PRIORITY_HIGH)
+    assert sweeper.sweep(now).preempted == [], "a job younger than the minimum runtime is never preempted"
+    assert sweeper.sweep(now + 300_000).preempted == ["young"], "past the minimum it may be"
+
+
 def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, tiny_model, counting_data,
                                                                tmp_path):
     registry, leases = HostRegistry(fleet), Leases(fleet)
