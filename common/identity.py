@@ -32,7 +32,7 @@ import re
 import threading
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -83,6 +83,8 @@ TOKEN_FILE_ADMIN = Identity("admin", "default", Role.ADMIN)
 
 # A team's fair-share weight is relative to the others'; bounded so a typo cannot starve every other team.
 MAX_WEIGHT = 1000.0
+# A quota or borrowing limit larger than any fleet is a typo.
+MAX_GPUS = 100_000
 
 
 class IdentitiesError(ValueError):
@@ -98,6 +100,8 @@ class TeamPolicy:
     name: str
     monthly_budget_usd: float | None = None  # None: no budget
     weight: float = 1.0  # its share of a GPU class against other teams' (fleet.fairshare)
+    quota_gpus: dict[str, int] = field(default_factory=dict)  # GPU class -> GPUs it is guaranteed (nominal quota)
+    borrow_gpus: dict[str, int] = field(default_factory=dict)  # GPU class -> most GPUs it may use beyond its quota
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
                 not _NAME.fullmatch(entry["name"]):
             raise IdentitiesError(f"{at}: name must be 1-64 letters, digits, '_', '.', '@' or '-'")
-        unknown = set(entry) - {"name", "monthly_budget_usd", "weight"}
+        unknown = set(entry) - {"name", "monthly_budget_usd", "weight", "quota_gpus", "borrow_gpus"}
         if unknown:
             raise IdentitiesError(f"{at} ({entry['name']}) has unknown keys {sorted(unknown)}")
         if entry["name"] in teams:
@@ -149,8 +153,21 @@ def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
             raise IdentitiesError(f"{at} ({entry['name']}): weight must be a number above 0 and at most "
                                   f"{MAX_WEIGHT:g} (its share against the other teams'), not {weight!r}")
         teams[entry["name"]] = TeamPolicy(entry["name"], None if budget is None else _number(
-            budget, f"{at} ({entry['name']}): monthly_budget_usd"), float(weight))
+            budget, f"{at} ({entry['name']}): monthly_budget_usd"), float(weight),
+            _gpus_by_class(entry.get("quota_gpus", {}), f"{at} ({entry['name']}): quota_gpus"),
+            _gpus_by_class(entry.get("borrow_gpus", {}), f"{at} ({entry['name']}): borrow_gpus"))
     return teams
+
+
+def _gpus_by_class(table: object, at: str) -> dict[str, int]:
+    """{GPU class: whole GPUs from 0 to MAX_GPUS}."""
+    if not isinstance(table, dict):
+        raise IdentitiesError(f"{at} must be a table of GPU class = GPUs, e.g. {{ \"a100-80gb\" = 8 }}")
+    for gpu_class, gpus in table.items():
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS:
+            raise IdentitiesError(f"{at}.{gpu_class} must be a whole number of GPUs from 0 to {MAX_GPUS:,}, "
+                                  f"not {gpus!r}")
+    return {str(k): int(v) for k, v in table.items()}
 
 
 def _prices(document: dict[str, object], where: str) -> dict[str, float]:

@@ -173,14 +173,15 @@ class JobQueues:
 
 def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],
          paused: Callable[[], bool] = lambda: False, burst: bool = False,
-         before_dequeue: Callable[[], None] = lambda: None) -> None:
+         before_dequeue: Callable[[], list[str] | None] = lambda: None) -> None:
     """Run an rq worker on `queues` (in order) in this process until it is told to stop.
 
     Jobs run in this process (rq's SimpleWorker: no fork — the job only supervises a training process tree).
     SIGTERM/SIGINT call on_shutdown, so the running job can stop its tree and requeue; rq then exits after it.
     While `paused()` (a quarantined host) the worker takes nothing, as rq's own suspension does for every worker.
     `before_dequeue` runs before each dequeue (rq's check_for_suspension hook): the fair-share arrangement of the
-    class's queues (fleet.fairshare).
+    class's queues (fleet.fairshare). It returns the queues the dequeue may take from now (None: all); with none,
+    the worker waits as a paused one does and asks again.
     """
 
     shutdown = threading.Event()
@@ -193,16 +194,21 @@ def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Cal
 
         def check_for_suspension(self, burst: bool) -> None:
             super().check_for_suspension(burst)
-            if not paused():
-                before_dequeue()
-                return
-            if burst:
-                raise StopRequested  # as rq's own suspension ends a burst worker
-            before = self.get_state()
-            self.set_state(WorkerStatus.SUSPENDED)
-            while paused() and not shutdown.wait(PAUSED_POLL_S):
+            while not shutdown.is_set():
+                if not paused():
+                    takeable = before_dequeue()
+                    if takeable is None or takeable:
+                        # rq's dequeue order (what its own dequeue strategies set): the queues with a job that may
+                        # start now, in tier order
+                        self._ordered_queues = [q for q in self.queues if takeable is None or q.name in takeable]
+                        return
+                if burst:
+                    raise StopRequested  # as rq's own suspension ends a burst worker
+                before = self.get_state()
+                self.set_state(WorkerStatus.SUSPENDED)
+                shutdown.wait(PAUSED_POLL_S)
                 self.heartbeat()
-            self.set_state(before)
+                self.set_state(before)
 
     # rq refuses a name whose previous worker has not expired (up to 420 s): a container restarted after a crash
     # keeps its host id, so rq's name gets a per-process suffix.

@@ -21,6 +21,7 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 from contract.progress import TERMINAL_PHASES, new_event
 from fleet import ledger, queues
 from fleet.events import EventLog
+from fleet.fairshare import FairShare
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
 from fleet.jobs import RUNNING_PHASES, now_ms
@@ -35,7 +36,7 @@ GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (fleet.
 GANG_JITTER = 0.5  # a gang's wait is its backoff × U(1, 1 + GANG_JITTER)
 # What choosing a preemption victim reads of a running job: its priority and what a yield would lose (fleet.ledger).
 _RUNNING_FIELDS = ("priority", "started_at_ms", "preempt_requested", "phase", "preempted_for", "gpus", "nodes",
-                   "last_event", "hold_from_step", "checkpoint_step")
+                   "last_event", "hold_from_step", "checkpoint_step", "team")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Sweeper:
                 report.requeued.append(member.decode())
         if policy.preemption:
             report.preempted = self._preempt(policy, now)
+        report.preempted += self._reclaim(policy, now)
         return report
 
     def _recover(self, job_id: str, policy: FleetPolicy, now: int) -> bool:
@@ -170,6 +172,44 @@ class Sweeper:
                         preempted.append(victim["job_id"])
         return preempted
 
+    def _reclaim(self, policy: FleetPolicy, now: int) -> list[str]:
+        """Per GPU class with quotas and no idle host: for each job waiting whose team would still be within its
+        quota, ask a job of a team holding more than its quota (a borrower) to checkpoint and yield — the one that
+        loses the least work, never one younger than the policy's minimum runtime (one per waiter)."""
+        fair = FairShare(self.redis, self.queues)
+        snapshot = fair.snapshot(now / 1000)
+        by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
+        for host in self.hosts.hosts():
+            by_class[host.gpu_class].append(host)
+        reclaimed = []
+        for gpu_class, hosts in sorted(by_class.items()):
+            quotas = snapshot.quotas(gpu_class)
+            if quotas is None or any(not h.running_job_id for h in hosts):
+                continue
+            running = self._running([h.running_job_id for h in hosts], now)
+            held = dict(quotas.held_gpus)
+            freeing = [r for r in running if r["preempt_requested"]]
+            young_ms = now - int(policy.preempt_min_runtime_s * 1000)
+            for tier in queues.TIERS:
+                for waiter in fair.waiters(queues.queue_name(gpu_class, tier))[2]:
+                    if held.get(waiter.team, 0) + waiter.gpus > quotas.quota(waiter.team):
+                        continue  # it would borrow: no reclaim for it
+                    if freeing:  # a job already yielding makes room for it
+                        freeing.pop()
+                        held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
+                        continue
+                    victims = [r for r in running if not r["preempt_requested"] and r["team"] != waiter.team
+                               and held.get(r["team"], 0) > quotas.quota(r["team"]) and r["started_at_ms"] <= young_ms]
+                    if not victims:
+                        break
+                    victim = min(victims, key=lambda r: (r["lost_gpu_s"], -r["started_at_ms"]))
+                    if self._ask_to_yield(victim["job_id"], waiter.job_id):
+                        victim["preempt_requested"] = True
+                        held[victim["team"]] -= victim["gpus"]
+                        held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
+                        reclaimed.append(victim["job_id"])
+        return reclaimed
+
     def _running(self, job_ids: list[str], now: int) -> list[dict[str, Any]]:
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
@@ -184,7 +224,9 @@ class Sweeper:
                          "started_at_ms": int(record.get(b"started_at_ms") or 0),
                          "preempt_requested": record.get(b"preempt_requested") == b"1",
                          "preempted_for_priority": self._priority_of(record.get(b"preempted_for", b"").decode()),
-                         "lost_gpu_s": lost.lost_gpu_seconds if lost else 0.0})
+                         "lost_gpu_s": lost.lost_gpu_seconds if lost else 0.0,
+                         "team": record.get(b"team", b"").decode(),
+                         "gpus": max(1, int(record.get(b"gpus") or 1)) * max(1, int(record.get(b"nodes") or 1))})
         return rows
 
     def _priority_of(self, job_id: str) -> int:

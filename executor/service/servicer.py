@@ -37,7 +37,7 @@ from fleet.errors import no_such_job
 from fleet.eta import Schedule, Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
-from fleet.fairshare import FairShare, OrderCache
+from fleet.fairshare import FairShare, OrderCache, TeamShare
 from fleet.hosts import HostRegistry, plan_gpu_class
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
@@ -94,7 +94,7 @@ class Executor:
         self.audit_log = AuditLog(connection)
         self.accounts = Accounts(Ledger(connection), catalog)
         self.fairshare = FairShare(connection, self.queues)
-        self._published_weights: dict[str, float] | None = None
+        self._published_shares: dict[str, TeamShare] | None = None
         self._stopped = threading.Event()
         self._sweeping: threading.Thread | None = None
 
@@ -103,22 +103,24 @@ class Executor:
         preemption) beside the workers' own sweeps, so recovery does not wait for an idle worker."""
         if self.config.policy is not None:
             self.config.policy.save(self.connection)
-        self.publish_weights()
+        self.publish_shares()
         self._sweeping = threading.Thread(target=self._sweep_loop, name="fleet-sweep", daemon=True)
         self._sweeping.start()
         self.reachability.start()
 
-    def publish_weights(self) -> None:
-        """The teams' fair-share weights from the auth file, for the workers' order (when they changed)."""
-        weights = {name: team.weight for name, team in self.accounts.directory().teams.items()}
-        if weights != self._published_weights:
-            self.fairshare.save_weights(weights)
-            self._published_weights = weights
+    def publish_shares(self) -> None:
+        """The teams' weights, quotas and borrowing limits from the auth file, for the workers' start order and the
+        sweep's reclaims (when they changed)."""
+        shares = {name: TeamShare(team.weight, team.quota_gpus, team.borrow_gpus)
+                  for name, team in self.accounts.directory().teams.items()}
+        if shares != self._published_shares:
+            self.fairshare.save_shares(shares)
+            self._published_shares = shares
 
     def _sweep_loop(self) -> None:
         while not self._stopped.wait(self.config.sweep_interval_s):
             try:
-                self.publish_weights()
+                self.publish_shares()
                 self.sweeper.sweep()
             except redis.RedisError as e:
                 log.warning("fleet.sweep_failed", error=str(e))
@@ -384,7 +386,8 @@ class Executor:
         """The fleet's state that every queued job's place depends on, read once per call; places in the workers'
         start order (fair share across teams within a tier)."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
-        return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding, orders.index)
+        return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding, orders.index,
+                           orders.limit_reason)
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:

@@ -78,6 +78,8 @@ class WaitingLine:
     depth: Callable[[str], int]  # jobs waiting in a queue
     yielding: dict[str, str]  # waiting job id -> the running job asked to yield its host to it
     index_of: Callable[[str, str], int | None]  # a job's index in its queue, when the caller does not know it
+    # why a job waits for its team's limit on GPUs (queue, job id, team), or "" when it does not
+    limit_reason: Callable[[str, str, str], str] = lambda queue, job_id, team: ""
     at_ms: int = field(default_factory=now_ms)
 
     def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
@@ -99,7 +101,8 @@ class WaitingLine:
         gpu_class, priority = parsed
         # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
         ahead = index + sum(self.depth(queues.queue_name(gpu_class, p)) for p in queues.TIERS if p < priority)
-        return Waiting(self._reason(job_id, gpu_class, ahead), ahead + 1)
+        limited = self.limit_reason(queue, job_id, record.get(b"team", b"").decode())
+        return Waiting(limited or self._reason(job_id, gpu_class, ahead), ahead + 1)
 
     def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:
         of_class = [h for h in self.hosts if h.gpu_class == gpu_class]

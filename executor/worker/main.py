@@ -42,16 +42,22 @@ def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
             log.warning("worker.heartbeat_failed", error=str(e))
 
 
-def _fair_share(runtime: WorkerRuntime, fair: FairShare) -> None:
-    """Before each dequeue: the fair-share head (fleet.fairshare) of this class's highest non-empty tier to its
-    front. A failure only leaves the queue in FIFO order."""
+def _fair_share(runtime: WorkerRuntime, fair: FairShare) -> list[str] | None:
+    """Before each dequeue: each non-empty tier of this class gets its start-order head (fleet.fairshare) in front;
+    the tiers whose head may start now, or None (every tier: nothing is held back by a team's limit). A failure
+    only leaves the queues in FIFO order."""
     try:
+        takeable, held_back = [], False
         for queue in runtime.queues:
             if fair.queues.depth(queue):
-                fair.arrange(queue)
-                return
+                if fair.arrange(queue):
+                    takeable.append(queue)
+                else:
+                    held_back = True
+        return takeable if held_back else None
     except redis.RedisError as e:
         log.warning("worker.fair_share_failed", error=str(e))
+        return None
 
 
 DESCRIPTION = """\

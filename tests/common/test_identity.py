@@ -45,6 +45,20 @@ def test_a_team_weight_must_be_a_positive_number_within_bounds(weight: str) -> N
     assert "team 1 (vision): weight must be a number above 0 and at most 1000" in str(e.value)
 
 
+@pytest.mark.parametrize(("table", "words"), [
+    ('quota_gpus = 8', "quota_gpus must be a table of GPU class = GPUs"),
+    ('quota_gpus = { "a100-80gb" = 2.5 }', "quota_gpus.a100-80gb must be a whole number of GPUs from 0 to 100,000"),
+    ('borrow_gpus = { "a100-80gb" = -1 }', "borrow_gpus.a100-80gb must be a whole number of GPUs"),
+])
+def test_quotas_and_borrowing_limits_are_whole_gpus_per_class(table: str, words: str) -> None:
+    with pytest.raises(IdentitiesError) as e:
+        parse_directory(GOOD + f'[[team]]\nname = "vision"\n{table}\n', "ids.toml")
+    assert f"team 1 (vision): {words}" in str(e.value)
+    team = parse_directory(GOOD + '[[team]]\nname = "vision"\nquota_gpus = { "a100-80gb" = 8 }\n'
+                           'borrow_gpus = { "a100-80gb" = 4 }\n', "ids.toml").teams["vision"]
+    assert (team.quota_gpus, team.borrow_gpus) == ({"a100-80gb": 8}, {"a100-80gb": 4})
+
+
 def test_a_team_weight_defaults_to_one() -> None:
     teams = parse_directory(GOOD + '[[team]]\nname = "vision"\nweight = 2.5\n\n[[team]]\nname = "speech"\n',
                             "ids.toml").teams

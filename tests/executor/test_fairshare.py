@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from fleet.fairshare import USAGE_HALF_LIFE_S, Waiter, decayed, fair_order
+from fleet.fairshare import (
+    USAGE_HALF_LIFE_S,
+    ClassQuotas,
+    Line,
+    TeamShare,
+    Waiter,
+    decayed,
+    fair_order,
+    start_line,
+)
 
 
 def _waiters(*teams: str, gpu_s: float = 100.0) -> list[Waiter]:
@@ -45,6 +54,27 @@ def test_one_team_is_fifo_and_nothing_is_lost_or_repeated() -> None:
     assert sorted(fair_order(mixed, {"c": 30.0}, {"b": 3.0})) == sorted(w.job_id for w in mixed)
 
 
+def test_a_team_within_its_quota_goes_before_one_that_would_borrow_whatever_their_usage() -> None:
+    shares = {"a": TeamShare(quota_gpus={"a100-80gb": 2}), "b": TeamShare(quota_gpus={"a100-80gb": 2})}
+    waiters = [Waiter("a0", "a", 10.0, gpus=1), Waiter("b0", "b", 10.0, gpus=1), Waiter("b1", "b", 10.0, gpus=1)]
+    quotas = ClassQuotas("a100-80gb", {"a": 2, "b": 0}, shares)  # a runs its whole quota already
+    line = start_line(waiters, {"b": 1e6}, {}, quotas)
+    assert line == Line(["b0", "b1", "a0"], []), "b is under its quota: first, though it used far more"
+
+
+def test_a_team_at_its_quota_plus_borrowing_limit_is_held_back_in_fifo_order() -> None:
+    shares = {"a": TeamShare(quota_gpus={"a100-80gb": 1}, borrow_gpus={"a100-80gb": 1}), "b": TeamShare()}
+    waiters = [Waiter("a0", "a", 10.0, gpus=1), Waiter("b0", "b", 10.0, gpus=4), Waiter("a1", "a", 10.0, gpus=1)]
+    line = start_line(waiters, {}, {}, ClassQuotas("a100-80gb", {"a": 1}, shares))
+    assert line == Line(["a0", "b0"], ["a1"]), "a may hold 2: a0 takes the second, a1 waits; b has no limit"
+    assert start_line(waiters, {}, {}, ClassQuotas("a100-80gb", {"a": 2}, shares)) == Line(["b0"], ["a0", "a1"])
+
+
+def test_without_quotas_the_line_is_the_fair_order() -> None:
+    waiters = _waiters(*"aabba")
+    assert start_line(waiters, {"a": 5.0}, {"b": 2.0}) == Line(fair_order(waiters, {"a": 5.0}, {"b": 2.0}), [])
+
+
 @pytest.mark.parametrize(("elapsed_s", "left"), [(0, 100.0), (USAGE_HALF_LIFE_S, 50.0), (2 * USAGE_HALF_LIFE_S, 25.0)])
 def test_usage_halves_every_half_life(elapsed_s: float, left: float) -> None:
     assert decayed(100.0, 1_000.0, 1_000.0 + elapsed_s) == pytest.approx(left)
@@ -72,7 +102,7 @@ def test_the_worker_arrangement_puts_the_fair_head_in_front_of_a_real_rq_queue(r
     charge_usage(pipe, "a", 1_000.0)
     pipe.execute()
     assert fair.order(queue) == ["b0", "a0", "a1"]
-    assert fair.arrange(queue) == "b0"
+    assert fair.arrange(queue), "a job of the queue may start"
     assert fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "the head moved; the rest kept their order"
-    assert fair.arrange(queue) is None, "already in front: nothing to move"
+    assert fair.arrange(queue) and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "already in front"
     assert not fair.queues.move_to_front("gone", queue) and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"]

@@ -204,6 +204,41 @@ def test_the_victim_is_the_job_that_loses_the_least_work_and_never_one_younger_t
     assert sweeper.sweep(now + 300_000).preempted == ["young"], "past the minimum it may be"
 
 
+def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_its_limit_is_told_why(
+        fleet, executor, tiny_model, counting_data):
+    from fleet.fairshare import FairShare, TeamShare
+
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    FairShare(fleet).save_shares({"vision": TeamShare(quota_gpus={"cpu": 2}),
+                                  "speech": TeamShare(quota_gpus={"cpu": 0}, borrow_gpus={"cpu": 2})})
+    now = now_ms()
+    for job_id, held_s, step, checkpoint in (("speech-1", 600, 40, 0), ("speech-2", 600, 40, 38)):
+        _submit(executor, tiny_model, counting_data, job_id)
+        fleet.hset(job_key(job_id), "team", "speech")
+        _take(fleet, leases, job_id, f"host-{job_id}")
+        fleet.hset(job_key(job_id), mapping={
+            "started_at_ms": now - held_s * 1000, "checkpoint_step": checkpoint, "hold_from_step": 0,
+            "last_event": new_event(job_id, 9, progress_pb2.PHASE_TRAINING, step=step).SerializeToString()})
+        registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
+    sweeper = Sweeper(fleet)
+    assert sweeper.sweep(now).preempted == [], "nobody waits: borrowing idle GPUs is allowed"
+
+    _submit(executor, tiny_model, counting_data, "speech-3")
+    fleet.hset(job_key("speech-3"), "team", "speech")
+    waiting = executor.get(executor_pb2.GetRequest(job_id="speech-3")).job
+    assert waiting.pending_reason.startswith("over quota: team speech holds 2 cpu GPU(s), its quota 0 plus what it "
+                                             "may borrow (2)"), waiting.pending_reason
+    assert sweeper.sweep(now).preempted == [], "a team past its limit reclaims nothing"
+
+    _submit(executor, tiny_model, counting_data, "vision-1")
+    fleet.hset(job_key("vision-1"), "team", "vision")
+    assert sweeper.sweep(now).preempted == ["speech-2"], "vision is within its quota: the borrower losing least yields"
+    assert sweeper.sweep(now).preempted == [], "one yield per waiting job"
+    assert fleet.hget(job_key("speech-2"), "preempted_for") == b"vision-1"
+    line = FairShare(fleet).line(queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL))
+    assert line.order == ["vision-1"] and line.held_back == ["speech-3"]
+
+
 def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, tiny_model, counting_data,
                                                                tmp_path):
     registry, leases = HostRegistry(fleet), Leases(fleet)

@@ -58,3 +58,23 @@ def test_a_team_that_used_the_class_recently_waits_behind_one_that_did_not(start
     assert [j for _, j in started] == expected[:2], f"start order {started}; worker log:\n{log_tail}"
     usage = fair.usage()
     assert usage["speech"] > 0 and usage["vision"] > 10_000 * 0.99, "finished holds are charged to their teams"
+
+
+def test_a_worker_never_starts_a_job_past_its_teams_limit_and_takes_the_next_one(start_service, start_worker,
+                                                                                 tiny_model, counting_data, tmp_path):
+    ids = tmp_path / "identities.toml"
+    ids.write_text("".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
+                           f'token_sha256 = "{token_sha256(_token(p))}"\n\n' for p, (t, r) in PEOPLE.items())
+                   + '[[team]]\nname = "speech"\nquota_gpus = { cpu = 0 }\nborrow_gpus = { cpu = 0 }\n\n'
+                   + '[[team]]\nname = "vision"\nquota_gpus = { cpu = 1 }\n')
+    service = start_service(identities=Identities.from_file(ids))
+    client = {p: ExecutorClient(service.address, token=_token(p), timeout_s=30) for p in PEOPLE}
+    for principal, job_id in (("bob", "s0"), ("alice", "v0")):  # speech's job is first in the queue
+        client[principal].submit(make_plan(tiny_model, counting_data, tmp_path / job_id, plan_id=job_id, max_steps=2))
+    wait_for(lambda: client["bob"].get("s0").pending_reason.startswith("over quota: team speech"),
+             "the service to publish the quotas")
+    start_worker()
+    wait_for(lambda: client["alice"].get("v0").phase == progress_pb2.PHASE_DONE, "vision's job to run", 240)
+    s0 = client["bob"].get("s0")
+    assert s0.phase == progress_pb2.PHASE_QUEUED and not s0.HasField("started_at"), "speech may hold no cpu GPU"
+    assert "its quota 0 plus what it may borrow (0)" in s0.pending_reason
