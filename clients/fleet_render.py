@@ -166,6 +166,11 @@ def fleet_text(f: executor_pb2.FleetResponse) -> str:
                 p.reason) for p in f.pending]
     if pending:
         parts.append(table(pending, ("pending job", "team", "queue", "place", "expected start", "why it waits")))
+    teams = [(t.team or "-", t.gpu_class, str(t.held_gpus), str(t.quota_gpus),
+              "none" if t.limit_gpus < 0 else str(t.limit_gpus), f"{t.weight:g}", f"{t.usage_gpu_hours:,.2f}")
+             for t in f.teams]
+    if teams:
+        parts.append(table(teams, ("team", "class", "GPUs held", "quota", "limit", "weight", "recent GPU-h")))
     policy = f.policy
     exempt = f" (none that has run under {policy.preempt_min_runtime_s:g} s)" \
         if policy.preemption and policy.preempt_min_runtime_s else ""

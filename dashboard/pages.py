@@ -98,7 +98,11 @@ async def fleet(dash: Dashboard, request: Request, session: Session) -> Response
     pending = [{"job_id": p.job_id, "team": p.team or "-", "queue": p.queue, "position": p.position or "-",
                 "reason": p.reason, "start": expected_start(p)} for p in response.pending]
     queues = [{"gpu_class": q.gpu_class, "tier": priority_name(q.priority), "depth": q.depth} for q in response.queues]
+    teams = [{"team": t.team or "-", "gpu_class": t.gpu_class, "held": t.held_gpus, "quota": t.quota_gpus,
+              "limit": "none" if t.limit_gpus < 0 else t.limit_gpus, "weight": f"{t.weight:g}",
+              "usage": f"{t.usage_gpu_hours:,.2f}"} for t in response.teams]
     return dash.render(request, "fleet.html", hosts=_host_rows(response, time.time()), queues=queues, pending=pending,
+                       teams=teams,
                        policy=response.policy, refresh_s=FLEET_REFRESH_S,
                        utilisation_json=present.script_json(dash.utilisation.series()))
 

@@ -159,6 +159,17 @@ def _waiter(job_id: str, record: Mapping[bytes, bytes]) -> Waiter:
 
 
 @dataclass(frozen=True)
+class Standing:
+    team: str
+    gpu_class: str
+    held_gpus: int
+    quota_gpus: int
+    limit_gpus: int | None  # None: no borrowing limit
+    weight: float
+    usage_gpu_s: float
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What a start order depends on, read once: the teams' terms, their usage, and the GPUs each team's running
     jobs hold on each class."""
@@ -230,6 +241,20 @@ class FairShare:
     def usage(self, now_s: float | None = None) -> dict[str, float]:
         return self.snapshot(now_s).usage_s
 
+    def standings(self, snapshot: Snapshot | None = None) -> list[Standing]:
+        """Each team on each class it holds GPUs of or has a quota on, by team then class."""
+        snapshot = snapshot or self.snapshot()
+        pairs = {(team, c) for c, by_team in snapshot.held_gpus.items() for team in by_team}
+        pairs |= {(team, c) for team, share in snapshot.shares.items() for c in share.quota_gpus}
+        found = []
+        for team, gpu_class in sorted(pairs):
+            share = snapshot.shares.get(team, TeamShare())
+            limit = share.limit_gpus(gpu_class)
+            found.append(Standing(team, gpu_class, snapshot.held_gpus.get(gpu_class, {}).get(team, 0),
+                                  share.quota_gpus.get(gpu_class, 0), None if math.isinf(limit) else int(limit),
+                                  share.weight, snapshot.usage_s.get(team, 0.0)))
+        return found
+
     # --- order ---------------------------------------------------------------------------------------------------
 
     def waiters(self, queue: str) -> tuple[list[str], list[str], list[Waiter]]:
@@ -289,11 +314,14 @@ class OrderCache:
         self._snapshot: Snapshot | None = None
         self.at_ms = now_ms()
 
+    def snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            self._snapshot = self._fair.snapshot(self.at_ms / 1000)
+        return self._snapshot
+
     def line(self, queue: str) -> Line:
         if queue not in self._lines:
-            if self._snapshot is None:
-                self._snapshot = self._fair.snapshot(self.at_ms / 1000)
-            self._lines[queue] = self._fair.line(queue, self._snapshot)
+            self._lines[queue] = self._fair.line(queue, self.snapshot())
         return self._lines[queue]
 
     def order(self, queue: str) -> list[str]:

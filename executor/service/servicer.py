@@ -327,6 +327,12 @@ class Executor:
                                               position=place.position, team=record.get(b"team", b"").decode())
             set_expected_start(start, line.at_ms, pending)
             response.pending.append(pending)
+        for s in self.fairshare.standings(orders.snapshot()):
+            if who.sees(s.team) and (not request.gpu_class or s.gpu_class == request.gpu_class):
+                response.teams.append(executor_pb2.TeamStanding(
+                    team=s.team, gpu_class=s.gpu_class, held_gpus=s.held_gpus, quota_gpus=s.quota_gpus,
+                    limit_gpus=-1 if s.limit_gpus is None else s.limit_gpus, weight=s.weight,
+                    usage_gpu_hours=s.usage_gpu_s / 3600))
         return response
 
     # --- Move -----------------------------------------------------------------------------------------

@@ -25,13 +25,17 @@ def test_the_fleet_table_shows_places_reasons_and_the_policy() -> None:
                                          expected_start_latest=_in(1200)),
                  executor_pb2.PendingJob(job_id="retrying", queue="tunefleet.a100-80gb.normal", position=0,
                                          reason="retry 1 of 3 after host gpu-2 stopped renewing its lease")],
-        policy=executor_pb2.FleetPolicy(preemption=True, retry_limit=3, retry_backoff_s=10)))
+        policy=executor_pb2.FleetPolicy(preemption=True, retry_limit=3, retry_backoff_s=10, preempt_min_runtime_s=600),
+        teams=[executor_pb2.TeamStanding(team="nlp", gpu_class="a100-80gb", held_gpus=8, quota_gpus=4, limit_gpus=-1,
+                                         weight=2, usage_gpu_hours=1234.5)]))
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.split()}
+    assert rows["nlp"] == ["nlp", "a100-80gb", "8", "4", "none", "2", "1,234.50"], "the team's standing on the class"
     assert rows["next"][1:4] == ["nlp", "tunefleet.a100-80gb.high", "1"] and "yield" in " ".join(rows["next"])
     assert "in 10 min (5 min - 20 min)" in " ".join(rows["next"])
     assert rows["retrying"][3] == "-", "a job in its retry backoff has no place in a queue yet"
     assert rows["retrying"][4] == "-", "nor an expected start"
-    assert "policy: preemption on; a lost host's job is retried up to 3 time(s), first after 10 s" in text
+    assert "policy: preemption on (none that has run under 600 s); a lost host's job is retried up to 3 time(s), " \
+           "first after 10 s" in text
 
 
 def test_feedback_sets_a_multi_node_step_time_against_the_planned_step_and_its_communication() -> None:

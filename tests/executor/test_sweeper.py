@@ -237,6 +237,9 @@ def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_
     assert fleet.hget(job_key("speech-2"), "preempted_for") == b"vision-1"
     line = FairShare(fleet).line(queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL))
     assert line.order == ["vision-1"] and line.held_back == ["speech-3"]
+    standings = {(t.team, t.gpu_class): (t.held_gpus, t.quota_gpus, t.limit_gpus)
+                 for t in executor.fleet(executor_pb2.FleetRequest()).teams}
+    assert standings == {("speech", "cpu"): (2, 0, 2), ("vision", "cpu"): (0, 2, -1)}
 
 
 def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, tiny_model, counting_data,

@@ -280,17 +280,37 @@ class FleetPolicy(_message.Message):
     preempt_min_runtime_s: float
     def __init__(self, preemption: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., retry_backoff_s: _Optional[float] = ..., preempt_min_runtime_s: _Optional[float] = ...) -> None: ...
 
+class TeamStanding(_message.Message):
+    __slots__ = ("team", "gpu_class", "held_gpus", "quota_gpus", "limit_gpus", "weight", "usage_gpu_hours")
+    TEAM_FIELD_NUMBER: _ClassVar[int]
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    HELD_GPUS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_GPUS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_GPUS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    team: str
+    gpu_class: str
+    held_gpus: int
+    quota_gpus: int
+    limit_gpus: int
+    weight: float
+    usage_gpu_hours: float
+    def __init__(self, team: _Optional[str] = ..., gpu_class: _Optional[str] = ..., held_gpus: _Optional[int] = ..., quota_gpus: _Optional[int] = ..., limit_gpus: _Optional[int] = ..., weight: _Optional[float] = ..., usage_gpu_hours: _Optional[float] = ...) -> None: ...
+
 class FleetResponse(_message.Message):
-    __slots__ = ("hosts", "queues", "pending", "policy")
+    __slots__ = ("hosts", "queues", "pending", "policy", "teams")
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    TEAMS_FIELD_NUMBER: _ClassVar[int]
     hosts: _containers.RepeatedCompositeFieldContainer[Host]
     queues: _containers.RepeatedCompositeFieldContainer[QueueDepth]
     pending: _containers.RepeatedCompositeFieldContainer[PendingJob]
     policy: FleetPolicy
-    def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[PendingJob, _Mapping]]] = ..., policy: _Optional[_Union[FleetPolicy, _Mapping]] = ...) -> None: ...
+    teams: _containers.RepeatedCompositeFieldContainer[TeamStanding]
+    def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[PendingJob, _Mapping]]] = ..., policy: _Optional[_Union[FleetPolicy, _Mapping]] = ..., teams: _Optional[_Iterable[_Union[TeamStanding, _Mapping]]] = ...) -> None: ...
 
 class ClearHostRequest(_message.Message):
     __slots__ = ("host_id",)
