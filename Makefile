@@ -11,7 +11,7 @@ DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
 CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-accuracy bench-simulate serve clean
+.PHONY: help install lock redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-scheduler bench-multinode bench-accuracy bench-simulate serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -111,6 +111,9 @@ bench: $(STAMP) redis ## latency, load, estimators, training-loop overhead, flee
 	$(PY) -m benchmarks.fleet
 	$(PY) -m benchmarks.fleet_recovery
 	$(PY) -m benchmarks.fleet_reads
+
+bench-scheduler: $(STAMP) redis ## fair share, quotas, preemption on 64 simulated hosts (real workers, simulated runs): utilisation, shares, waits, ETA error
+	$(PY) -m benchmarks.scheduler
 
 bench-multinode: $(STAMP) redis ## multi-node gangs on this machine: gang start latency, step time 1 vs 2 nodes
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.multinode

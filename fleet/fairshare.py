@@ -33,6 +33,8 @@ DEFAULT_WEIGHT = 1.0
 UNPREDICTED_JOB_GPU_S = 3600.0
 # The queued jobs a fair order considers, oldest first (the rest wait their turn in FIFO order behind them).
 ORDER_WINDOW = 500
+# The start order's jobs each arrangement puts in front: enough for the workers of a class dequeuing at once.
+ARRANGED = 16
 # The record fields an order reads of a queued job.
 ORDER_FIELDS = ("team", "predicted_s", "gpus", "nodes")
 
@@ -294,15 +296,16 @@ class FairShare:
         return line.order + line.held_back
 
     def arrange(self, queue: str) -> bool:
-        """Put the queue's start-order head at its front for the dequeue that follows; False when the queue has no
-        job that may start now (each is held back by its team's limit)."""
+        """Put the queue's first ARRANGED jobs in start order at its front, for the dequeues that follow (this
+        worker's and others' at the same moment); False when the queue has no job that may start now (each is held
+        back by its team's limit)."""
         line = self.line(queue)
         if not line.order:
             return not line.held_back
-        head = line.order[0]
-        if self.queues.queued_ids(queue, 1) != [head]:
-            self.queues.move_to_front(head, queue)  # a worker that changed the queue meanwhile: the next dequeue
-        return True                                  # arranges it again
+        head = line.order[:ARRANGED]
+        if self.queues.queued_ids(queue, len(head)) != head:
+            self.queues.move_to_front(head, queue)
+        return True
 
 
 class OrderCache:

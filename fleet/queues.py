@@ -76,9 +76,24 @@ def parse_queue_name(name: str) -> tuple[str, int] | None:
     return gpu_class, TIER_PRIORITY[tier]
 
 
+# Remove each job id from a queue's list and, only if it was there, push it at the front (LPUSH: rq's at_front);
+# the ids come last-first, so the first ends up in front.
+_MOVE_TO_FRONT = """
+local moved = 0
+for _, id in ipairs(ARGV) do
+  if redis.call('LREM', KEYS[1], 1, id) == 1 then
+    redis.call('LPUSH', KEYS[1], id)
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
+
 class JobQueues:
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
+        self._move_to_front = self.redis.register_script(_MOVE_TO_FRONT)
         # One rq Queue per name, kept: rq caches the server's version on it (get_job_position asks for it).
         # The names are the fleet's classes x 3 tiers (validated plans), so this stays small.
         self._queues: dict[str, Queue] = {}
@@ -152,23 +167,13 @@ class JobQueues:
         """0-based place of a job in its queue, or None when it is not there."""
         return self._queue(queue).get_job_position(job_id)
 
-    def move_to_front(self, job_id: str, queue: str) -> bool:
-        """Move a waiting job to the front of its queue (the fair-share head, for the dequeue that follows) — only when
-        nobody changed the queue meanwhile (a worker's pop, a Submit): the queue's list is WATCHed, so a job another
-        worker took is never pushed back. True when it moved."""
-        q = self._queue(queue)
-        with self.redis.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(q.key)
-                if q.get_job_position(job_id) is None:
-                    return False
-                pipe.multi()
-                q.remove(job_id, pipeline=pipe)
-                q.push_job_id(job_id, pipeline=pipe, at_front=True)
-                pipe.execute()
-            except redis.WatchError:
-                return False
-        return True
+    def move_to_front(self, job_ids: list[str], queue: str) -> int:
+        """Move waiting jobs to the front of their queue, in the order given (the start order's head, for the
+        dequeues that follow — its own and other workers'), in one atomic step that pushes a job back only if it
+        removed it: a job another worker popped meanwhile is never pushed again. rq has no "move" of its own: this is
+        its remove and push_job_id(at_front=True) made conditional, on the list its public Queue.key names. How many
+        moved."""
+        return int(self._move_to_front(keys=[self._queue(queue).key], args=list(reversed(job_ids))))
 
 
 def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],

@@ -105,4 +105,6 @@ def test_the_worker_arrangement_puts_the_fair_head_in_front_of_a_real_rq_queue(r
     assert fair.arrange(queue), "a job of the queue may start"
     assert fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "the head moved; the rest kept their order"
     assert fair.arrange(queue) and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "already in front"
-    assert not fair.queues.move_to_front("gone", queue) and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"]
+    assert fair.queues.move_to_front(["gone"], queue) == 0 and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"]
+    assert fair.queues.move_to_front(["a1", "gone", "a0"], queue) == 2
+    assert fair.queues.queued_ids(queue) == ["a1", "a0", "b0"], "the ids given, in their order, then the rest"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -190,7 +191,8 @@ def test_a_viewer_gets_no_cancel_and_forged_posts_are_refused(browser, fleet, ti
     assert browser.new_context().request.get(f"{url}/healthz").text() == "ok"
 
 
-def test_the_plan_page_draws_what_tunefleet_fit_prints_and_recommends(browser, fleet, shots, planner_address):
+def test_the_plan_page_draws_what_tunefleet_fit_prints_recommends_and_submits(browser, fleet, shots, planner_address,
+                                                                             counting_data):
     alice = _login(browser, fleet["url"], "alice")
     alice.goto(f"{fleet['url']}/plan")
     alice.fill("#model", "meta-llama/Llama-3.1-8B")
@@ -225,6 +227,20 @@ def test_the_plan_page_draws_what_tunefleet_fit_prints_and_recommends(browser, f
     alice.fill("#micro_batch", "zero")
     alice.click("#do-fit")
     assert "--micro-batch" in alice.inner_text("#plan-error"), "a bad field must be named"
+    alice.fill("#micro_batch", "2")
+
+    # the recommended plan, with a dataset on the fleet's storage, submitted from the page: queued on the fleet
+    alice.fill("#dataset", str(counting_data))
+    alice.click("#do-recommend")
+    alice.wait_for_selector("#candidates")
+    alice.click(".submit-plan button")
+    alice.wait_for_url(re.compile(rf"{re.escape(fleet['url'])}/jobs/[^/]+$"))
+    job_id = alice.url.rsplit("/", 1)[1]
+    assert alice.inner_text("#phase") == "queued"
+    with ExecutorClient(fleet["executor"], token=_token("alice")) as client:
+        queued = client.get(job_id)
+    assert (queued.submitter, queued.plan.dataset.local_path) == ("alice", str(counting_data))
+
 
 
 def test_jobs_loads_in_under_a_second_with_2000_jobs_in_redis(browser, fleet, redis_url):

@@ -1,0 +1,237 @@
+"""`make bench-scheduler`: the fleet's scheduling measured on a simulated fleet — the real scheduler code (fair share,
+quotas, borrowing and reclaim, preemption, the sweep), a real redis-server, the real executor service and real
+`tunefleet worker` processes, whose runs are devtools.sim_train: each holds its host for the job's predicted duration
+× --scale (no torch), checkpoints every few steps and yields when preempted. A trace of jobs from four teams with
+different weights and quotas, three priority tiers, on hosts of three GPU classes (one GPU each).
+
+Reported: GPU utilisation while demand exceeds supply (each class until its last job started), each team's share of
+the normal tier's GPU-time while every team still had jobs of it waiting, against its weight and quota, median and
+p95 wait per tier, the error of the expected start the service gave when the job was queued (against its first
+start, as a share of the wait), GPU-seconds lost to preemption and reclaim, and the scheduler's cost per dequeue
+(the worker's arrangement of a queue of 500 jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import redis
+from tunefleet.v1 import executor_pb2, progress_pb2
+
+from benchmarks.common import pct, print_table, time_calls, write_csv
+from common.identity import Directory, Identities, Identity, Role, TeamPolicy
+from common.rpc import ServerOptions, shutdown
+from devtools.local_redis import start_redis_server, stop_redis_server
+from devtools.sim_train import SCALE_ENV
+from devtools.tiny import build_model, counting_text, make_plan
+from executor.service.server import connect, create_server
+from executor.service.servicer import ExecutorConfig
+from fleet import queues
+from fleet.events import EventLog
+from fleet.fairshare import FairShare, TeamShare
+from fleet.hosts import HostRegistry
+from fleet.jobs import NewJob, now_ms
+from fleet.ledger import GIVEN_BACK, Ledger
+from fleet.lifecycle import Lifecycle
+from fleet.recovery import FleetPolicy
+
+HOSTS = {"a100-80gb": 32, "l40s-48gb": 24, "h100-sxm-80gb": 8}  # 64 simulated hosts, one GPU each
+# team: weight; each team's quota on a class is GUARANTEED of its weight's share of the hosts, the rest is borrowed
+# by fair share (so a team's share of contended time should come out at its weight's share).
+WEIGHTS = {"vision": 1.0, "speech": 1.0, "nlp": 2.0, "research": 1.0}
+GUARANTEED = 0.75
+TEAMS = {team: (w, {c: int(GUARANTEED * n * w / sum(WEIGHTS.values())) for c, n in HOSTS.items()})
+         for team, w in WEIGHTS.items()}
+TIERS = ((executor_pb2.PRIORITY_HIGH, 0.1), (executor_pb2.PRIORITY_NORMAL, 0.7), (executor_pb2.PRIORITY_LOW, 0.2))
+MEDIAN_JOB_S = 3600.0  # predicted durations: lognormal around an hour, 10 min to 6 h
+GOALS = {"utilisation": 0.95, "share_error": 0.05, "eta_error_median": 0.20}
+
+
+def trace(jobs: int, seed: int) -> list[dict[str, object]]:
+    rng = random.Random(seed)
+    classes = list(HOSTS)
+    out = []
+    for i in range(jobs):
+        team = rng.choice(list(TEAMS))
+        gpu_class = rng.choices(classes, weights=[HOSTS[c] for c in classes])[0]
+        priority = rng.choices([t for t, _ in TIERS], weights=[w for _, w in TIERS])[0]
+        duration_s = min(6 * 3600.0, max(600.0, rng.lognormvariate(0, 0.8) * MEDIAN_JOB_S))
+        out.append({"job_id": f"job-{i:04d}", "team": team, "gpu_class": gpu_class, "priority": priority,
+                    "duration_s": duration_s})
+    return out
+
+
+def start_workers(url: str, work: Path, scale: float) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, **{SCALE_ENV: str(scale)}, OMP_NUM_THREADS="1")
+    procs = []
+    for gpu_class, count in HOSTS.items():
+        for i in range(count):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "devtools.sim_worker", "1", "worker", "--redis", url, "--gpu-class", gpu_class,
+                 "--host-id", f"{gpu_class}-{i:02d}", "--work-dir", str(work / "shared"), "--work-dir-shared",
+                 "--data-root", str(work), "--progress-interval-s", "0", "--hang-after-s", "0", "--drain-grace-s",
+                 "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True))
+    return procs
+
+
+def first_start_ms(events: EventLog, job_id: str) -> int | None:
+    for e in events.read_after(job_id, 0, 10_000):
+        if e.phase == progress_pb2.PHASE_LOADING:
+            return int(e.time.ToMilliseconds())
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--scale", type=float, default=1 / 600, help="simulated seconds per predicted second")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--eta-sample", type=int, default=10, help="ask the service for every Nth job's expected start")
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench-scheduler-"))
+    (work / "shared").mkdir()
+    redis_proc, url = start_redis_server(work)
+    connection = redis.Redis.from_url(url)
+    executor = connect(url, ExecutorConfig(policy=FleetPolicy(preemption=True, preempt_min_runtime_s=0)))
+    teams = {name: TeamPolicy(name, None, weight, quota) for name, (weight, quota) in TEAMS.items()}
+    server, _, health = create_server("127.0.0.1:0", executor, ServerOptions(identities=Identities(
+        Directory({}, teams, {}))))
+    server.start()
+    executor.publish_shares()
+    workers = start_workers(url, work, args.scale)
+    try:
+        registry = HostRegistry(connection)
+        deadline = time.monotonic() + 180
+        while len(registry.hosts()) < sum(HOSTS.values()):
+            if time.monotonic() > deadline:
+                raise SystemExit("the simulated workers did not all register within 180 s")
+            time.sleep(0.5)
+        print(f"{sum(HOSTS.values())} simulated hosts registered; submitting {args.jobs} jobs", file=sys.stderr)
+        model, data = build_model(work / "model"), counting_text(work / "data.jsonl", records=8)
+        lifecycle = Lifecycle(connection)
+        jobs = trace(args.jobs, args.seed)
+        t0 = now_ms()
+        for j in jobs:
+            plan = make_plan(model, data, Path(str(j["job_id"])), plan_id=str(j["job_id"]))
+            plan.output_uri = str(j["job_id"])
+            plan.hardware.gpu = str(j["gpu_class"])
+            d = float(j["duration_s"])  # type: ignore[arg-type]
+            plan.prediction.estimate.duration_s, plan.prediction.estimate.duration_s_low = d, d * 0.8
+            plan.prediction.estimate.duration_s_high = d * 1.3
+            lifecycle.submit(NewJob(plan=plan, priority=int(j["priority"]),  # type: ignore[call-overload]
+                                    queue=queues.queue_name(str(j["gpu_class"]), int(j["priority"])),  # type: ignore
+                                    gpu_class=str(j["gpu_class"]), gpus=1, timeout_s=24 * 3600, team=str(j["team"]),
+                                    submitter=str(j["team"]), predicted_s=(d * args.scale, d * 0.8 * args.scale,
+                                                                           d * 1.3 * args.scale)))
+        admin = Identity("bench", "ops", Role.ADMIN)
+        expected: dict[str, int] = {}
+        for j in jobs[::args.eta_sample]:
+            got = executor.get(executor_pb2.GetRequest(job_id=str(j["job_id"])), admin).job
+            if got.HasField("expected_start"):
+                expected[str(j["job_id"])] = int(got.expected_start.ToMilliseconds())
+        print("every job queued; waiting for the fleet to run them", file=sys.stderr)
+        terminal = (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED)
+        deadline = time.monotonic() + 3600
+        while True:
+            phases = [executor.store.get(str(j["job_id"]), with_plan=False).phase for j in jobs]
+            left = sum(ph not in terminal for ph in phases)
+            if not left:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{left} jobs did not finish within an hour")
+            time.sleep(2)
+        failed = sum(ph != progress_pb2.PHASE_DONE for ph in phases)
+        report(jobs, executor, connection, t0, expected, failed)
+    finally:
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutdown(server, health, 1.0)
+        executor.close()
+        stop_redis_server(redis_proc)
+    return 0
+
+
+def report(jobs: list[dict[str, object]], executor: object, connection: redis.Redis, t0: int,
+           expected: dict[str, int], failed: int) -> None:
+    events = EventLog(connection)
+    starts = {str(j["job_id"]): first_start_ms(events, str(j["job_id"])) for j in jobs}
+    holds = Ledger(connection).holds(t0, 1_000_000)
+    rows: list[list[object]] = []
+    # utilisation per class while its queue held jobs: from t0 until its last job first started
+    for gpu_class, hosts in HOSTS.items():
+        of_class = [str(j["job_id"]) for j in jobs if j["gpu_class"] == gpu_class]
+        window_end = max(s for j in of_class if (s := starts[j]) is not None)
+        busy = sum(max(0, min(int(h["end_ms"]), window_end) - max(int(h["start_ms"]), t0)) for h in holds
+                   if h["class"] == gpu_class)
+        util = busy / (hosts * (window_end - t0))
+        rows.append(["utilisation while contended", gpu_class, f"{util:.1%}", f">= {GOALS['utilisation']:.0%}",
+                     "met" if util >= GOALS["utilisation"] else "missed"])
+    # each team's share of the normal tier's GPU-time (all classes) while every team still had normal-tier jobs
+    # waiting, against its weight: tiers go strictly first, so a team's low-tier jobs wait behind every team's normal
+    # ones whatever its weight, and only within a tier do weights divide the hosts
+    normal = {str(j["job_id"]): str(j["team"]) for j in jobs if j["priority"] == executor_pb2.PRIORITY_NORMAL}
+    contended_end = min(max(s for job_id, t in normal.items() if t == team and (s := starts[job_id]) is not None)
+                        for team in TEAMS)
+    by_team: dict[str, float] = defaultdict(float)
+    for h in holds:
+        if h["job"] in normal:
+            by_team[h["team"]] += max(0, min(int(h["end_ms"]), contended_end) - max(int(h["start_ms"]), t0))
+    total = sum(by_team.values()) or 1.0
+    weights = sum(w for w, _ in TEAMS.values())
+    all_gpus = sum(HOSTS.values())
+    for team, (weight, quota) in TEAMS.items():
+        share = by_team[team] / total
+        off = share - weight / weights
+        rows.append([f"share of contended normal-tier GPU-time: {team}", "all", f"{share:.1%}",
+                     f"weight {weight / weights:.1%} (quota {sum(quota.values()) / all_gpus:.1%})",
+                     f"{off:+.1%} vs weight: {'met' if abs(off) <= GOALS['share_error'] else 'missed'}"])
+    for tier, _ in TIERS:
+        waits = [(starts[str(j["job_id"])] - t0) / 1000 for j in jobs
+                 if j["priority"] == tier and starts[str(j["job_id"])] is not None]
+        name = executor_pb2.Priority.Name(tier).removeprefix("PRIORITY_").lower()
+        rows.append([f"wait, {name} tier (s)", "all",
+                     f"median {statistics.median(waits):.1f}, p95 {pct(waits, 95):.1f}", "", f"{len(waits)} jobs"])
+    errors = [abs(expected[j] - s) / max(s - t0, 1) for j in expected if (s := starts[j]) is not None]
+    eta = statistics.median(errors) if errors else float("nan")
+    rows.append(["expected start error (median, share of the wait)", "all", f"{eta:.1%}",
+                 f"<= {GOALS['eta_error_median']:.0%}", f"{len(errors)} sampled"])
+    lost = sum(float(h["lost_gpu_s"]) for h in holds if h["outcome"] == GIVEN_BACK)
+    yields = sum(1 for h in holds if h["outcome"] == GIVEN_BACK)
+    rows.append(["GPU-seconds lost to preemption and reclaim", "all", f"{lost:,.1f}", "",
+                 f"{yields} yields; {failed} jobs not DONE"])
+    fair = FairShare(connection)
+    queue = queues.queue_name("bench-overhead", executor_pb2.PRIORITY_NORMAL)
+    lifecycle = Lifecycle(connection)
+    template = jobs[0]
+    for i in range(500):
+        plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(f"o-{i}"), plan_id=f"overhead-{i}")
+        lifecycle.submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL, queue=queue,
+                                gpu_class="bench-overhead", gpus=1, timeout_s=60,
+                                team=list(TEAMS)[i % len(TEAMS)], submitter=str(template["team"])))
+    fair.save_shares({name: TeamShare(w, q) for name, (w, q) in TEAMS.items()})
+    timings = time_calls(lambda: fair.arrange(queue), 50, warmup=5)
+    rows.append(["scheduler cost per dequeue (500 waiting, 4 teams)", "-",
+                 f"median {statistics.median(timings) * 1000:.1f} ms, p95 {pct(timings, 95) * 1000:.1f} ms", "", ""])
+    header = ["measure", "class", "value", "goal / reference", "note"]
+    print_table(f"Scheduler on {sum(HOSTS.values())} simulated hosts, {len(jobs)} jobs of {len(TEAMS)} teams",
+                header, rows)
+    print(f"\nCSV: {write_csv('scheduler.csv', header, rows)}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
