@@ -214,6 +214,12 @@ def report(jobs: list[dict[str, object]], executor: object, connection: redis.Re
     yields = sum(1 for h in holds if h["outcome"] == GIVEN_BACK)
     rows.append(["GPU-seconds lost to preemption and reclaim", "all", f"{lost:,.1f}", "",
                  f"{yields} yields; {failed} jobs not DONE"])
+    yielded: dict[str, int] = defaultdict(int)
+    for h in holds:
+        if h["outcome"] == GIVEN_BACK:
+            yielded[h["team"]] += 1
+    rows.append(["yields by the yielding job's team", "all", ", ".join(f"{t} {yielded[t]}" for t in TEAMS), "",
+                 "borrowers are reclaimed first"])
     fair = FairShare(connection)
     queue = queues.queue_name("bench-overhead", executor_pb2.PRIORITY_NORMAL)
     lifecycle = Lifecycle(connection)
