@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from google.protobuf.timestamp_pb2 import Timestamp
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2, training_pb2
 
-from clients.fleet_render import expected_start, phase_name, priority_name
+from clients.fleet_render import expected_start, gpu_class_of, phase_name, priority_name
 from common.units import size
 
 TERMINAL = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
@@ -64,11 +64,6 @@ class JobRow:
     eta: str  # a running job's remaining time, a queued job's expected start
     cost: str
     submitted: str
-
-
-def gpu_class_of(job: executor_pb2.Job) -> str:
-    """'tunefleet.a100-80gb.normal' -> 'a100-80gb'."""
-    return job.queue.split(".")[1] if job.queue.count(".") >= 2 else job.queue
 
 
 def job_row(job: executor_pb2.Job) -> JobRow:

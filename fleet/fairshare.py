@@ -23,7 +23,7 @@ import redis
 
 from fleet.jobs import now_ms
 from fleet.keys import RUNNING_SET, TEAM_SHARES, USAGE, job_key
-from fleet.queues import QUEUE_PREFIX, JobQueues
+from fleet.queues import JobQueues, parse_queue_name
 
 # How fast usage is forgotten: Slurm's default PriorityDecayHalfLife (slurm.conf(5): "PriorityDecayHalfLife ...
 # default is 7-0", seven days).
@@ -151,6 +151,11 @@ def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
 def fair_order(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Mapping[str, float]) -> list[str]:
     """start_line without quotas: teams by weight and usage alone."""
     return start_line(waiters, usage_s, weights).order
+
+
+def _gpu_class(queue: str) -> str:
+    parsed = parse_queue_name(queue)
+    return parsed[0] if parsed else ""
 
 
 def _waiter(job_id: str, record: Mapping[bytes, bytes]) -> Waiter:
@@ -283,8 +288,7 @@ class FairShare:
         if not ids:
             return Line([], [])
         snapshot = snapshot or self.snapshot()
-        gpu_class = queue.removeprefix(QUEUE_PREFIX).rpartition(".")[0]
-        quotas = snapshot.quotas(gpu_class)
+        quotas = snapshot.quotas(_gpu_class(queue))
         if quotas is None and len({w.team for w in waiters}) < 2:
             return Line(ids, [])  # one team and no quotas: FIFO
         line = start_line(waiters, snapshot.usage_s, {t: s.weight for t, s in snapshot.shares.items()}, quotas)
@@ -295,11 +299,11 @@ class FairShare:
         line = self.line(queue, snapshot)
         return line.order + line.held_back
 
-    def arrange(self, queue: str) -> bool:
+    def arrange(self, queue: str, snapshot: Snapshot | None = None) -> bool:
         """Put the queue's first ARRANGED jobs in start order at its front, for the dequeues that follow (this
         worker's and others' at the same moment); False when the queue has no job that may start now (each is held
         back by its team's limit)."""
-        line = self.line(queue)
+        line = self.line(queue, snapshot)
         if not line.order:
             return not line.held_back
         head = line.order[:ARRANGED]
@@ -344,7 +348,7 @@ class OrderCache:
         """Why the job waits for its team's limit on its class, or "" when it does not."""
         if job_id not in self.line(queue).held_back or self._snapshot is None:
             return ""
-        gpu_class = queue.removeprefix(QUEUE_PREFIX).rpartition(".")[0]
+        gpu_class = _gpu_class(queue)
         share = self._snapshot.shares.get(team, TeamShare())
         held = self._snapshot.held_gpus.get(gpu_class, {}).get(team, 0)
         quota, limit = share.quota_gpus.get(gpu_class, 0), share.limit_gpus(gpu_class)

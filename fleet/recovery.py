@@ -149,11 +149,8 @@ class Sweeper:
         lowest-priority running jobs to checkpoint and yield (one per waiter): the one that loses the least work
         (the GPU-seconds it ran since its last checkpoint, which it runs again), never one that has held its host for
         less than the policy's minimum runtime."""
-        by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
-        for host in self.hosts.hosts():
-            by_class[host.gpu_class].append(host)
         preempted = []
-        for gpu_class, hosts in sorted(by_class.items()):
+        for gpu_class, hosts in self._hosts_by_class():
             if any(not h.running_job_id for h in hosts):
                 continue  # a free host takes the waiting job; nothing to preempt
             running = self._running([h.running_job_id for h in hosts], now)
@@ -178,11 +175,8 @@ class Sweeper:
         loses the least work, never one younger than the policy's minimum runtime (one per waiter)."""
         fair = FairShare(self.redis, self.queues)
         snapshot = fair.snapshot(now / 1000)
-        by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
-        for host in self.hosts.hosts():
-            by_class[host.gpu_class].append(host)
         reclaimed = []
-        for gpu_class, hosts in sorted(by_class.items()):
+        for gpu_class, hosts in self._hosts_by_class():
             quotas = snapshot.quotas(gpu_class)
             if quotas is None or any(not h.running_job_id for h in hosts):
                 continue
@@ -209,6 +203,12 @@ class Sweeper:
                         held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
                         reclaimed.append(victim["job_id"])
         return reclaimed
+
+    def _hosts_by_class(self) -> list[tuple[str, list[executor_pb2.Host]]]:
+        by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
+        for host in self.hosts.hosts():
+            by_class[host.gpu_class].append(host)
+        return sorted(by_class.items())
 
     def _running(self, job_ids: list[str], now: int) -> list[dict[str, Any]]:
         pipe = self.redis.pipeline(transaction=False)

@@ -48,12 +48,13 @@ def _fair_share(runtime: WorkerRuntime, fair: FairShare) -> list[str] | None:
     only leaves the queues in FIFO order."""
     try:
         takeable, held_back = [], False
-        for queue in runtime.queues:
-            if fair.queues.depth(queue):
-                if fair.arrange(queue):
-                    takeable.append(queue)
-                else:
-                    held_back = True
+        waiting = [q for q in runtime.queues if fair.queues.depth(q)]
+        snapshot = fair.snapshot() if waiting else None  # one reading of the teams for every tier
+        for queue in waiting:
+            if fair.arrange(queue, snapshot):
+                takeable.append(queue)
+            else:
+                held_back = True
         return takeable if held_back else None
     except redis.RedisError as e:
         log.warning("worker.fair_share_failed", error=str(e))
