@@ -26,6 +26,7 @@ class Family(enum.Enum):
     GEMMA2 = "gemma2"
     PHI3 = "phi3"
     GPT2 = "gpt2"
+    STARCODER2 = "starcoder2"
 
 
 class Method(enum.Enum):
@@ -152,14 +153,17 @@ class Architecture:
     rotary_dims: int = 0  # dimensions of each head RoPE turns (Phi: partial_rotary_factor); 0 means all
     residual_dropout: float = 0.0  # dropout on the attention and MLP outputs while training (Phi: resid_pdrop)
     shared_expert_intermediate_size: int = 0  # a mixture of experts' always-on expert (Qwen2-MoE); 0 for none
+    attention_dropout: float = 0.0  # dropout on the attention probabilities while training (StarCoder2: 0.1)
+    embedding_dropout: float = 0.0  # dropout on the token embeddings while training (StarCoder2: 0.1)
 
     __hash__ = _hash_once
     __getstate__ = _without_hash
 
     def __post_init__(self) -> None:
         prefix = "model.architecture"
-        if not 0.0 <= self.residual_dropout < 1.0:
-            raise InvalidFieldError(f"{prefix}.residual_dropout", f"must be in [0, 1), got {self.residual_dropout}")
+        for name in ("residual_dropout", "attention_dropout", "embedding_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise InvalidFieldError(f"{prefix}.{name}", f"must be in [0, 1), got {getattr(self, name)}")
         for name in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                      "num_key_value_heads", "vocab_size"):
             _positive(f"{prefix}.{name}", getattr(self, name))

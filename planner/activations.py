@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from contract.schema import Architecture, Attention, Family, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
-from planner.architecture import norms_per_layer, qk_norm_rows
+from planner.architecture import LAYER_NORM_FAMILIES, norms_per_layer, qk_norm_rows
 from planner.parameters import ParameterSplit
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
@@ -22,10 +22,10 @@ def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
 
     RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd; when its weight trains,
     the normalised input to the weight multiply is saved too (fp32 in Gemma, which multiplies in fp32).
-    GPT-2's and Phi's LayerNorm saves its input, mean and rstd whether or not its weight trains.
+    LayerNorm (GPT-2, Phi, StarCoder2) saves its input, mean and rstd whether or not its weight trains.
     """
     h = a.hidden_size
-    if a.family in (Family.GPT2, Family.PHI):
+    if a.family in LAYER_NORM_FAMILIES:
         return b * h + 8
     normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY else b) * h if weight_trains else 0
     return 4 * h + 4 + normalised
@@ -107,6 +107,10 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         # goes through the residual dropout, which keeps its mask
         norms += 2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0
         groups = [_Linear(_first_linears(a), h), _Linear(("dense",), q, flash_like), _Linear(("fc2",), i)]
+    elif a.family is Family.STARCODER2:
+        norms += 2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0  # on the attention and MLP outputs
+        groups = [_Linear(_qkv_names(a), h), _Linear(("o_proj",), q, flash_like), _Linear(("c_fc",), h),
+                  _Linear(("c_proj",), i)]
     else:
         qkv = _qkv_names(a)
         gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
@@ -134,7 +138,10 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         softcap = b if a.family is Family.GEMMA2 else 0
         one_sequence = t.sequences_per_micro_batch == 1
         v_storage = q + 2 * kv if a.family is Family.PHI3 and kv == q and one_sequence else q
-        core = b * (2 * q + v_storage) + (4 + cast + softcap) * heads * seq_len
+        # dropout on the probabilities (StarCoder2) keeps its mask, and the matmul saves the dropped copy in place
+        # of the cast (a new tensor in fp32 too)
+        probs = b + k.DROPOUT_MASK_BYTES if a.attention_dropout else cast
+        core = b * (2 * q + v_storage) + (4 + probs + softcap) * heads * seq_len
 
     if a.num_experts:
         # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
@@ -154,6 +161,8 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
             # its MLP (activation input and output, up output), the gate's sigmoid output and the shared output
             # (the gate multiply saves both)
             mlp += 3 * b * a.shared_expert_intermediate_size + b + b * h
+    elif a.family is Family.STARCODER2:
+        mlp = b * i  # gelu_pytorch_tanh saves its input; its output is c_proj's input
     elif a.family not in (Family.GPT2, Family.PHI):
         mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
     else:
@@ -256,7 +265,9 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
             first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
-    return ids + rope + final + softcap + scale - first_layer
+    # the embeddings' dropout (StarCoder2) keeps its mask when the embeddings train
+    dropout = k.DROPOUT_MASK_BYTES * h * tokens if a.embedding_dropout and embeddings_train else 0
+    return ids + rope + final + softcap + scale + dropout - first_layer
 
 
 def outside_layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:

@@ -43,6 +43,10 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool]]:
     if a.family is Family.PHI:  # every projection biased; "dense" is the attention output
         return [("q_proj", h, q, True), ("k_proj", h, kv, True), ("v_proj", h, kv, True), ("dense", q, h, True),
                 ("fc1", h, i, True), ("fc2", i, h, True)]
+    if a.family is Family.STARCODER2:  # use_bias: every projection biased, or none; a GELU MLP (c_fc, c_proj)
+        return [("q_proj", h, q, a.attention_bias), ("k_proj", h, kv, a.attention_bias),
+                ("v_proj", h, kv, a.attention_bias), ("o_proj", q, h, a.attention_bias),
+                ("c_fc", h, i, a.mlp_bias), ("c_proj", i, h, a.mlp_bias)]
     if a.family is Family.PHI3:
         return [("qkv_proj", h, q + 2 * kv, False), ("o_proj", q, h, False),
                 ("gate_up_proj", h, 2 * i, False), ("down_proj", i, h, False)]
@@ -78,6 +82,10 @@ def linear_layers(a: Architecture) -> tuple[LinearLayer, ...]:
     return tuple(out)
 
 
+# Families whose norms are LayerNorm (a weight and a bias; the input, mean and rstd saved) rather than RMSNorm
+LAYER_NORM_FAMILIES = (Family.GPT2, Family.PHI, Family.STARCODER2)
+
+
 def norms_per_layer(a: Architecture) -> int:
     """The hidden-size norms of a decoder layer: one in Phi's parallel block, four in Gemma 2 and 3 (pre/post
     feed-forward norms too), two elsewhere."""
@@ -97,8 +105,8 @@ def qk_norm_rows(a: Architecture) -> tuple[int, int]:
 
 
 def _norm_params(a: Architecture) -> int:
-    # LayerNorm (GPT-2, Phi) has a weight and a bias; the final norm is one more
-    per_norm = 2 if a.family in (Family.GPT2, Family.PHI) else 1
+    # LayerNorm (GPT-2, Phi, StarCoder2) has a weight and a bias; the final norm is one more
+    per_norm = 2 if a.family in LAYER_NORM_FAMILIES else 1
     rows_q, rows_k = qk_norm_rows(a)
     qk_norms = a.q_dim // rows_q + a.kv_dim // rows_k if rows_q else 0  # a weight over one row each
     return per_norm * a.hidden_size * (norms_per_layer(a) * a.num_layers + 1) + qk_norms * a.num_layers
@@ -184,7 +192,7 @@ _FAMILY_BY_MODEL_TYPE = {
     # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
     "smollm3": Family.LLAMA,
     "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3, "phi": Family.PHI,
-    "qwen2_moe": Family.QWEN2_MOE,
+    "qwen2_moe": Family.QWEN2_MOE, "starcoder2": Family.STARCODER2,
 }
 
 
@@ -202,6 +210,9 @@ def config_json(a: Architecture) -> dict[str, Any]:
         text["head_dim"] = a.head_dim
     if a.max_position_embeddings:
         text["max_position_embeddings"] = a.max_position_embeddings
+    if a.family is Family.STARCODER2:
+        text.update(use_bias=a.attention_bias, residual_dropout=a.residual_dropout,
+                    attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout)
     if a.family is Family.PHI:
         text.update(partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim,
                     resid_pdrop=a.residual_dropout)
@@ -331,8 +342,8 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
             max_position_embeddings=_int(cfg, "n_positions"),
         )
     heads = _int(text_cfg, "num_attention_heads")
-    tie_default = family in (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
-    rotary_dims, residual_dropout = 0, 0.0
+    tie_default = family in (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.STARCODER2)
+    rotary_dims, residual_dropout, attention_dropout, embedding_dropout = 0, 0.0, 0.0, 0.0
     if family is Family.PHI:  # transformers' PhiConfig defaults: half of each head turned, no dropout
         head_dim = _int(text_cfg, "head_dim", default=0) or _int(text_cfg, "hidden_size") // heads
         rope = _object(text_cfg, "rope_parameters")
@@ -341,6 +352,15 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         residual_dropout = _fraction(text_cfg, "resid_pdrop", 0.0)
         if residual_dropout >= 1.0:
             raise InvalidFieldError(_CONFIG, f"'resid_pdrop' must be below 1, got {residual_dropout}")
+    use_bias = _bool(text_cfg, "use_bias", True)  # StarCoder2's one switch for every projection's bias
+    if family is Family.STARCODER2:  # transformers' Starcoder2Config defaults: no dropout
+        residual_dropout = _fraction(text_cfg, "residual_dropout", 0.0)
+        attention_dropout = _fraction(text_cfg, "attention_dropout", 0.0)
+        embedding_dropout = _fraction(text_cfg, "embedding_dropout", 0.0)
+        for key, value in (("residual_dropout", residual_dropout), ("attention_dropout", attention_dropout),
+                           ("embedding_dropout", embedding_dropout)):
+            if value >= 1.0:
+                raise InvalidFieldError(_CONFIG, f"'{key}' must be below 1, got {value}")
     intermediate = _int(text_cfg, "intermediate_size")
     shared = 0
     if family is Family.QWEN2_MOE:
@@ -361,11 +381,12 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         head_dim=_int(text_cfg, "head_dim", default=0),
         vocab_size=_int(text_cfg, "vocab_size"),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", _bool(text_cfg, "tie_word_embeddings", tie_default)),
-        attention_bias=_bool(text_cfg, "attention_bias", False),
-        mlp_bias=_bool(text_cfg, "mlp_bias", False),
+        attention_bias=use_bias if family is Family.STARCODER2 else _bool(text_cfg, "attention_bias", False),
+        mlp_bias=use_bias if family is Family.STARCODER2 else _bool(text_cfg, "mlp_bias", False),
         num_experts=_int(text_cfg, "num_local_experts", "num_experts", default=0),
         experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
         max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
         vision=vision, rotary_dims=rotary_dims, residual_dropout=residual_dropout,
-        shared_expert_intermediate_size=shared,
+        shared_expert_intermediate_size=shared, attention_dropout=attention_dropout,
+        embedding_dropout=embedding_dropout,
     )

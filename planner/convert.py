@@ -58,6 +58,7 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
         max_position_embeddings=p.max_position_embeddings, vision=vision, rotary_dims=p.rotary_dims,
         residual_dropout=round(p.residual_dropout, 6),
         shared_expert_intermediate_size=p.shared_expert_intermediate_size,
+        attention_dropout=round(p.attention_dropout, 6), embedding_dropout=round(p.embedding_dropout, 6),
     )
 
 
@@ -106,7 +107,8 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
         tie_word_embeddings=a.tie_word_embeddings, attention_bias=a.attention_bias, mlp_bias=a.mlp_bias,
         num_experts=a.num_experts, experts_per_token=a.experts_per_token,
         max_position_embeddings=a.max_position_embeddings, rotary_dims=a.rotary_dims,
-        residual_dropout=a.residual_dropout, shared_expert_intermediate_size=a.shared_expert_intermediate_size)
+        residual_dropout=a.residual_dropout, shared_expert_intermediate_size=a.shared_expert_intermediate_size,
+        attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout)
     if a.vision:
         v = a.vision
         p.vision.CopyFrom(model_pb2.VisionTower(

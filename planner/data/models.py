@@ -14,13 +14,15 @@ F = Family
 def _m(name: str, family: Family, layers: int, hidden: int, inter: int, heads: int, kv: int, vocab: int,
        tie: bool = False, head_dim: int = 0, experts: int = 0, top_k: int = 0, positions: int = 0,
        vision: VisionTower | None = None, rotary_dims: int = 0, residual_dropout: float = 0.0,
-       shared: int = 0) -> ModelSpec:
+       shared: int = 0, bias: bool = False, attention_dropout: float = 0.0,
+       embedding_dropout: float = 0.0) -> ModelSpec:
     arch = Architecture(family=family, num_layers=layers, hidden_size=hidden, intermediate_size=inter,
                         num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
                         tie_word_embeddings=tie, head_dim=head_dim, num_experts=experts,
                         experts_per_token=top_k, max_position_embeddings=positions, vision=vision,
                         rotary_dims=rotary_dims, residual_dropout=residual_dropout,
-                        shared_expert_intermediate_size=shared)
+                        shared_expert_intermediate_size=shared, attention_bias=bias, mlp_bias=bias,
+                        attention_dropout=attention_dropout, embedding_dropout=embedding_dropout)
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
@@ -93,6 +95,13 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("microsoft/Phi-3.5-mini-instruct", F.PHI3, 32, 3072, 8192, 32, 32, 32064, positions=131072),
     _m("microsoft/phi-4", F.PHI3, 40, 5120, 17920, 40, 10, 100352, positions=16384),
     _m("openai-community/gpt2", F.GPT2, 12, 768, 3072, 12, 12, 50257, tie=True, positions=1024),
+    # StarCoder2 (arXiv:2402.19173, its model table): LayerNorm, every projection biased (use_bias), a GELU MLP of
+    # 4 x hidden, RoPE; released with dropout 0.1 on the embeddings, the attention probabilities and the attention
+    # and MLP outputs; the 3B and 7B tie their embeddings
+    *(_m(f"bigcode/starcoder2-{size}", F.STARCODER2, layers, hidden, 4 * hidden, heads, kv, 49152, tie=tie,
+         positions=16384, bias=True, residual_dropout=0.1, attention_dropout=0.1, embedding_dropout=0.1)
+      for size, layers, hidden, heads, kv, tie in (("3b", 30, 3072, 24, 2, True), ("7b", 32, 4608, 36, 4, True),
+                                                   ("15b", 40, 6144, 48, 4, False))),
 )
 
 # Other names people use for the same weights (instruct variants share the base shape).

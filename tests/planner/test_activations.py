@@ -34,6 +34,9 @@ CONFIGS = {
     "qwen2_moe": lambda intermediate_size, **kw: transformers.Qwen2MoeConfig(
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size,
         shared_expert_intermediate_size=2 * intermediate_size, **kw),
+    # StarCoder2: LayerNorm, biased projections, a GELU MLP; `-drop` its released models' dropout (0.1 on the
+    # embeddings, the attention probabilities and the attention and MLP outputs)
+    "starcoder2": transformers.Starcoder2Config,
     "qwen3_moe": lambda intermediate_size, **kw: transformers.Qwen3MoeConfig(
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
 }
@@ -46,11 +49,13 @@ class Saved:
 
 
 def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout: float, ckpt: bool) -> object:
-    """`family`, with `-mha` for as many key/value heads as query heads (no repeat_kv copy)."""
+    """`family`, with `-mha` for as many key/value heads as query heads (no repeat_kv copy), `-drop` for the model's
+    own dropout."""
     base, *variant = family.split("-")
-    config = CONFIGS[base](num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                           num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256, tie_word_embeddings=False,
-                           attn_implementation=attention, pad_token_id=0)
+    own_dropout = dict(residual_dropout=0.1, attention_dropout=0.1, embedding_dropout=0.1) if "drop" in variant else {}
+    config = CONFIGS[base](**own_dropout, num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128,
+                           num_attention_heads=4, num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256,
+                           tie_word_embeddings=False, attn_implementation=attention, pad_token_id=0)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     if method == "lora":
@@ -101,6 +106,7 @@ def _measure(model: torch.nn.Module, batch: int = MICRO_BATCH) -> Saved:
 
 def _planned(model: torch.nn.Module, family: str, attention: str, method: str, precision: Precision, dropout: float,
              ckpt: bool) -> Saved:
+    base = family.split("-")[0]
     a = architecture_from_config(json.dumps(model.config.to_dict()))
     t = TrainingSpec(method=Method.FULL if method == "full" else Method.LORA, precision=precision,
                      attention=Attention.EAGER if attention == "eager" else Attention.SDPA,
@@ -117,18 +123,24 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         h, extra = a.hidden_size, t.precision.activation_bytes - 1
         # Phi: q, k, v and fc1 read the layer's input norm; Qwen2-MoE: its shared expert's gate/up and gate
         qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 3) if family == "qwen2_moe" \
-            else (3, 0) if a.num_experts else (4, 0) if family == "phi" else (3, 2)
+            else (3, 0) if a.num_experts else (4, 0) if family == "phi" else (3, 1) if family.startswith("starcoder2") \
+            else (3, 2)
         down = a.shared_expert_intermediate_size if a.num_experts else a.intermediate_size
         widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + down
         per_layer += extra * widths * tokens
         outside -= extra * qkv_adapters * h * tokens
-    if a.residual_dropout:  # the model's own dropout, on the attention and MLP outputs: the same CPU/CUDA mask
-        per_layer += (t.precision.activation_bytes - 1) * 2 * a.hidden_size * tokens
-    if family == "phi":
+    mask_extra = t.precision.activation_bytes - 1  # the model's own dropout: the CPU mask in the activation dtype
+    if a.residual_dropout:  # on the attention and MLP outputs
+        per_layer += mask_extra * 2 * a.hidden_size * tokens
+    if a.attention_dropout and attention == "eager":  # on the probabilities (SDPA draws it inside the kernel)
+        per_layer += mask_extra * a.num_attention_heads * SEQ * tokens
+    if a.embedding_dropout and method == "full":  # frozen embeddings' dropout saves nothing
+        outside += mask_extra * a.hidden_size * tokens
+    if base in ("phi", "starcoder2"):
         # LayerNorm's saved mean and rstd: fp32 on CUDA (layer_norm_cuda: the accumulate type), which the planner
-        # models, the input's dtype on the CPU (layer_norm_cpu); the layer's norm and the final one
+        # models, the input's dtype on the CPU (layer_norm_cpu); the layer's norms and the final one
         cpu_less = (8 - 2 * t.precision.activation_bytes) * tokens
-        per_layer -= cpu_less
+        per_layer -= cpu_less * (1 if base == "phi" else 2)
         outside -= cpu_less if method == "full" else 0  # LoRA's first layer norm saves nothing
     if ckpt:
         outside -= 2 * t.precision.activation_bytes * a.resolved_head_dim * SEQ  # RoPE cos/sin: held, not saved
@@ -151,6 +163,8 @@ CASES += [("smollm3", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d
 CASES += [("qwen2_moe", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("qwen3_moe", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("mixtral", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
+CASES += [("starcoder2", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
+CASES += [("starcoder2-drop", "eager", m, p, d) for m, d in (("full", 0.0), ("lora", 0.1)) for p in ("bf16", "fp32")]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
 # As many key/value heads as query heads: eager attention's matmul reads k and v themselves, not repeated copies; with
 # one sequence it folds the batch into a view, so Phi-3's v, a slice of the fused qkv output, keeps all of it alive

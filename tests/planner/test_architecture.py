@@ -24,7 +24,8 @@ CATALOG_MODELS = [
     "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2-VL-2B-Instruct",
     "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2", "Qwen/Qwen3-0.6B",
     "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B", "Qwen/Qwen3-30B-A3B",
-    "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B",
+    "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B", "bigcode/starcoder2-3b",
+    "bigcode/starcoder2-15b",
 ]
 
 
@@ -74,6 +75,8 @@ def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_
     ("google/gemma-2-2b", ("all-linear",), 16),
     ("Qwen/Qwen3-0.6B", ("all-linear",), 16),
     ("microsoft/phi-2", ("all-linear",), 16),
+    ("bigcode/starcoder2-3b", ("all-linear",), 16),
+    ("bigcode/starcoder2-3b", ("c_fc", "c_proj"), 8),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
