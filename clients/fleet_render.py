@@ -179,6 +179,8 @@ def fleet_text(f: executor_pb2.FleetResponse) -> str:
     policy = f.policy
     exempt = f" (none that has run under {policy.preempt_min_runtime_s:g} s)" \
         if policy.preemption and policy.preempt_min_runtime_s else ""
+    exempt += f"; a victim has {policy.preempt_checkpoint_s:g} s to checkpoint" \
+        if policy.preemption and policy.preempt_checkpoint_s else ""
     parts.append(f"policy: preemption {'on' if policy.preemption else 'off'}{exempt}; a lost host's job is retried up "
                  f"to {policy.retry_limit} time(s), first after {policy.retry_backoff_s:g} s")
     return "\n\n".join(parts)

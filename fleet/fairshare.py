@@ -10,18 +10,16 @@ executor service shows positions and expected starts in the same order."""
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from fleet.jobs import now_ms
+from fleet import queues
 from fleet.keys import RUNNING_SET, TEAM_SHARES, USAGE, job_key
 from fleet.queues import JobQueues, parse_queue_name
 
@@ -36,7 +34,7 @@ ORDER_WINDOW = 500
 # The start order's jobs each arrangement puts in front: enough for the workers of a class dequeuing at once.
 ARRANGED = 16
 # The record fields an order reads of a queued job.
-ORDER_FIELDS = ("team", "predicted_s", "gpus", "nodes")
+ORDER_FIELDS = ("team", "predicted_s", "gpus", "nodes", "predicted_low_s", "predicted_high_s")
 
 # Decay a team's usage to now and add a charge, in one step: usage_now = usage_then × 2^(-(now - then) / half-life)
 # + added (exponential decay with a half-life). Fields "<team>:gpu_s" and "<team>:at_s".
@@ -67,6 +65,9 @@ class Waiter:
     team: str
     gpu_seconds: float  # its predicted duration × its GPUs: what its start adds to its team's usage
     gpus: int = 1  # GPUs it holds while it runs (all its nodes')
+    tier: int = 0  # its queue's place among the class's tiers (0: high)
+    nodes: int = 1  # hosts it takes (a gang's nodes)
+    predicted: tuple[float, float, float] | None = None  # its duration: most likely, shortest, longest (s)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def managed(gpu_class: str, shares: Mapping[str, TeamShare]) -> bool:
 
 @dataclass(frozen=True)
 class Line:
-    """A queue's start order, and the jobs held back by their team's limit (oldest first)."""
+    """A class's start order, and the jobs held back by their team's limit (oldest first)."""
 
     order: list[str]
     held_back: list[str]
@@ -111,41 +112,50 @@ class Line:
 
 def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Mapping[str, float],
                quotas: ClassQuotas | None = None) -> Line:
-    """The order in which the waiters start. Again and again, the oldest waiter of the team that comes first: a team
-    whose next job fits within its quota before one that would borrow, then the least usage per unit of weight, then
-    the team whose oldest waiter came first. Each start adds its GPU-seconds to its team's usage and its GPUs to what
-    the team holds. A team whose next job would pass its quota plus its borrowing limit starts nothing more (a team's
-    jobs keep their FIFO order): its remaining waiters are held back."""
-    by_team: dict[str, list[tuple[int, Waiter]]] = {}
+    """The order in which the waiters of a class start. Again and again, the oldest waiter of the team and tier that
+    come first: a job within its team's quota before one that would borrow (a quota is a guarantee, whatever the
+    tier: Kueue's nominal quota), then the higher tier, then the team with the least usage per unit of weight, then
+    the oldest. Each start adds its GPU-seconds to its team's usage and its GPUs to what the team holds. A team whose
+    next job of a tier would pass its quota plus its borrowing limit starts nothing more of that tier (a team's jobs
+    keep their FIFO order within a tier): they are held back."""
+    streams: dict[tuple[str, int], list[tuple[int, Waiter]]] = {}
     for index, w in enumerate(waiters):
-        by_team.setdefault(w.team, []).append((index, w))
-    usage = {team: usage_s.get(team, 0.0) for team in by_team}
-    held = {team: (quotas.held_gpus.get(team, 0) if quotas else 0) for team in by_team}
-    cursor = dict.fromkeys(by_team, 0)
+        streams.setdefault((w.team, w.tier), []).append((index, w))
+    teams = {team for team, _ in streams}
+    usage = {team: usage_s.get(team, 0.0) for team in teams}
+    held = {team: (quotas.held_gpus.get(team, 0) if quotas else 0) for team in teams}
+    cursor = dict.fromkeys(streams, 0)
     held_back: list[tuple[int, str]] = []
-
-    def push(heap: list[tuple[int, float, int, str]], team: str) -> None:
-        index, w = by_team[team][cursor[team]]
-        if quotas is not None and held[team] + w.gpus > quotas.limit(team):
-            held_back.extend((i, x.job_id) for i, x in by_team[team][cursor[team]:])
-            return
-        borrowing = int(quotas is not None and held[team] + w.gpus > quotas.quota(team))
-        heapq.heappush(heap, (borrowing, usage[team] / weights.get(team, DEFAULT_WEIGHT), index, team))
-
-    heap: list[tuple[int, float, int, str]] = []
-    for team in by_team:
-        push(heap, team)
     order: list[str] = []
-    while heap:
-        team = heapq.heappop(heap)[3]
-        _, w = by_team[team][cursor[team]]
+    live = set(streams)
+    while live:
+        # few streams (teams × tiers): a scan per start, as each start changes its team's standing in every tier
+        ranked = {st: rank(streams[st][cursor[st]], held, usage, weights, quotas) for st in live}
+        for stream in [st for st, k in ranked.items() if k is None]:
+            held_back.extend((i, w.job_id) for i, w in streams[stream][cursor[stream]:])
+            live.discard(stream)
+        if not live:
+            break
+        stream = min(live, key=lambda st: ranked[st])  # type: ignore[arg-type,return-value]
+        _, w = streams[stream][cursor[stream]]
         order.append(w.job_id)
-        usage[team] += w.gpu_seconds
-        held[team] += w.gpus
-        cursor[team] += 1
-        if cursor[team] < len(by_team[team]):
-            push(heap, team)
+        usage[w.team] += w.gpu_seconds
+        held[w.team] += w.gpus
+        cursor[stream] += 1
+        if cursor[stream] == len(streams[stream]):
+            live.discard(stream)
     return Line(order, [job_id for _, job_id in sorted(held_back)])
+
+
+def rank(head: tuple[int, Waiter], held: Mapping[str, int], usage: Mapping[str, float],
+         weights: Mapping[str, float], quotas: ClassQuotas | None) -> tuple[int, int, float, int] | None:
+    """Where a team's next waiter of a tier (with its index in FIFO order) stands among the others', lowest first, given
+    the GPUs each team holds and its usage; None when it would pass its team's quota plus borrowing limit."""
+    index, w = head
+    if quotas is not None and held.get(w.team, 0) + w.gpus > quotas.limit(w.team):
+        return None
+    borrowing = int(quotas is not None and held.get(w.team, 0) + w.gpus > quotas.quota(w.team))
+    return borrowing, w.tier, usage.get(w.team, 0.0) / weights.get(w.team, DEFAULT_WEIGHT), index
 
 
 def fair_order(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Mapping[str, float]) -> list[str]:
@@ -153,16 +163,20 @@ def fair_order(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
     return start_line(waiters, usage_s, weights).order
 
 
-def _gpu_class(queue: str) -> str:
+def queue_class(queue: str) -> str:
+    """The GPU class of one of the fleet's queue names ("" for another queue)."""
     parsed = parse_queue_name(queue)
     return parsed[0] if parsed else ""
 
 
-def _waiter(job_id: str, record: Mapping[bytes, bytes]) -> Waiter:
-    gpus = max(1, int(record.get(b"gpus") or 1)) * max(1, int(record.get(b"nodes") or 1))
-    predicted_s = float(record.get(b"predicted_s") or 0)
+def _waiter(job_id: str, record: Mapping[bytes, bytes], tier: int) -> Waiter:
+    nodes = max(1, int(record.get(b"nodes") or 1))
+    gpus = max(1, int(record.get(b"gpus") or 1)) * nodes
+    mid_s = float(record.get(b"predicted_s") or 0)
+    low_s, high_s = float(record.get(b"predicted_low_s") or mid_s), float(record.get(b"predicted_high_s") or mid_s)
     return Waiter(job_id, record.get(b"team", b"").decode(),
-                  predicted_s * gpus if predicted_s > 0 else UNPREDICTED_JOB_GPU_S * gpus, gpus)
+                  mid_s * gpus if mid_s > 0 else UNPREDICTED_JOB_GPU_S * gpus, gpus, tier, nodes,
+                  (mid_s, low_s, high_s) if mid_s > 0 else None)
 
 
 @dataclass(frozen=True)
@@ -184,6 +198,9 @@ class Snapshot:
     shares: dict[str, TeamShare]
     usage_s: dict[str, float]
     held_gpus: dict[str, dict[str, int]]  # GPU class -> team -> GPUs
+
+    def weights(self) -> dict[str, float]:
+        return {team: share.weight for team, share in self.shares.items()}
 
     def quotas(self, gpu_class: str) -> ClassQuotas | None:
         if not managed(gpu_class, self.shares):
@@ -264,7 +281,7 @@ class FairShare:
 
     # --- order ---------------------------------------------------------------------------------------------------
 
-    def waiters(self, queue: str) -> tuple[list[str], list[str], list[Waiter]]:
+    def waiters(self, queue: str, tier: int = 0) -> tuple[list[str], list[str], list[Waiter]]:
         """The queue's first ORDER_WINDOW ids (FIFO), the member tickets among them, and the jobs as waiters."""
         ids = self.queues.queued_ids(queue, ORDER_WINDOW)
         if not ids:
@@ -278,79 +295,70 @@ class FairShare:
             if values[0] is None and values[1] is None:
                 tickets.append(job_id)
             else:
-                waiters.append(_waiter(job_id, dict(zip((f.encode() for f in ORDER_FIELDS), values, strict=True))))
+                waiters.append(_waiter(job_id, dict(zip((f.encode() for f in ORDER_FIELDS), values, strict=True)),
+                                       tier))
         return ids, tickets, waiters
 
-    def line(self, queue: str, snapshot: Snapshot | None = None) -> Line:
-        """The queue's first ORDER_WINDOW ids in start order, and those held back by their team's limit. An id
-        without a job record (a gang's member ticket, pushed to the front for its gang) keeps its place first."""
-        ids, tickets, waiters = self.waiters(queue)
-        if not ids:
-            return Line([], [])
+    def class_line(self, gpu_class: str, snapshot: Snapshot | None = None) -> ClassLine:
+        """The start order of a class's queued jobs, every tier's (the first ORDER_WINDOW of each queue), and those
+        held back by their team's limit. Ids without a job record (a gang's member tickets, pushed to the front for
+        their gang) come first."""
+        queue_of: dict[str, str] = {}
+        fifo: list[str] = []
+        tickets: list[str] = []
+        waiters: list[Waiter] = []
+        for tier, queue in enumerate(queues.class_queue_names(gpu_class)):
+            ids, queue_tickets, queue_waiters = self.waiters(queue, tier)
+            queue_of.update(dict.fromkeys(ids, queue))
+            fifo += ids
+            tickets += queue_tickets
+            waiters += queue_waiters
+        if not fifo:
+            return ClassLine([], [], {}, [])
         snapshot = snapshot or self.snapshot()
-        quotas = snapshot.quotas(_gpu_class(queue))
+        quotas = snapshot.quotas(gpu_class)
         if quotas is None and len({w.team for w in waiters}) < 2:
-            return Line(ids, [])  # one team and no quotas: FIFO
-        line = start_line(waiters, snapshot.usage_s, {t: s.weight for t, s in snapshot.shares.items()}, quotas)
-        return Line(tickets + line.order, line.held_back)
+            return ClassLine(fifo, [], queue_of, waiters)  # one team and no quotas: FIFO, tier by tier
+        line = start_line(waiters, snapshot.usage_s, snapshot.weights(), quotas)
+        return ClassLine(tickets + line.order, line.held_back, queue_of, waiters)
+
+    def line(self, queue: str, snapshot: Snapshot | None = None) -> Line:
+        """A queue's part of its class's line."""
+        return self.class_line(queue_class(queue), snapshot).of(queue)
 
     def order(self, queue: str, snapshot: Snapshot | None = None) -> list[str]:
-        """Every id of the window in the order it is expected to start (held-back jobs last)."""
+        """Every id of the queue's window in the order it is expected to start (held-back jobs last)."""
         line = self.line(queue, snapshot)
         return line.order + line.held_back
 
-    def arrange(self, queue: str, snapshot: Snapshot | None = None) -> bool:
-        """Put the queue's first ARRANGED jobs in start order at its front, for the dequeues that follow (this
-        worker's and others' at the same moment); False when the queue has no job that may start now (each is held
-        back by its team's limit)."""
-        line = self.line(queue, snapshot)
-        if not line.order:
-            return not line.held_back
-        head = line.order[:ARRANGED]
-        if self.queues.queued_ids(queue, len(head)) != head:
-            self.queues.move_to_front(head, queue)
-        return True
+    def arrange(self, gpu_class: str, snapshot: Snapshot | None = None) -> list[str] | None:
+        """Before a dequeue: put the first ARRANGED jobs of each of the class's queues in start order at its front
+        (for the dequeues that follow, this worker's and others' at the same moment), and say which queues to take
+        from, in the order of their fronts in the class's line: None for all of them (nothing waits), [] for none
+        (every waiting job is held back by its team's limit)."""
+        line = self.class_line(gpu_class, snapshot)
+        if not line.queue_of:
+            return None
+        takeable: list[str] = []
+        for job_id in line.order:
+            if line.queue_of[job_id] not in takeable:
+                takeable.append(line.queue_of[job_id])
+        for queue in takeable:
+            head = line.of(queue).order[:ARRANGED]
+            if self.queues.queued_ids(queue, len(head)) != head:
+                self.queues.move_to_front(head, queue)
+        return takeable
 
 
-class OrderCache:
-    """Start orders of queues, each read once per request (a Fleet or Get reads several jobs' places)."""
+@dataclass(frozen=True)
+class ClassLine:
+    """A class's start order over its tiers' queues, the jobs held back, and each id's queue."""
 
-    def __init__(self, fair: FairShare) -> None:
-        self._fair = fair
-        self._lines: OrderedDict[str, Line] = OrderedDict()
-        self._snapshot: Snapshot | None = None
-        self.at_ms = now_ms()
+    order: list[str]
+    held_back: list[str]
+    queue_of: dict[str, str]
+    waiters: list[Waiter]  # the jobs (not a gang's member tickets), in FIFO order tier by tier
 
-    def snapshot(self) -> Snapshot:
-        if self._snapshot is None:
-            self._snapshot = self._fair.snapshot(self.at_ms / 1000)
-        return self._snapshot
-
-    def line(self, queue: str) -> Line:
-        if queue not in self._lines:
-            self._lines[queue] = self._fair.line(queue, self.snapshot())
-        return self._lines[queue]
-
-    def order(self, queue: str) -> list[str]:
-        line = self.line(queue)
-        return line.order + line.held_back
-
-    def index(self, queue: str, job_id: str) -> int | None:
-        order = self.order(queue)
-        if job_id in order:
-            return order.index(job_id)
-        return self._fair.queues.position(job_id, queue)  # past the window: FIFO behind it
-
-    def held_back(self, queue: str, job_id: str) -> bool:
-        return job_id in self.line(queue).held_back
-
-    def limit_reason(self, queue: str, job_id: str, team: str) -> str:
-        """Why the job waits for its team's limit on its class, or "" when it does not."""
-        if job_id not in self.line(queue).held_back or self._snapshot is None:
-            return ""
-        gpu_class = _gpu_class(queue)
-        share = self._snapshot.shares.get(team, TeamShare())
-        held = self._snapshot.held_gpus.get(gpu_class, {}).get(team, 0)
-        quota, limit = share.quota_gpus.get(gpu_class, 0), share.limit_gpus(gpu_class)
-        return (f"over quota: team {team} holds {held} {gpu_class} GPU(s), its quota {quota} plus what it may "
-                f"borrow ({limit - quota:g}); it starts when the team's running jobs free enough")
+    def of(self, queue: str) -> Line:
+        return Line([j for j in self.order if self.queue_of[j] == queue],
+                    [j for j in self.held_back if self.queue_of[j] == queue])

@@ -99,6 +99,7 @@ class NewJob:
 class StopRequests:
     cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
     preempted_for: str | None  # None: not preempted; else the job it yields its host to
+    preempt_deadline_ms: int = 0  # when preempted: the time by which it must have checkpointed and stopped
 
 
 # What a Job without its plan shows (List), first the field that says whether the record exists at all.
@@ -149,11 +150,13 @@ class JobStore:
         return job_from_record(job_id, self.raw(job_id), with_plan)
 
     def stop_requests(self, job_id: str) -> StopRequests:
-        """What has been asked of a running job: Cancel (with its reason) and preemption (and for which job)."""
-        cancel, reason, preempt, preempted_for = self.redis.hmget(
-            job_key(job_id), ["cancel_requested", "cancel_reason", "preempt_requested", "preempted_for"])
+        """What has been asked of a running job: Cancel (with its reason) and preemption (for which job, and by
+        when it must have checkpointed)."""
+        cancel, reason, preempt, preempted_for, deadline_ms = self.redis.hmget(
+            job_key(job_id), ["cancel_requested", "cancel_reason", "preempt_requested", "preempted_for",
+                              "preempt_deadline_ms"])
         return StopRequests((reason or b"").decode() if cancel == b"1" else None,
-                            (preempted_for or b"").decode() if preempt == b"1" else None)
+                            (preempted_for or b"").decode() if preempt == b"1" else None, int(deadline_ms or 0))
 
     def update(self, job_id: str, **fields: str | int | bytes) -> None:
         self.redis.hset(job_key(job_id), mapping=fields)

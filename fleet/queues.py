@@ -185,8 +185,8 @@ def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Cal
     SIGTERM/SIGINT call on_shutdown, so the running job can stop its tree and requeue; rq then exits after it.
     While `paused()` (a quarantined host) the worker takes nothing, as rq's own suspension does for every worker.
     `before_dequeue` runs before each dequeue (rq's check_for_suspension hook): the fair-share arrangement of the
-    class's queues (fleet.fairshare). It returns the queues the dequeue may take from now (None: all); with none,
-    the worker waits as a paused one does and asks again.
+    class's queues (fleet.fairshare). It returns the queues the dequeue may take from now, in the order to try them
+    (None: all, in order); with none, the worker waits as a paused one does and asks again.
     """
 
     shutdown = threading.Event()
@@ -204,8 +204,10 @@ def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Cal
                     takeable = before_dequeue()
                     if takeable is None or takeable:
                         # rq's dequeue order (what its own dequeue strategies set): the queues with a job that may
-                        # start now, in tier order
-                        self._ordered_queues = [q for q in self.queues if takeable is None or q.name in takeable]
+                        # start now, in the order before_dequeue gives
+                        by_name = {q.name: q for q in self.queues}
+                        self._ordered_queues = list(self.queues) if takeable is None else \
+                            [by_name[name] for name in takeable if name in by_name]
                         return
                 if burst:
                     raise StopRequested  # as rq's own suspension ends a burst worker

@@ -32,6 +32,9 @@ SWEEP_INTERVAL_S = 5.0
 DEFAULT_RETRY_LIMIT = 3
 DEFAULT_RETRY_BACKOFF_S = 10.0
 MAX_RETRY_BACKOFF_S = 600.0  # 10 s, 20 s, 40 s, ... never more than ten minutes
+# How long a preemption victim has to finish its step, write its checkpoint and stop before it is interrupted (and
+# keeps only its previous checkpoint): a sharded 70B checkpoint to network storage takes minutes.
+DEFAULT_PREEMPT_CHECKPOINT_S = 300.0
 GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (fleet.gangs), not a failure
 GANG_JITTER = 0.5  # a gang's wait is its backoff × U(1, 1 + GANG_JITTER)
 # What choosing a preemption victim reads of a running job: its priority and what a yield would lose (fleet.ledger).
@@ -47,6 +50,7 @@ class FleetPolicy:
     retry_limit: int = DEFAULT_RETRY_LIMIT  # infrastructure failures a job survives; the next one fails it
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S  # wait before retry n: backoff × 2^(n-1)
     preempt_min_runtime_s: float = 0.0  # a job that has held its host for less is never preempted (0: any may be)
+    preempt_checkpoint_s: float = DEFAULT_PREEMPT_CHECKPOINT_S  # a victim's deadline to checkpoint and stop
 
     def backoff_s(self, failures: int) -> float:
         return min(self.retry_backoff_s * 2 ** max(failures - 1, 0), MAX_RETRY_BACKOFF_S)
@@ -54,7 +58,8 @@ class FleetPolicy:
     def save(self, connection: Any) -> None:
         connection.hset(POLICY, mapping={"preemption": int(self.preemption), "retry_limit": self.retry_limit,
                                          "retry_backoff_s": self.retry_backoff_s,
-                                         "preempt_min_runtime_s": self.preempt_min_runtime_s})
+                                         "preempt_min_runtime_s": self.preempt_min_runtime_s,
+                                         "preempt_checkpoint_s": self.preempt_checkpoint_s})
 
     @classmethod
     def load(cls, connection: Any) -> FleetPolicy:
@@ -64,7 +69,8 @@ class FleetPolicy:
         return cls(preemption=stored.get(b"preemption") == b"1",
                    retry_limit=int(stored.get(b"retry_limit", DEFAULT_RETRY_LIMIT)),
                    retry_backoff_s=float(stored.get(b"retry_backoff_s", DEFAULT_RETRY_BACKOFF_S)),
-                   preempt_min_runtime_s=float(stored.get(b"preempt_min_runtime_s", 0.0)))
+                   preempt_min_runtime_s=float(stored.get(b"preempt_min_runtime_s", 0.0)),
+                   preempt_checkpoint_s=float(stored.get(b"preempt_checkpoint_s", DEFAULT_PREEMPT_CHECKPOINT_S)))
 
 
 @dataclass
@@ -148,24 +154,35 @@ class Sweeper:
         """Per GPU class with no idle host: for each job waiting in a tier above some running job's, ask one of the
         lowest-priority running jobs to checkpoint and yield (one per waiter): the one that loses the least work
         (the GPU-seconds it ran since its last checkpoint, which it runs again), never one that has held its host for
-        less than the policy's minimum runtime."""
+        less than the policy's minimum runtime. On a class with quotas a job within its team's quota is never a
+        victim of another team's: the victim is the waiter's own team's or a borrower's (reclaim, below, serves a
+        waiter within its quota)."""
         preempted = []
+        fair = FairShare(self.redis, self.queues)
+        snapshot = fair.snapshot(now / 1000)
         for gpu_class, hosts in self._hosts_by_class():
             if any(not h.running_job_id for h in hosts):
                 continue  # a free host takes the waiting job; nothing to preempt
             running = self._running([h.running_job_id for h in hosts], now)
+            quotas = snapshot.quotas(gpu_class)
+            held = dict(quotas.held_gpus) if quotas else {}
             young_ms = now - int(policy.preempt_min_runtime_s * 1000)
-            for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
-                waiting = self.queues.queued_ids(queues.queue_name(gpu_class, priority))
+            for tier, priority in enumerate((executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL)):
+                ids, _, waiters = fair.waiters(queues.queue_name(gpu_class, priority), tier)
+                teams = {w.job_id: w.team for w in waiters}
                 yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
-                for waiter in [queued_job_id(w) for w in waiting][len(yielding):]:
+                for waiter in [queued_job_id(w) for w in ids][len(yielding):]:
+                    team = teams.get(waiter) or (self.redis.hget(job_key(waiter), "team") or b"").decode()
                     victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority
-                               and r["started_at_ms"] <= young_ms]
+                               and r["started_at_ms"] <= young_ms
+                               and (quotas is None or r["team"] == team
+                                    or held.get(r["team"], 0) > quotas.quota(r["team"]))]
                     if not victims:
                         break
                     victim = min(victims, key=lambda r: (-r["priority"], r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter):
+                    if self._ask_to_yield(victim["job_id"], waiter, now + int(policy.preempt_checkpoint_s * 1000)):
                         victim.update(preempt_requested=True, preempted_for_priority=priority)
+                        held[victim["team"]] = held.get(victim["team"], 0) - victim["gpus"]
                         preempted.append(victim["job_id"])
         return preempted
 
@@ -197,7 +214,8 @@ class Sweeper:
                     if not victims:
                         break
                     victim = min(victims, key=lambda r: (r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter.job_id):
+                    if self._ask_to_yield(victim["job_id"], waiter.job_id,
+                                          now + int(policy.preempt_checkpoint_s * 1000)):
                         victim["preempt_requested"] = True
                         held[victim["team"]] -= victim["gpus"]
                         held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
@@ -232,7 +250,9 @@ class Sweeper:
     def _priority_of(self, job_id: str) -> int:
         return int(self.redis.hget(job_key(job_id), "priority") or 0) if job_id else 0
 
-    def _ask_to_yield(self, job_id: str, waiter: str) -> bool:
+    def _ask_to_yield(self, job_id: str, waiter: str, deadline_ms: int) -> bool:
+        """Ask a running job to checkpoint now and give its host to `waiter`, by `deadline_ms` (its worker then
+        interrupts it: it keeps its previous checkpoint)."""
         key = job_key(job_id)
         with self.redis.pipeline(transaction=True) as pipe:
             try:
@@ -241,11 +261,12 @@ class Sweeper:
                 if phase is None or int(phase) not in RUNNING_PHASES or requested == b"1":
                     return False
                 pipe.multi()
-                pipe.hset(key, mapping={"preempt_requested": 1, "preempted_for": waiter})
+                pipe.hset(key, mapping={"preempt_requested": 1, "preempted_for": waiter,
+                                        "preempt_deadline_ms": deadline_ms})
                 pipe.execute()
             except redis.WatchError:
                 return False
-        log.info("job.preempting", job_id=job_id, preempted_for=waiter)
+        log.info("job.preempting", job_id=job_id, preempted_for=waiter, deadline_ms=deadline_ms)
         return True
 
 

@@ -17,7 +17,13 @@ from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S
 from fleet import connection
 from fleet.connection import reach
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN
-from fleet.recovery import DEFAULT_RETRY_BACKOFF_S, DEFAULT_RETRY_LIMIT, MAX_RETRY_BACKOFF_S, FleetPolicy
+from fleet.recovery import (
+    DEFAULT_PREEMPT_CHECKPOINT_S,
+    DEFAULT_RETRY_BACKOFF_S,
+    DEFAULT_RETRY_LIMIT,
+    MAX_RETRY_BACKOFF_S,
+    FleetPolicy,
+)
 
 DEFAULT_ADDRESS = "127.0.0.1:50052"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -51,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     policy.add_argument("--preempt-min-runtime-s", type=float,
                         help="a job that has held its host for less is never preempted (the victim is otherwise the "
                              "lowest-priority job that loses the least work since its last checkpoint; default 0)")
+    policy.add_argument("--preempt-checkpoint-s", type=float,
+                        help="a preemption victim (or a reclaimed borrower) is asked to checkpoint now and must have "
+                             "stopped within this many seconds; past it, it is interrupted and resumes from its "
+                             f"previous checkpoint (default {DEFAULT_PREEMPT_CHECKPOINT_S:g})")
     policy.add_argument("--retry-limit", type=int,
                         help=f"lost hosts a job survives (requeued from its checkpoint each time); the next one "
                              f"fails it (default {DEFAULT_RETRY_LIMIT})")
@@ -72,6 +82,8 @@ def serve(argv: list[str] | None = None) -> int:
         parser.error(f"--retry-limit must be >= 0 and --retry-backoff-s between 0 and {MAX_RETRY_BACKOFF_S:g}")
     if args.preempt_min_runtime_s is not None and not 0 <= args.preempt_min_runtime_s <= 7 * 24 * 3600:
         parser.error("--preempt-min-runtime-s must be between 0 and a week (604800)")
+    if args.preempt_checkpoint_s is not None and not 0 < args.preempt_checkpoint_s <= 24 * 3600:
+        parser.error("--preempt-checkpoint-s must be above 0 and at most a day (86400)")
     options = server_options(parser, args, MAX_CONCURRENT_RPCS)
     try:
         fleet_policy = _policy(args)
@@ -97,14 +109,15 @@ def serve(argv: list[str] | None = None) -> int:
 def _policy(args: argparse.Namespace) -> FleetPolicy | None:
     """The fleet's stored policy with the flags given applied; None when no policy flag was given."""
     if args.preemption is None and args.retry_limit is None and args.retry_backoff_s is None and \
-            args.preempt_min_runtime_s is None:
+            args.preempt_min_runtime_s is None and args.preempt_checkpoint_s is None:
         return None
     current = FleetPolicy.load(connection.connect(args.redis))
     return dataclasses.replace(
         current, **{k: v for k, v in (("preemption", None if args.preemption is None else args.preemption == "on"),
                                       ("retry_limit", args.retry_limit),
                                       ("retry_backoff_s", args.retry_backoff_s),
-                                      ("preempt_min_runtime_s", args.preempt_min_runtime_s)) if v is not None})
+                                      ("preempt_min_runtime_s", args.preempt_min_runtime_s),
+                                      ("preempt_checkpoint_s", args.preempt_checkpoint_s)) if v is not None})
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ from executor.service.accounts import Accounts
 from executor.service.waiting import (
     PLACE_FIELDS,
     RUNNING_FIELDS,
+    OrderCache,
     WaitingLine,
-    nodes_of,
-    predicted,
-    schedule,
+    holders,
     set_expected_start,
 )
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
@@ -34,10 +33,10 @@ from fleet import queues
 from fleet.audit import AuditLog
 from fleet.connection import Reachability
 from fleet.errors import no_such_job
-from fleet.eta import Schedule, Start
+from fleet.eta import Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
-from fleet.fairshare import FairShare, OrderCache, TeamShare
+from fleet.fairshare import FairShare, TeamShare
 from fleet.hosts import HostRegistry, plan_gpu_class
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
@@ -186,7 +185,7 @@ class Executor:
         if job.phase == progress_pb2.PHASE_QUEUED:
             hosts = self.hosts.hosts()
             orders = OrderCache(self.fairshare)
-            line = self._line(hosts, self.queues.depth, orders)
+            line = self._line(hosts, orders)
             place = line.place(request.job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
@@ -207,27 +206,16 @@ class Executor:
                 found.append(moves.alternative(best))
         return found
 
-    @staticmethod
-    def _ahead(job_id: str, queue: str, orders: OrderCache) -> list[str]:
-        """The ids before this job in its class's start order (higher tiers first, each tier in fair-share order), at
-        most MAX_PAGE_SIZE of each queue."""
-        gpu_class, priority = queues.parse_queue_name(queue) or ("", 0)
-        ahead: list[str] = []
-        for tier in queues.TIERS:
-            ids = orders.order(queues.queue_name(gpu_class, tier))[:MAX_PAGE_SIZE]
-            if tier == priority:
-                return ahead + ids[:ids.index(job_id)] if job_id in ids else ahead + ids
-            ahead += ids
-        return ahead
-
     def _start_of(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host],
                   at_ms: int, orders: OrderCache) -> Start | None:
-        queue = record[b"queue"].decode()
-        plan = schedule(hosts, record[b"gpu_class"].decode(), self._running(hosts), at_ms)
-        for ahead in self.store.records(self._ahead(job_id, queue, orders), PLACE_FIELDS):
-            if ahead:
-                plan.take(predicted(ahead), nodes_of(ahead))
-        return plan.start(nodes_of(record))
+        """When the job is expected to start (the replay of its class); past its queue's window, no earlier than the
+        window's last start (a lower bound)."""
+        gpu_class = record[b"gpu_class"].decode()
+        starts = orders.starts(gpu_class, holders(hosts, gpu_class, self._running(hosts), at_ms))
+        if job_id in starts:
+            return starts[job_id]
+        latest = max(starts.values(), key=lambda s: s.in_s.mid_s, default=None)
+        return Start(latest.in_s, lower_bound=True) if latest else None
 
     def _running(self, hosts: list[executor_pb2.Host]) -> dict[str, dict[bytes, bytes]]:
         running = sorted({h.running_job_id for h in hosts if h.running_job_id})
@@ -289,11 +277,11 @@ class Executor:
         hosts = self.hosts.hosts(request.gpu_class)
         depths = self.queues.depths()
         orders = OrderCache(self.fairshare)
-        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), lambda q: depths.get(q, 0), orders)
+        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), orders)
         policy = line.policy
         response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s,
-            preempt_min_runtime_s=policy.preempt_min_runtime_s))
+            preempt_min_runtime_s=policy.preempt_min_runtime_s, preempt_checkpoint_s=policy.preempt_checkpoint_s))
         for name, depth in depths.items():
             parsed = queues.parse_queue_name(name)
             if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
@@ -302,25 +290,22 @@ class Executor:
             response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=gpu_class,
                                                            priority=priority, depth=depth))  # type: ignore[arg-type]
         response.queues.sort(key=lambda q: (q.gpu_class, list(queues.TIERS).index(q.priority)))  # the workers' order
-        # (job id, its index in its queue): retries first (in no queue yet), then each queue in the workers' order
+        # (job id, its place in its class's start order): retries first (in no queue yet), then each class's jobs
+        # in its start order (fleet.fairshare: within quota first, then tier by tier), at most MAX_PAGE_SIZE a class
         waiting: list[tuple[str, int | None]] = [
             (job_id, None) for job_id in self.sweeper.retrying(MAX_PAGE_SIZE)]
-        for queue in response.queues:
-            waiting += [(job_id, index) for index, job_id in enumerate(orders.order(queue.queue)[:MAX_PAGE_SIZE])]
+        for gpu_class in dict.fromkeys(q.gpu_class for q in response.queues):
+            waiting += [(job_id, i) for i, job_id in enumerate(orders.class_order(gpu_class)[:MAX_PAGE_SIZE])]
         records = self.store.records([job_id for job_id, _ in waiting], PLACE_FIELDS)
-        all_hosts = line.hosts
-        running = self._running(all_hosts)
-        schedules: dict[str, Schedule] = {}
+        running = self._running(line.hosts)
         for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
                 continue
             place = line.place(job_id, record, index)
             gpu_class = record[b"gpu_class"].decode()
             start = None
-            if index is not None:  # in a queue: the replay of its class advances past it, seen or not
-                plan = schedules.setdefault(gpu_class, schedule(all_hosts, gpu_class, running, line.at_ms))
-                start = plan.start(nodes_of(record))
-                plan.take(predicted(record), nodes_of(record))
+            if index is not None:  # in a queue: the replay of its class
+                start = orders.starts(gpu_class, holders(line.hosts, gpu_class, running, line.at_ms)).get(job_id)
             if not who.sees(record.get(b"team", b"").decode()):
                 continue
             pending = executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(), reason=place.reason,
@@ -388,12 +373,11 @@ class Executor:
             raise PlanError("limit", f"is {request.limit}; at most {MAX_AUDIT_ENTRIES:,}")
         return executor_pb2.AuditResponse(entries=self.audit_log.newest(request.limit or DEFAULT_AUDIT_ENTRIES))
 
-    def _line(self, hosts: list[executor_pb2.Host], depth: Callable[[str], int], orders: OrderCache) -> WaitingLine:
+    def _line(self, hosts: list[executor_pb2.Host], orders: OrderCache) -> WaitingLine:
         """The fleet's state that every queued job's place depends on, read once per call; places in the workers'
         start order (fair share across teams within a tier)."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
-        return WaitingLine(hosts, FleetPolicy.load(self.connection), depth, yielding, orders.index,
-                           orders.limit_reason)
+        return WaitingLine(hosts, FleetPolicy.load(self.connection), yielding, orders.index, orders.limit_reason)
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:

@@ -1,26 +1,27 @@
 """Why a queued job waits, where it stands, and when it is expected to start — from one reading of the fleet.
 
-The place and reason come from the queues and hosts; the expected start replays the class's hosts and the jobs
-ahead of it in queue order (fleet.eta), with each job's predicted duration as Submit stored it."""
+The place and reason come from the queues, the class's start order (fleet.fairshare) and the hosts; the expected
+start replays the scheduling rules over the class's hosts (fleet.eta), with each job's predicted duration as Submit
+stored it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from fleet import queues
-from fleet.eta import NOW, Schedule, Span, Start, remaining
+from fleet.eta import NOW, Holder, Span, Start, remaining, replay
+from fleet.fairshare import ClassLine, FairShare, Line, Snapshot, TeamShare, queue_class
 from fleet.jobs import now_ms
 from fleet.recovery import GANG_WAIT, FleetPolicy
 
 # What a queued job's place and expected start read of its record (the queue first: every record has it).
-PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team",
-                "predicted_s", "predicted_low_s", "predicted_high_s", "nodes")
+PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team")
 # What a running job's remaining time reads of its record.
-RUNNING_FIELDS = ("started_at_ms", "last_event", "predicted_s", "predicted_low_s", "predicted_high_s")
+RUNNING_FIELDS = ("started_at_ms", "last_event", "predicted_s", "predicted_low_s", "predicted_high_s", "team", "gpus")
 
 
 def predicted(record: dict[bytes, bytes]) -> Span | None:
@@ -29,10 +30,6 @@ def predicted(record: dict[bytes, bytes]) -> Span | None:
     if mid <= 0:
         return None
     return Span(mid, float(record.get(b"predicted_low_s") or mid), float(record.get(b"predicted_high_s") or mid))
-
-
-def nodes_of(record: dict[bytes, bytes]) -> int:
-    return max(1, int(record.get(b"nodes") or 1))
 
 
 def free_in(host: executor_pb2.Host, running: dict[str, dict[bytes, bytes]], at_ms: int) -> Span:
@@ -45,11 +42,18 @@ def free_in(host: executor_pb2.Host, running: dict[str, dict[bytes, bytes]], at_
     return remaining(predicted(record), max(0, at_ms - started_ms) / 1000, last.eta_s)
 
 
-def schedule(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, dict[bytes, bytes]],
-             at_ms: int) -> Schedule:
-    """The replay of a class: its healthy hosts and when each is free."""
-    return Schedule([free_in(h, running, at_ms) for h in hosts
-                     if h.gpu_class == gpu_class and not h.quarantine_reason])
+def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, dict[bytes, bytes]],
+            at_ms: int) -> list[Holder]:
+    """The class's healthy hosts for a replay: when each is free, and whose GPUs its running job holds."""
+    out = []
+    for h in hosts:
+        if h.gpu_class != gpu_class or h.quarantine_reason:
+            continue
+        record = running.get(h.running_job_id) if h.running_job_id else None
+        team, gpus = ((record.get(b"team", b"").decode(), max(1, int(record.get(b"gpus") or 1))) if record
+                      else ("", 0))
+        out.append(Holder(free_in(h, running, at_ms), team, gpus))
+    return out
 
 
 def set_expected_start(start: Start | None, at_ms: int, out: executor_pb2.Job | executor_pb2.PendingJob) -> None:
@@ -75,9 +79,9 @@ class WaitingLine:
 
     hosts: list[executor_pb2.Host]
     policy: FleetPolicy
-    depth: Callable[[str], int]  # jobs waiting in a queue
     yielding: dict[str, str]  # waiting job id -> the running job asked to yield its host to it
-    index_of: Callable[[str, str], int | None]  # a job's index in its queue, when the caller does not know it
+    # (queue, job id) -> its place in its class's start order (0: next), when the caller does not know it
+    index_of: Callable[[str, str], int | None]
     # why a job waits for its team's limit on GPUs (queue, job id, team), or "" when it does not
     limit_reason: Callable[[str, str, str], str] = lambda queue, job_id, team: ""
     at_ms: int = field(default_factory=now_ms)
@@ -98,11 +102,8 @@ class WaitingLine:
             index = self.index_of(queue, job_id)
         if parsed is None or index is None:
             return Waiting("being handed to a worker", 0)
-        gpu_class, priority = parsed
-        # a worker takes its class's higher tiers first: their jobs are ahead of this queue's
-        ahead = index + sum(self.depth(queues.queue_name(gpu_class, p)) for p in queues.TIERS if p < priority)
         limited = self.limit_reason(queue, job_id, record.get(b"team", b"").decode())
-        return Waiting(limited or self._reason(job_id, gpu_class, ahead), ahead + 1)
+        return Waiting(limited or self._reason(job_id, parsed[0], index), index + 1)
 
     def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:
         of_class = [h for h in self.hosts if h.gpu_class == gpu_class]
@@ -121,5 +122,81 @@ class WaitingLine:
                 return f"waiting for job {self.yielding[job_id]} to checkpoint and yield its host (preemption)"
             return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(busy)}); {ahead} job(s) ahead of it"
         if ahead:
-            return f"{ahead} job(s) of {gpu_class} ahead of it (its queue and higher tiers)"
+            return f"{ahead} job(s) of {gpu_class} ahead of it (the start order: jobs within their team's quota, " \
+                   "then by tier, then by fair share)"
         return "next in its queue; a free host picks it up within seconds"
+
+
+class OrderCache:
+    """Start orders of classes, each read once per request (a Fleet or Get reads several jobs' places)."""
+
+    def __init__(self, fair: FairShare) -> None:
+        self._fair = fair
+        self._classes: dict[str, ClassLine] = {}
+        self._lines: dict[str, Line] = {}
+        self._starts: dict[str, dict[str, Start]] = {}
+        self._index: dict[str, dict[str, int]] = {}
+        self._snapshot: Snapshot | None = None
+        self.at_ms = now_ms()
+
+    def snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            self._snapshot = self._fair.snapshot(self.at_ms / 1000)
+        return self._snapshot
+
+    def class_line(self, gpu_class: str) -> ClassLine:
+        if gpu_class not in self._classes:
+            self._classes[gpu_class] = self._fair.class_line(gpu_class, self.snapshot())
+        return self._classes[gpu_class]
+
+    def starts(self, gpu_class: str, hosts: Sequence[Holder]) -> dict[str, Start]:
+        """When each job of the class's window is expected to start (fleet.eta.replay), from the cache's time."""
+        if gpu_class not in self._starts:
+            snapshot = self.snapshot()
+            self._starts[gpu_class] = replay(self.class_line(gpu_class).waiters, hosts, snapshot.usage_s,
+                                                 snapshot.weights(), snapshot.quotas(gpu_class))
+        return self._starts[gpu_class]
+
+    def class_order(self, gpu_class: str) -> list[str]:
+        """The class's queued ids (each tier's window) in the order they are expected to start."""
+        line = self.class_line(gpu_class)
+        return line.order + line.held_back
+
+    def line(self, queue: str) -> Line:
+        if queue not in self._lines:
+            self._lines[queue] = self.class_line(queue_class(queue)).of(queue)
+        return self._lines[queue]
+
+    def order(self, queue: str) -> list[str]:
+        line = self.line(queue)
+        return line.order + line.held_back
+
+    def index(self, queue: str, job_id: str) -> int | None:
+        """The job's place in its class's start order (0: next); past its queue's window, behind every job of the
+        window in its tier and the tiers above, in FIFO order; None when it is in no queue."""
+        gpu_class = queue_class(queue)
+        line = self.class_line(gpu_class)
+        if gpu_class not in self._index:
+            self._index[gpu_class] = {job_id: i for i, job_id in enumerate(self.class_order(gpu_class))}
+        if job_id in self._index[gpu_class]:
+            return self._index[gpu_class][job_id]
+        position = self._fair.queues.position(job_id, queue)
+        if position is None:
+            return None
+        tiers = queues.class_queue_names(gpu_class)
+        above = sum(tiers.index(line.queue_of[j]) <= tiers.index(queue) for j in self._index[gpu_class])
+        return above + position - len(line.of(queue).order) - len(line.of(queue).held_back)
+
+    def held_back(self, queue: str, job_id: str) -> bool:
+        return job_id in self.line(queue).held_back
+
+    def limit_reason(self, queue: str, job_id: str, team: str) -> str:
+        """Why the job waits for its team's limit on its class, or "" when it does not."""
+        if job_id not in self.line(queue).held_back or self._snapshot is None:
+            return ""
+        gpu_class = queue_class(queue)
+        share = self._snapshot.shares.get(team, TeamShare())
+        held = self._snapshot.held_gpus.get(gpu_class, {}).get(team, 0)
+        quota, limit = share.quota_gpus.get(gpu_class, 0), share.limit_gpus(gpu_class)
+        return (f"over quota: team {team} holds {held} {gpu_class} GPU(s), its quota {quota} plus what it may "
+                f"borrow ({limit - quota:g}); it starts when the team's running jobs free enough")

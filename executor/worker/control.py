@@ -16,7 +16,7 @@ from tunefleet.v1 import progress_pb2
 from executor.worker.publisher import Publisher
 from executor.worker.supervision import Outcome
 from fleet import queues
-from fleet.jobs import JobStore
+from fleet.jobs import JobStore, now_ms
 from fleet.leases import RENEW_INTERVAL_S, Leases, self_fence_after_s
 
 log = structlog.get_logger("executor.worker.control")
@@ -84,9 +84,11 @@ class JobControl:
             return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
                                                       "its last checkpoint", requeue=True, checkpoint_first=True)
         if asked.preempted_for is not None:
-            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted by higher-priority job {asked.preempted_for}; "
-                                                      "requeued to resume from its checkpoint", requeue=True,
-                           checkpoint_first=True)
+            within_s = max(0.0, (asked.preempt_deadline_ms - now_ms()) / 1000) if asked.preempt_deadline_ms else None
+            by = f" within {within_s:.0f} s" if within_s is not None else ""
+            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted for job {asked.preempted_for}: asked to checkpoint "
+                                                      f"now{by}; requeued to resume from its checkpoint",
+                           requeue=True, checkpoint_first=True, checkpoint_within_s=within_s)
         if time.monotonic() > deadline:
             return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
                                                       f"{queues.JOB_TIMEOUT_MARGIN:g} + "

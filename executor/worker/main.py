@@ -43,19 +43,11 @@ def _heartbeats(runtime: WorkerRuntime, done: threading.Event) -> None:
 
 
 def _fair_share(runtime: WorkerRuntime, fair: FairShare) -> list[str] | None:
-    """Before each dequeue: each non-empty tier of this class gets its start-order head (fleet.fairshare) in front;
-    the tiers whose head may start now, or None (every tier: nothing is held back by a team's limit). A failure
-    only leaves the queues in FIFO order."""
+    """Before each dequeue: the class's queues get their part of its start order (fleet.fairshare) in front; the
+    queues to take from, in that order (None: all, in tier order; []: none, every waiting job is held back by its
+    team's limit). A failure only leaves the queues in FIFO and tier order."""
     try:
-        takeable, held_back = [], False
-        waiting = [q for q in runtime.queues if fair.queues.depth(q)]
-        snapshot = fair.snapshot() if waiting else None  # one reading of the teams for every tier
-        for queue in waiting:
-            if fair.arrange(queue, snapshot):
-                takeable.append(queue)
-            else:
-                held_back = True
-        return takeable if held_back else None
+        return fair.arrange(runtime.gpus.gpu_class)
     except redis.RedisError as e:
         log.warning("worker.fair_share_failed", error=str(e))
         return None

@@ -260,7 +260,8 @@ class WorkerRuntime:
                         log.info("job.stopping", reason=reason.message, checkpoint_first=reason.checkpoint_first)
                         if reason.checkpoint_first:
                             stop_file.write_text(reason.message)
-                            interrupt_at = now + self.drain_grace_s
+                            interrupt_at = now + (self.drain_grace_s if reason.checkpoint_within_s is None
+                                                  else reason.checkpoint_within_s)
                         else:
                             interrupt_at = now
                         hard_stop_at = interrupt_at + STOP_GRACE_S

@@ -31,6 +31,7 @@ class Outcome:
     lease_lost: bool = False  # another host owns the job now: write nothing
     retry_later: bool = False  # back to its queue after a backoff: a gang that did not form, or lost a node
     infra_failure: bool = False  # with retry_later: a node was lost (counted against the fleet's retry limit)
+    checkpoint_within_s: float | None = None  # with checkpoint_first: the time it has (None: the drain grace)
 
 
 def while_running(proc: subprocess.Popen[bytes]) -> Iterator[float]:

@@ -1,16 +1,23 @@
-"""Expected start of a queued job (fleet.eta): replays of the class's hosts and the jobs ahead, table-driven."""
+"""Expected start of a queued job (fleet.eta): the scheduling rules played forward over the class's hosts,
+table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
-from fleet.eta import NOW, Schedule, Span, remaining
+from fleet.eta import NOW, Holder, Span, remaining, replay
+from fleet.fairshare import ClassQuotas, TeamShare, Waiter
 
 H = 3600.0
 
 
 def _span(s: float) -> Span:
     return Span(s, 0.5 * s, 2 * s)
+
+
+def _waiter(job_id: str, duration: Span | None, nodes: int = 1, team: str = "t", tier: int = 1) -> Waiter:
+    predicted = (duration.mid_s, duration.low_s, duration.high_s) if duration else None
+    return Waiter(job_id, team, (duration.mid_s if duration else H) * nodes, nodes, tier, nodes, predicted)
 
 
 @pytest.mark.parametrize(("hosts", "ahead", "nodes", "expected"), [
@@ -22,20 +29,28 @@ def _span(s: float) -> Span:
     ([NOW, NOW], [(_span(H), 2)], 1, (H, H / 2, 2 * H)),  # a gang ahead takes both hosts
 ])
 def test_a_queued_job_starts_when_the_jobs_ahead_have_taken_their_hosts(hosts, ahead, nodes, expected) -> None:
-    schedule = Schedule(hosts)
-    for duration, n in ahead:
-        schedule.take(duration, n)
-    start = schedule.start(nodes)
-    assert start is not None and (start.in_s.mid_s, start.in_s.low_s, start.in_s.high_s) == pytest.approx(expected)
+    waiters = [_waiter(f"ahead-{i}", d, n) for i, (d, n) in enumerate(ahead)] + [_waiter("me", _span(H), nodes)]
+    start = replay(waiters, [Holder(h) for h in hosts], {}, {}, None)["me"]
+    assert (start.in_s.mid_s, start.in_s.low_s, start.in_s.high_s) == pytest.approx(expected)
     assert not start.lower_bound
 
 
 def test_a_job_ahead_without_a_prediction_makes_the_start_a_lower_bound_and_too_few_hosts_no_start() -> None:
-    schedule = Schedule([NOW])
-    schedule.take(None)
-    start = schedule.start()
-    assert start is not None and start.lower_bound and start.in_s == NOW
-    assert Schedule([NOW]).start(nodes=2) is None
+    start = replay([_waiter("unknown", None), _waiter("me", _span(H))], [Holder(NOW)], {}, {}, None)["me"]
+    assert start.lower_bound and start.in_s == NOW
+    assert "me" not in replay([_waiter("me", _span(H), nodes=2)], [Holder(NOW)], {}, {}, None)
+
+
+def test_a_running_job_that_ends_gives_its_team_quota_back_and_its_team_goes_first_again() -> None:
+    """Two hosts, each team's quota one: a's job runs for an hour, b's for two. b's queued job would borrow until a's
+    job ends; then a (under its quota again) takes the freed host before b's older job, which starts when b's own
+    running job ends."""
+    shares = {"a": TeamShare(quota_gpus={"c": 1}), "b": TeamShare(quota_gpus={"c": 1})}
+    quotas = ClassQuotas("c", {"a": 1, "b": 1}, shares)
+    hosts = [Holder(Span(H, H, H), "a", 1), Holder(Span(2 * H, 2 * H, 2 * H), "b", 1)]
+    waiters = [_waiter("b-next", Span(H, H, H), team="b"), _waiter("a-next", Span(H, H, H), team="a")]
+    starts = replay(waiters, hosts, {}, {}, quotas)
+    assert starts["a-next"].in_s.mid_s == H and starts["b-next"].in_s.mid_s == 2 * H
 
 
 def test_a_running_job_holds_its_host_for_its_progress_eta_else_its_prediction_less_its_run() -> None:

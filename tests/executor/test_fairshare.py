@@ -70,6 +70,16 @@ def test_a_team_at_its_quota_plus_borrowing_limit_is_held_back_in_fifo_order() -
     assert start_line(waiters, {}, {}, ClassQuotas("a100-80gb", {"a": 2}, shares)) == Line(["b0"], ["a0", "a1"])
 
 
+def test_tiers_go_in_order_but_a_job_within_its_quota_goes_before_any_that_would_borrow() -> None:
+    shares = {"a": TeamShare(quota_gpus={"a100-80gb": 2}), "b": TeamShare(quota_gpus={"a100-80gb": 2})}
+    waiters = [Waiter("a-high", "a", 10.0, tier=0), Waiter("b-normal", "b", 10.0, tier=1),
+               Waiter("a-normal", "a", 10.0, tier=1), Waiter("b-low", "b", 10.0, tier=2)]
+    quotas = ClassQuotas("a100-80gb", {"a": 2, "b": 0}, shares)  # a holds its quota: each of its jobs borrows
+    line = start_line(waiters, {}, {}, quotas)
+    assert line.order == ["b-normal", "b-low", "a-high", "a-normal"], "b's low-tier job is within b's quota"
+    assert start_line(waiters, {}, {}).order == ["a-high", "b-normal", "a-normal", "b-low"], "no quotas: tier order"
+
+
 def test_without_quotas_the_line_is_the_fair_order() -> None:
     waiters = _waiters(*"aabba")
     assert start_line(waiters, {"a": 5.0}, {"b": 2.0}) == Line(fair_order(waiters, {"a": 5.0}, {"b": 2.0}), [])
@@ -102,9 +112,9 @@ def test_the_worker_arrangement_puts_the_fair_head_in_front_of_a_real_rq_queue(r
     charge_usage(pipe, "a", 1_000.0)
     pipe.execute()
     assert fair.order(queue) == ["b0", "a0", "a1"]
-    assert fair.arrange(queue), "a job of the queue may start"
+    assert fair.arrange("cpu") == [queue], "a job of the queue may start"
     assert fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "the head moved; the rest kept their order"
-    assert fair.arrange(queue) and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "already in front"
+    assert fair.arrange("cpu") == [queue] and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"], "already in front"
     assert fair.queues.move_to_front(["gone"], queue) == 0 and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"]
     assert fair.queues.move_to_front(["a1", "gone", "a0"], queue) == 2
     assert fair.queues.queued_ids(queue) == ["a1", "a0", "b0"], "the ids given, in their order, then the rest"

@@ -4,6 +4,7 @@ makes)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -16,10 +17,11 @@ from contract.errors import LeaseLostError, PlanError
 from contract.progress import new_event
 from devtools.tiny import make_plan
 from executor.service.servicer import Executor, check_shared_output
+from executor.worker.control import JobControl
 from fleet import queues
 from fleet.events import EventLog
 from fleet.hosts import HostGpus, HostRegistry
-from fleet.jobs import now_ms
+from fleet.jobs import JobStore, now_ms
 from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key
 from fleet.leases import FenceGuard, Leases
 from fleet.recovery import FleetPolicy, Sweeper, requeue_held
@@ -242,6 +244,44 @@ def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_
     assert standings == {("speech", "cpu"): (2, 0, 2), ("vision", "cpu"): (0, 2, -1)}
 
 
+def test_with_quotas_a_higher_tier_preempts_only_its_own_team_or_a_borrower(fleet, executor, tiny_model,
+                                                                              counting_data):
+    from fleet.fairshare import FairShare, TeamShare
+
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    FairShare(fleet).save_shares({"vision": TeamShare(quota_gpus={"cpu": 1}),
+                                  "speech": TeamShare(quota_gpus={"cpu": 1})})
+    FleetPolicy(preemption=True, preempt_checkpoint_s=120).save(fleet)
+    now = now_ms()
+    # vision runs its quota (one low-tier job), speech its quota and one borrowed host (two low-tier jobs); the job
+    # that would lose least is vision's
+    for job_id, team, checkpoint in (("vision-low", "vision", 39), ("speech-low-1", "speech", 0),
+                                     ("speech-low-2", "speech", 10)):
+        _submit(executor, tiny_model, counting_data, job_id, executor_pb2.PRIORITY_LOW)
+        fleet.hset(job_key(job_id), "team", team)
+        _take(fleet, leases, job_id, f"host-{job_id}")
+        fleet.hset(job_key(job_id), mapping={
+            "started_at_ms": now - 600_000, "checkpoint_step": checkpoint, "hold_from_step": 0,
+            "last_event": new_event(job_id, 9, progress_pb2.PHASE_TRAINING, step=40).SerializeToString()})
+        registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
+    sweeper = Sweeper(fleet)
+    _submit(executor, tiny_model, counting_data, "speech-high", executor_pb2.PRIORITY_HIGH)
+    fleet.hset(job_key("speech-high"), "team", "speech")
+    assert sweeper.sweep(now).preempted == ["speech-low-2"], "vision's job is within its quota: speech's own yields"
+    assert int(fleet.hget(job_key("speech-low-2"), "preempt_deadline_ms")) == now + 120_000, "checkpoint within 120 s"
+    control = JobControl(JobStore(fleet), leases, "host-speech-low-2", 30.0, threading.Event())
+    told = control.stop_reason("speech-low-2", time.monotonic() + 3600, 3600, SHARED / "speech-low-2")
+    assert told is not None and told.requeue and told.checkpoint_first
+    assert told.checkpoint_within_s is not None and 0 < told.checkpoint_within_s <= 120, "the worker's interrupt time"
+    assert "preempted for job speech-high: asked to checkpoint now within" in told.message
+    _submit(executor, tiny_model, counting_data, "speech-high-2", executor_pb2.PRIORITY_HIGH)
+    fleet.hset(job_key("speech-high-2"), "team", "speech")
+    assert sweeper.sweep(now).preempted == ["speech-low-1"], "its own team's job may yield to it"
+    _submit(executor, tiny_model, counting_data, "speech-high-3", executor_pb2.PRIORITY_HIGH)
+    fleet.hset(job_key("speech-high-3"), "team", "speech")
+    assert sweeper.sweep(now).preempted == [], "never another team's job within its quota"
+
+
 def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, tiny_model, counting_data,
                                                                tmp_path):
     registry, leases = HostRegistry(fleet), Leases(fleet)
@@ -254,7 +294,8 @@ def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, 
     _submit(executor, tiny_model, counting_data, "h-1", executor_pb2.PRIORITY_HIGH)
     job = executor.get(executor_pb2.GetRequest(job_id="n-2")).job
     assert job.queue_position == 3, "the high job and n-1 are ahead"
-    assert job.pending_reason == "2 job(s) of cpu ahead of it (its queue and higher tiers)"
+    assert job.pending_reason == "2 job(s) of cpu ahead of it (the start order: jobs within their team's quota, then " \
+                                 "by tier, then by fair share)"
 
     _take(fleet, leases, "h-1", "host-a")
     registry.heartbeat("host-a", CPU, "h-1", [], SHARED, True)

@@ -201,7 +201,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_yield_che
         jobs = {job_id: client.get(job_id) for job_id in ("low", "high")}
     assert high[-1].phase == progress_pb2.PHASE_DONE and low[-1].phase == progress_pb2.PHASE_DONE
     yielded = next(e for e in low if e.phase == progress_pb2.PHASE_QUEUED and e.sequence > 1)
-    assert "preempted by higher-priority job high" in yielded.message
+    assert "preempted for job high: asked to checkpoint now within" in yielded.message
     saved = [e for e in low if e.phase == progress_pb2.PHASE_CHECKPOINTING and e.sequence < yielded.sequence]
     assert len(saved) == 1 and 1 <= saved[0].step < total, "it checkpoints when it yields (no other checkpoints)"
     resumed = next(e for e in low if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message)

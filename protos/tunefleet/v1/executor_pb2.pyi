@@ -269,16 +269,18 @@ class PendingJob(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., queue: _Optional[str] = ..., reason: _Optional[str] = ..., position: _Optional[int] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ..., team: _Optional[str] = ...) -> None: ...
 
 class FleetPolicy(_message.Message):
-    __slots__ = ("preemption", "retry_limit", "retry_backoff_s", "preempt_min_runtime_s")
+    __slots__ = ("preemption", "retry_limit", "retry_backoff_s", "preempt_min_runtime_s", "preempt_checkpoint_s")
     PREEMPTION_FIELD_NUMBER: _ClassVar[int]
     RETRY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     RETRY_BACKOFF_S_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_MIN_RUNTIME_S_FIELD_NUMBER: _ClassVar[int]
+    PREEMPT_CHECKPOINT_S_FIELD_NUMBER: _ClassVar[int]
     preemption: bool
     retry_limit: int
     retry_backoff_s: float
     preempt_min_runtime_s: float
-    def __init__(self, preemption: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., retry_backoff_s: _Optional[float] = ..., preempt_min_runtime_s: _Optional[float] = ...) -> None: ...
+    preempt_checkpoint_s: float
+    def __init__(self, preemption: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., retry_backoff_s: _Optional[float] = ..., preempt_min_runtime_s: _Optional[float] = ..., preempt_checkpoint_s: _Optional[float] = ...) -> None: ...
 
 class TeamStanding(_message.Message):
     __slots__ = ("team", "gpu_class", "held_gpus", "quota_gpus", "limit_gpus", "weight", "usage_gpu_hours")
