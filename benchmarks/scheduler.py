@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -43,11 +44,11 @@ from executor.service.server import connect, create_server
 from executor.service.servicer import ExecutorConfig
 from fleet import queues
 from fleet.events import EventLog
-from fleet.fairshare import FairShare, Snapshot, TeamShare
+from fleet.fairshare import FairShare, TeamShare
 from fleet.hosts import HostRegistry
 from fleet.jobs import NewJob, now_ms
 from fleet.keys import job_key
-from fleet.ledger import GIVEN_BACK, Ledger
+from fleet.ledger import GIVEN_BACK, Ledger, hold_models
 from fleet.lifecycle import Lifecycle
 from fleet.recovery import FleetPolicy
 
@@ -56,6 +57,7 @@ HOSTS = {"a100-80gb": 32, "l40s-48gb": 24, "h100-sxm-80gb": 8}  # 64 simulated h
 # by fair share (so a team's share of contended time should come out at its weight's share).
 WEIGHTS = {"vision": 1.0, "speech": 1.0, "nlp": 2.0, "research": 1.0}
 GUARANTEED = 0.75
+WARM_UP_TEAM = "warm-up"
 TEAMS = {team: (w, {c: int(GUARANTEED * n * w / sum(WEIGHTS.values())) for c, n in HOSTS.items()})
          for team, w in WEIGHTS.items()}
 TIERS = ((executor_pb2.PRIORITY_HIGH, 0.1), (executor_pb2.PRIORITY_NORMAL, 0.7), (executor_pb2.PRIORITY_LOW, 0.2))
@@ -104,21 +106,38 @@ class QuotaWatch:
     class waiting: the GPU-seconds a team with work spent below its quota (transients included: the moments between a
     job's end and the next one's start, and a reclaim's checkpoint)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fair: FairShare, jobs: list[dict[str, object]]) -> None:
+        self.fair, self.jobs = fair, jobs
         self.below_gpu_s: dict[str, float] = defaultdict(float)
         self.quota_gpu_s: dict[str, float] = defaultdict(float)
         self._last = time.monotonic()
 
-    def sample(self, snapshot: Snapshot, jobs: list[dict[str, object]], phases: list[int]) -> None:
+    def sample(self, phases: list[int]) -> None:
+        snapshot = self.fair.snapshot()
         now = time.monotonic()
         dt, self._last = now - self._last, now
-        waiting = {(str(j["gpu_class"]), str(j["team"])) for j, ph in zip(jobs, phases, strict=True)
+        waiting = {(str(j["gpu_class"]), str(j["team"])) for j, ph in zip(self.jobs, phases, strict=True)
                    if ph == progress_pb2.PHASE_QUEUED}
         for gpu_class, team in waiting:
             quota = snapshot.shares[team].quota_gpus.get(gpu_class, 0)
             held = snapshot.held_gpus.get(gpu_class, {}).get(team, 0)
             self.quota_gpu_s[team] += quota * dt
             self.below_gpu_s[team] += max(0, quota - held) * dt
+
+
+def wait_until_done(connection: redis.Redis, jobs: list[dict[str, object]],
+                    each_second: Callable[[list[int]], None] = lambda phases: None) -> list[int]:
+    """Wait (at most an hour) until every job has ended; their phases."""
+    deadline = time.monotonic() + 3600
+    while True:
+        phases = job_phases(connection, jobs)
+        if all(ph in TERMINAL_PHASES for ph in phases):
+            return phases
+        if time.monotonic() > deadline:
+            left = sum(ph not in TERMINAL_PHASES for ph in phases)
+            raise SystemExit(f"{left} jobs did not finish within an hour")
+        each_second(phases)
+        time.sleep(1)
 
 
 def first_start_ms(events: EventLog, job_id: str) -> int | None:
@@ -157,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         model, data = build_model(work / "model"), counting_text(work / "data.jsonl", records=8)
         lifecycle = Lifecycle(connection)
         jobs = trace(args.jobs, args.seed)
-        suspend(connection)  # rq's suspension: the workers take nothing until the whole trace waits
-        for j in jobs:
+
+        def submit(j: dict[str, object]) -> None:
             plan = make_plan(model, data, Path(str(j["job_id"])), plan_id=str(j["job_id"]))
             plan.output_uri = str(j["job_id"])
             plan.hardware.gpu = str(j["gpu_class"])
@@ -170,6 +189,18 @@ def main(argv: list[str] | None = None) -> int:
                                     gpu_class=str(j["gpu_class"]), gpus=1, timeout_s=24 * 3600, team=str(j["team"]),
                                     submitter=str(j["team"]), predicted_s=(d * args.scale, d * 0.8 * args.scale,
                                                                            d * 1.3 * args.scale)))
+
+        # a warm-up round (a team of its own, two jobs a host) teaches the fleet its hold model per class (fleet.ledger:
+        # held time against predicted, start-up included), as a fleet in service knows it from its past runs
+        warm_up = [{**j, "job_id": f"warm-up-{i:03d}", "team": WARM_UP_TEAM, "priority": executor_pb2.PRIORITY_NORMAL}
+                   for i, j in enumerate(trace(2 * sum(HOSTS.values()), args.seed + 1))]
+        for j in warm_up:
+            submit(j)
+        wait_until_done(connection, warm_up)
+        print(f"warm-up done; hold models {hold_models(connection)}", file=sys.stderr)
+        suspend(connection)  # rq's suspension: the workers take nothing until the whole trace waits
+        for j in jobs:
+            submit(j)
         # every queued job's expected start, as `tunefleet fleet` shows it, from now
         asked_ms = now_ms()
         pending = executor.fleet(executor_pb2.FleetRequest(), Identity("bench", "ops", Role.ADMIN)).pending
@@ -178,17 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = now_ms()
         resume(connection)
         print("every job queued; the fleet runs them", file=sys.stderr)
-        deadline = time.monotonic() + 3600
-        quota_watch = QuotaWatch()
-        while True:
-            phases = job_phases(connection, jobs)
-            if all(ph in TERMINAL_PHASES for ph in phases):
-                break
-            if time.monotonic() > deadline:
-                left = sum(ph not in TERMINAL_PHASES for ph in phases)
-                raise SystemExit(f"{left} jobs did not finish within an hour")
-            quota_watch.sample(FairShare(connection).snapshot(), jobs, phases)
-            time.sleep(1)
+        quota_watch = QuotaWatch(FairShare(connection), jobs)
+        phases = wait_until_done(connection, jobs, quota_watch.sample)
         failed = sum(ph != progress_pb2.PHASE_DONE for ph in phases)
         report(jobs, connection, t0, {j: t0 + in_ms for j, in_ms in expected_in_ms.items()}, failed, quota_watch)
     finally:
@@ -282,6 +304,20 @@ def report(jobs: list[dict[str, object]], connection: redis.Redis, t0: int, expe
     print_table(f"Scheduler on {sum(HOSTS.values())} simulated hosts, {len(jobs)} jobs of {len(TEAMS)} teams",
                 header, rows)
     print(f"\nCSV: {write_csv('scheduler.csv', header, rows)}")
+    per_job = []
+    held_ms: dict[str, int] = defaultdict(int)
+    for h in holds:
+        held_ms[h["job"]] += int(h["end_ms"]) - int(h["start_ms"])
+    for j in jobs:
+        job_id, tier = str(j["job_id"]), executor_pb2.Priority.Name(int(j["priority"]))  # type: ignore[call-overload]
+        first = starts[job_id]
+        per_job.append([job_id, j["team"], tier.removeprefix("PRIORITY_").lower(), j["gpu_class"],
+                        round(float(j["duration_s"]), 1),  # type: ignore[arg-type]
+                        round((expected[job_id] - t0) / 1000, 2) if job_id in expected else "",
+                        round((first - t0) / 1000, 2) if first is not None else "",
+                        round(held_ms.get(job_id, 0) / 1000, 2)])
+    columns = ["job", "team", "tier", "class", "predicted_s", "expected_start_s", "first_start_s", "held_s"]
+    print(f"per job: {write_csv('scheduler_jobs.csv', columns, per_job)}")
 
 
 if __name__ == "__main__":

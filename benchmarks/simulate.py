@@ -101,6 +101,15 @@ def _cuda_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, in
     return torch.ops.aten.native_dropout(input, p, True)[0]
 
 
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _cuda_sdpa(*args: Any, dropout_p: float = 0.0, **kwargs: Any) -> torch.Tensor:
+    """SDPA as CUDA's flash and memory-efficient kernels run it with dropout: the mask drawn inside the kernel from a
+    seed, nothing per element kept; the CPU flash kernel without dropout saves the same tensors."""
+    return _SDPA(*args, dropout_p=0.0, **kwargs)
+
+
 @contextlib.contextmanager
 def _as_on_cuda() -> Iterator[None]:
     """The one place where the CPU and CUDA paths of the executor's step allocate differently, set to CUDA's:
@@ -108,17 +117,20 @@ def _as_on_cuda() -> Iterator[None]:
       (`_cuda_dropout`);
     - SDPA: the CPU kernel (_scaled_dot_product_flash_attention_for_cpu) saves q, k, v, the output and an fp32
       log-sum-exp per head and row, as CUDA's flash and memory-efficient kernels do (they add a seed and an
-      offset: 16 bytes), so it is left as is;
+      offset: 16 bytes), so it is left as is — but with attention dropout (StarCoder2's) the CPU falls back to the
+      math path, which keeps the S x S probabilities and mask, while CUDA's kernels draw the mask inside from that
+      seed: the CPU kernel runs without dropout (`_cuda_sdpa`);
     - DeepSpeed's FusedAdam: the CPU and CUDA kernels both update in place and allocate nothing;
     - left as is: LayerNorm (GPT-2, Phi) keeps its mean and rstd in the input's dtype on the CPU, fp32 on CUDA (4
       bytes a token a norm less here), and SDPA after a partial-rotary cat (Phi) returns a head-major output on the
       CPU that the output projection copies (its rows run eager attention)."""
-    original = torch.nn.functional.dropout
+    original = torch.nn.functional.dropout, torch.nn.functional.scaled_dot_product_attention
     torch.nn.functional.dropout = _cuda_dropout
+    torch.nn.functional.scaled_dot_product_attention = _cuda_sdpa
     try:
         yield
     finally:
-        torch.nn.functional.dropout = original
+        torch.nn.functional.dropout, torch.nn.functional.scaled_dot_product_attention = original
 
 
 @contextlib.contextmanager
@@ -421,6 +433,10 @@ def _rows() -> list[Row]:
              Row("microsoft/phi-2", spec(full, 1, 2048, zero=2, attn=Attention.EAGER), 2),
              Row("google/gemma-3-1b-pt", spec(lora, 4, 2048)),
              Row("google/gemma-3-1b-pt", spec(full, 2, 1024, ckpt=False, attn=Attention.EAGER)),
+             # StarCoder2 with its released dropout (0.1 on embeddings, attention probabilities and outputs)
+             Row("bigcode/starcoder2-3b", spec(lora, 2, 2048)),
+             Row("bigcode/starcoder2-7b", spec(lora, 1, 1024, ckpt=False, attn=Attention.EAGER)),
+             Row("bigcode/starcoder2-3b", spec(full, 1, 2048, zero=2), 2),
              Row("HuggingFaceTB/SmolLM3-3B", spec(lora, 2, 4096)),
              Row("HuggingFaceTB/SmolLM3-3B", spec(full, 1, 4096, zero=2), 2),
              # a mixture of experts: all-linear adapts the attention (the experts are 3-D tensors, not linears)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.fairshare import ClassQuotas, Waiter, rank
+from fleet.ledger import AS_PREDICTED, HoldModel
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class Span:
     mid_s: float
     low_s: float
     high_s: float
+
+    def held(self, hold: HoldModel) -> Span:
+        """How long a run predicted to take this span holds its host, by the class's hold model."""
+        return Span(hold.held_s(self.mid_s), hold.held_s(self.low_s), hold.held_s(self.high_s))
 
     def scaled(self, mid_s: float) -> Span:
         """This span's shape (low and high as fractions of mid) around another mid."""
@@ -67,15 +72,17 @@ _FLAVOURS = ("mid_s", "low_s", "high_s")  # Span's fields, in the order of Waite
 
 
 def replay(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[str, float],
-           weights: Mapping[str, float], quotas: ClassQuotas | None) -> dict[str, Start]:
+           weights: Mapping[str, float], quotas: ClassQuotas | None,
+           hold: HoldModel = AS_PREDICTED) -> dict[str, Start]:
     """When each waiter of a class starts: the scheduling rules (fleet.fairshare.rank: within quota first, then the
     tier, then weighted fair share, FIFO within a team and tier) played forward over the class's hosts. Each time a
     host is free the best-ranked waiter starts — a gang when its last host is free — and holds it for its predicted
     duration; the hosts' running jobs end at their remaining time and give their GPUs back to their team's quota. Three
-    replays, every duration at its most likely, shortest and longest, give the start and its range. A waiter that
+    replays, every duration at its most likely, shortest and longest (each as the class's hold model makes it: the
+    start-up and the ratio this fleet's runs showed), give the start and its range. A waiter that
     cannot start (more hosts than the class has, or beyond its team's limit for good) gets none; a waiter behind one
     without a predicted duration (counted as none) gets a lower bound."""
-    runs = [_replay_one(waiters, hosts, usage_s, weights, quotas, flavour) for flavour in _FLAVOURS]
+    runs = [_replay_one(waiters, hosts, usage_s, weights, quotas, flavour, hold) for flavour in _FLAVOURS]
     out = {}
     for job_id, (mid_s, unknown) in runs[0].items():
         low_s, high_s = runs[1].get(job_id, (mid_s, unknown))[0], runs[2].get(job_id, (mid_s, unknown))[0]
@@ -84,8 +91,8 @@ def replay(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[
 
 
 def _replay_one(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[str, float],
-                weights: Mapping[str, float], quotas: ClassQuotas | None,
-                flavour: str) -> dict[str, tuple[float, bool]]:
+                weights: Mapping[str, float], quotas: ClassQuotas | None, flavour: str,
+                hold: HoldModel) -> dict[str, tuple[float, bool]]:
     streams: dict[tuple[str, int], list[tuple[int, Waiter]]] = {}
     for index, w in enumerate(waiters):
         streams.setdefault((w.team, w.tier), []).append((index, w))
@@ -118,7 +125,7 @@ def _replay_one(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Map
         taken = [heapq.heappop(free) for _ in range(w.nodes)]
         start_s = max(now_s, taken[-1])  # the gang starts when its last host is free
         starts[w.job_id] = (start_s, unknown)
-        duration_s = w.predicted[_FLAVOURS.index(flavour)] if w.predicted else 0.0
+        duration_s = hold.held_s(w.predicted[_FLAVOURS.index(flavour)]) if w.predicted else 0.0
         unknown = unknown or w.predicted is None
         for _ in range(w.nodes):
             heapq.heappush(free, start_s + duration_s)

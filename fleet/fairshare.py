@@ -111,13 +111,14 @@ class Line:
 
 
 def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Mapping[str, float],
-               quotas: ClassQuotas | None = None) -> Line:
+               quotas: ClassQuotas | None = None, enough: int = 0) -> Line:
     """The order in which the waiters of a class start. Again and again, the oldest waiter of the team and tier that
     come first: a job within its team's quota before one that would borrow (a quota is a guarantee, whatever the
     tier: Kueue's nominal quota), then the higher tier, then the team with the least usage per unit of weight, then
     the oldest. Each start adds its GPU-seconds to its team's usage and its GPUs to what the team holds. A team whose
     next job of a tier would pass its quota plus its borrowing limit starts nothing more of that tier (a team's jobs
-    keep their FIFO order within a tier): they are held back."""
+    keep their FIFO order within a tier): they are held back. With `enough`, the line stops once each tier has that
+    many jobs in it or none left to place (a worker's arrangement needs only the fronts; held_back is then partial)."""
     streams: dict[tuple[str, int], list[tuple[int, Waiter]]] = {}
     for index, w in enumerate(waiters):
         streams.setdefault((w.team, w.tier), []).append((index, w))
@@ -128,7 +129,8 @@ def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
     held_back: list[tuple[int, str]] = []
     order: list[str] = []
     live = set(streams)
-    while live:
+    placed = dict.fromkeys((tier for _, tier in streams), 0)
+    while live and not (enough and all(n >= enough or all(t != tier for _, t in live) for tier, n in placed.items())):
         # few streams (teams × tiers): a scan per start, as each start changes its team's standing in every tier
         ranked = {st: rank(streams[st][cursor[st]], held, usage, weights, quotas) for st in live}
         for stream in [st for st, k in ranked.items() if k is None]:
@@ -139,6 +141,7 @@ def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
         stream = min(live, key=lambda st: ranked[st])  # type: ignore[arg-type,return-value]
         _, w = streams[stream][cursor[stream]]
         order.append(w.job_id)
+        placed[w.tier] += 1
         usage[w.team] += w.gpu_seconds
         held[w.team] += w.gpus
         cursor[stream] += 1
@@ -299,7 +302,7 @@ class FairShare:
                                        tier))
         return ids, tickets, waiters
 
-    def class_line(self, gpu_class: str, snapshot: Snapshot | None = None) -> ClassLine:
+    def class_line(self, gpu_class: str, snapshot: Snapshot | None = None, enough: int = 0) -> ClassLine:
         """The start order of a class's queued jobs, every tier's (the first ORDER_WINDOW of each queue), and those
         held back by their team's limit. Ids without a job record (a gang's member tickets, pushed to the front for
         their gang) come first."""
@@ -319,7 +322,7 @@ class FairShare:
         quotas = snapshot.quotas(gpu_class)
         if quotas is None and len({w.team for w in waiters}) < 2:
             return ClassLine(fifo, [], queue_of, waiters)  # one team and no quotas: FIFO, tier by tier
-        line = start_line(waiters, snapshot.usage_s, snapshot.weights(), quotas)
+        line = start_line(waiters, snapshot.usage_s, snapshot.weights(), quotas, enough)
         return ClassLine(tickets + line.order, line.held_back, queue_of, waiters)
 
     def line(self, queue: str, snapshot: Snapshot | None = None) -> Line:
@@ -336,7 +339,7 @@ class FairShare:
         (for the dequeues that follow, this worker's and others' at the same moment), and say which queues to take
         from, in the order of their fronts in the class's line: None for all of them (nothing waits), [] for none
         (every waiting job is held back by its team's limit)."""
-        line = self.class_line(gpu_class, snapshot)
+        line = self.class_line(gpu_class, snapshot, enough=ARRANGED)
         if not line.queue_of:
             return None
         takeable: list[str] = []

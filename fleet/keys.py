@@ -34,6 +34,8 @@
                                                   when read): what it has committed
     tunefleet:v1:team-shares              hash    team -> {"weight": w} from the identities file    fleet.fairshare
     tunefleet:v1:usage                    hash    "<team>:gpu_s|at_s": each team's decaying usage   fleet.fairshare
+    tunefleet:v1:hold-model               hash    "<class>:n|x|y|xx|xy": decayed sums of its        fleet.ledger
+                                                  complete runs' (predicted, held) seconds
     rq:queue:tunefleet.<class>.<tier>     list    rq's queues, one per GPU class and tier           fleet.queues
 """
 
@@ -49,6 +51,7 @@ AUDIT_STREAM = PREFIX + "audit"
 LEDGER_STREAM = PREFIX + "ledger"
 TEAM_SHARES = PREFIX + "team-shares"
 USAGE = PREFIX + "usage"
+HOLD_MODEL = PREFIX + "hold-model"
 
 
 def job_key(job_id: str) -> str:

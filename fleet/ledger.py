@@ -20,7 +20,7 @@ import redis
 from tunefleet.v1 import progress_pb2
 
 from fleet.fairshare import charge_usage
-from fleet.keys import LEDGER_STREAM, job_key, spend_key, team_jobs_key
+from fleet.keys import HOLD_MODEL, LEDGER_STREAM, job_key, spend_key, team_jobs_key
 
 # Holds kept for usage reports: ~250 bytes each; a fleet of 1,000 GPUs turning over a job an hour per GPU keeps
 # about a month.
@@ -61,6 +61,72 @@ def charge_of(record: dict[bytes, bytes], end_ms: int, outcome: str) -> Charge |
     return Charge(gpu_s, lost, gpu_s / 3600 * price)
 
 
+# A class's hold model: held = start_s + ratio × predicted, fitted by least squares over its complete runs (a hold
+# from its claim to DONE: start-up, loading, training, checkpoints), each older run's weight decaying by
+# 1 - 1/HOLD_MODEL_RUNS per new one (about the last 50 count); a ratio outside HOLD_RATIO_BOUNDS is a broken
+# prediction and is left out.
+HOLD_MODEL_RUNS = 50
+HOLD_RATIO_BOUNDS = (0.1, 10.0)
+_LEARN_HOLD = """
+local keep = 1 - 1 / tonumber(ARGV[4])
+local x, y = tonumber(ARGV[2]), tonumber(ARGV[3])
+local adds = {n = 1, x = x, y = y, xx = x * x, xy = x * y}
+for name, add in pairs(adds) do
+  local field = ARGV[1] .. ':' .. name
+  local v = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+  redis.call('HSET', KEYS[1], field, tostring(v * keep + add))
+end
+"""
+
+
+@dataclass(frozen=True)
+class HoldModel:
+    """How long a run of a class holds its host, given its predicted duration: start_s + ratio × predicted."""
+
+    start_s: float = 0.0
+    ratio: float = 1.0
+
+    def held_s(self, predicted_s: float) -> float:
+        return self.start_s + self.ratio * predicted_s
+
+
+AS_PREDICTED = HoldModel()  # a class no run has taught yet: a run holds its host for its predicted duration
+
+
+def hold_models(connection: Any) -> dict[str, HoldModel]:
+    """Per GPU class, the hold model its complete runs taught so far (a class without a run is absent): the least
+    squares line through (predicted, held); with one predicted duration only, no start-up and the ratio of the
+    sums."""
+    sums: dict[str, dict[str, float]] = {}
+    for name, value in connection.hgetall(HOLD_MODEL).items():
+        gpu_class, _, what = name.decode().rpartition(":")
+        sums.setdefault(gpu_class, {})[what] = float(value)
+    found = {}
+    for gpu_class, s in sums.items():
+        n, x, y, xx, xy = (s.get(k, 0.0) for k in ("n", "x", "y", "xx", "xy"))
+        if n <= 0 or x <= 0:
+            continue
+        spread = n * xx - x * x
+        ratio = (n * xy - x * y) / spread if spread > 1e-9 * n * xx else 0.0
+        start_s = (y - ratio * x) / n
+        if ratio <= 0 or start_s < 0:  # too few or too alike runs for a line: the ratio of the sums
+            ratio, start_s = y / x, 0.0
+        found[gpu_class] = HoldModel(start_s, ratio)
+    return found
+
+
+def _learn_hold(pipe: Any, record: dict[bytes, bytes], end_ms: int) -> None:
+    """A run that held its host from its start to DONE teaches its class's hold model."""
+    predicted_s = float(record.get(b"predicted_s") or 0)
+    start_ms = int(record.get(b"started_at_ms") or 0)
+    if predicted_s <= 0 or not start_ms or int(record.get(b"hold_from_step") or 0):
+        return
+    held_s = (end_ms - start_ms) / 1000
+    if HOLD_RATIO_BOUNDS[0] <= held_s / predicted_s <= HOLD_RATIO_BOUNDS[1]:
+        pipe.register_script(_LEARN_HOLD)(keys=[HOLD_MODEL], args=[record.get(b"gpu_class", b"").decode(),
+                                                                   predicted_s, held_s, HOLD_MODEL_RUNS], client=pipe)
+
+
 def charge(pipe: Any, job_id: str, record: dict[bytes, bytes], outcome: str,
            end_ms: int | None = None) -> Charge | None:
     """Charge the hold that ends now, inside the caller's pipeline (a transaction, or one made for it)."""
@@ -82,6 +148,8 @@ def charge(pipe: Any, job_id: str, record: dict[bytes, bytes], outcome: str,
     pipe.hincrbyfloat(month, f"{team}:gpu_s", cost.gpu_seconds)
     pipe.hincrbyfloat(month, f"{team}:lost_gpu_s", cost.lost_gpu_seconds)
     charge_usage(pipe, team, cost.gpu_seconds, end_ms / 1000)
+    if outcome == DONE:
+        _learn_hold(pipe, record, end_ms)
     return cost
 
 

@@ -25,7 +25,6 @@ from executor.service.waiting import (
     RUNNING_FIELDS,
     OrderCache,
     WaitingLine,
-    holders,
     set_expected_start,
 )
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
@@ -189,7 +188,7 @@ class Executor:
             place = line.place(request.job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
-                set_expected_start(self._start_of(request.job_id, record, hosts, line.at_ms, orders), line.at_ms,
+                set_expected_start(self._start_of(request.job_id, record, hosts, orders), line.at_ms,
                                    job)
             job.runs_now_instead.extend(self._alternatives(job.plan, record[b"gpu_class"].decode(), hosts))
         return executor_pb2.GetResponse(job=job)
@@ -207,11 +206,11 @@ class Executor:
         return found
 
     def _start_of(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host],
-                  at_ms: int, orders: OrderCache) -> Start | None:
+                  orders: OrderCache) -> Start | None:
         """When the job is expected to start (the replay of its class); past its queue's window, no earlier than the
         window's last start (a lower bound)."""
         gpu_class = record[b"gpu_class"].decode()
-        starts = orders.starts(gpu_class, holders(hosts, gpu_class, self._running(hosts), at_ms))
+        starts = orders.starts(gpu_class, hosts, self._running(hosts))
         if job_id in starts:
             return starts[job_id]
         latest = max(starts.values(), key=lambda s: s.in_s.mid_s, default=None)
@@ -305,7 +304,7 @@ class Executor:
             gpu_class = record[b"gpu_class"].decode()
             start = None
             if index is not None:  # in a queue: the replay of its class
-                start = orders.starts(gpu_class, holders(line.hosts, gpu_class, running, line.at_ms)).get(job_id)
+                start = orders.starts(gpu_class, line.hosts, running).get(job_id)
             if not who.sees(record.get(b"team", b"").decode()):
                 continue
             pending = executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(), reason=place.reason,

@@ -6,7 +6,7 @@ stored it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
@@ -16,6 +16,7 @@ from fleet import queues
 from fleet.eta import NOW, Holder, Span, Start, remaining, replay
 from fleet.fairshare import ClassLine, FairShare, Line, Snapshot, TeamShare, queue_class
 from fleet.jobs import now_ms
+from fleet.ledger import AS_PREDICTED, HoldModel, hold_models
 from fleet.recovery import GANG_WAIT, FleetPolicy
 
 # What a queued job's place and expected start read of its record (the queue first: every record has it).
@@ -32,18 +33,21 @@ def predicted(record: dict[bytes, bytes]) -> Span | None:
     return Span(mid, float(record.get(b"predicted_low_s") or mid), float(record.get(b"predicted_high_s") or mid))
 
 
-def free_in(host: executor_pb2.Host, running: dict[str, dict[bytes, bytes]], at_ms: int) -> Span:
-    """How long until the host is free: now when idle, else its running job's remaining time."""
+def free_in(host: executor_pb2.Host, running: dict[str, dict[bytes, bytes]], at_ms: int,
+            hold: HoldModel = AS_PREDICTED) -> Span:
+    """How long until the host is free: now when idle, else its running job's remaining time (its predicted
+    duration as the class's hold model makes it, when its run reports no ETA)."""
     record = running.get(host.running_job_id) if host.running_job_id else None
     if not record:
         return NOW
     last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
     started_ms = int(record.get(b"started_at_ms") or at_ms)
-    return remaining(predicted(record), max(0, at_ms - started_ms) / 1000, last.eta_s)
+    duration = predicted(record)
+    return remaining(duration.held(hold) if duration else None, max(0, at_ms - started_ms) / 1000, last.eta_s)
 
 
 def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, dict[bytes, bytes]],
-            at_ms: int) -> list[Holder]:
+            at_ms: int, hold: HoldModel = AS_PREDICTED) -> list[Holder]:
     """The class's healthy hosts for a replay: when each is free, and whose GPUs its running job holds."""
     out = []
     for h in hosts:
@@ -52,7 +56,7 @@ def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, d
         record = running.get(h.running_job_id) if h.running_job_id else None
         team, gpus = ((record.get(b"team", b"").decode(), max(1, int(record.get(b"gpus") or 1))) if record
                       else ("", 0))
-        out.append(Holder(free_in(h, running, at_ms), team, gpus))
+        out.append(Holder(free_in(h, running, at_ms, hold), team, gpus))
     return out
 
 
@@ -136,6 +140,7 @@ class OrderCache:
         self._lines: dict[str, Line] = {}
         self._starts: dict[str, dict[str, Start]] = {}
         self._index: dict[str, dict[str, int]] = {}
+        self._holds: dict[str, HoldModel] | None = None
         self._snapshot: Snapshot | None = None
         self.at_ms = now_ms()
 
@@ -149,12 +154,19 @@ class OrderCache:
             self._classes[gpu_class] = self._fair.class_line(gpu_class, self.snapshot())
         return self._classes[gpu_class]
 
-    def starts(self, gpu_class: str, hosts: Sequence[Holder]) -> dict[str, Start]:
-        """When each job of the class's window is expected to start (fleet.eta.replay), from the cache's time."""
+    def starts(self, gpu_class: str, hosts: list[executor_pb2.Host],
+               running: dict[str, dict[bytes, bytes]]) -> dict[str, Start]:
+        """When each job of the class's window is expected to start (fleet.eta.replay over the class's hosts), from
+        the cache's time; every predicted duration as the class's hold model makes it (fleet.ledger: the start-up and
+        ratio this fleet's complete runs of the class showed; the prediction itself before the first)."""
         if gpu_class not in self._starts:
+            if self._holds is None:
+                self._holds = hold_models(self._fair.redis)
+            hold = self._holds.get(gpu_class, AS_PREDICTED)
             snapshot = self.snapshot()
-            self._starts[gpu_class] = replay(self.class_line(gpu_class).waiters, hosts, snapshot.usage_s,
-                                                 snapshot.weights(), snapshot.quotas(gpu_class))
+            self._starts[gpu_class] = replay(
+                self.class_line(gpu_class).waiters, holders(hosts, gpu_class, running, self.at_ms, hold),
+                snapshot.usage_s, snapshot.weights(), snapshot.quotas(gpu_class), hold)
         return self._starts[gpu_class]
 
     def class_order(self, gpu_class: str) -> list[str]:

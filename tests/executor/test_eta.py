@@ -7,6 +7,7 @@ import pytest
 
 from fleet.eta import NOW, Holder, Span, remaining, replay
 from fleet.fairshare import ClassQuotas, TeamShare, Waiter
+from fleet.ledger import HoldModel
 
 H = 3600.0
 
@@ -39,6 +40,12 @@ def test_a_job_ahead_without_a_prediction_makes_the_start_a_lower_bound_and_too_
     start = replay([_waiter("unknown", None), _waiter("me", _span(H))], [Holder(NOW)], {}, {}, None)["me"]
     assert start.lower_bound and start.in_s == NOW
     assert "me" not in replay([_waiter("me", _span(H), nodes=2)], [Holder(NOW)], {}, {}, None)
+
+
+def test_durations_are_what_the_class_hold_model_makes_of_the_predictions() -> None:
+    waiters = [_waiter("ahead", Span(H, H, H)), _waiter("me", Span(H, H, H))]
+    start = replay(waiters, [Holder(Span(600, 600, 600), "t", 1)], {}, {}, None, HoldModel(60, 1.5))["me"]
+    assert start.in_s.mid_s == pytest.approx(600 + 60 + 1.5 * H), "behind the running job, then the one ahead"
 
 
 def test_a_running_job_that_ends_gives_its_team_quota_back_and_its_team_goes_first_again() -> None:

@@ -37,3 +37,31 @@ def test_a_hold_is_charged_its_gpu_seconds_and_what_of_them_is_lost(record, outc
 def test_no_open_hold_is_no_charge() -> None:
     assert ledger.charge_of({b"started_at_ms": b"0"}, START, ledger.DONE) is None
     assert ledger.charge_of(_record(1), START - 1, ledger.DONE) is None
+
+
+def test_complete_runs_teach_their_class_how_long_they_hold_a_host_against_their_prediction(redis_url: str) -> None:
+    import redis
+
+    connection = redis.Redis.from_url(redis_url)
+
+    def run(job_id: str, predicted_s: float, held_s: float, gpu_class: str = "a100-80gb", from_step: int = 0,
+            outcome: str = ledger.DONE) -> None:
+        record = {**_record(10, from_step=from_step), b"predicted_s": str(predicted_s).encode(),
+                  b"gpu_class": gpu_class.encode(), b"team": b"t"}
+        pipe = connection.pipeline(transaction=True)
+        ledger.charge(pipe, job_id, record, outcome, START + int(held_s * 1000))
+        pipe.execute()
+
+    run("one", 100, 130)
+    assert ledger.hold_models(connection)["a100-80gb"] == ledger.HoldModel(0.0, pytest.approx(1.3)), \
+        "one run: no line yet, the ratio"
+    for job_id, predicted_s in (("a", 200), ("b", 400), ("c", 800)):
+        run(job_id, predicted_s, 30 + 1.2 * predicted_s)  # 30 s of start-up, then 1.2 x the prediction
+    run("resumed", 100, 900, from_step=5)  # a resumed hold ran part of the job: it teaches nothing
+    run("failed", 100, 900, outcome=ledger.FAILED)
+    run("broken", 1, 500)  # 500 x its prediction: a broken prediction, left out
+    run("l40s", 100, 100, gpu_class="l40s-48gb")
+    models = ledger.hold_models(connection)
+    assert models["l40s-48gb"] == ledger.HoldModel(0.0, pytest.approx(1.0))
+    fitted = models["a100-80gb"]  # the line through the four runs, the first (130 = 30 + 1.0 x 100) off it
+    assert fitted.held_s(1000) == pytest.approx(1227, rel=0.02) and 0 < fitted.start_s < 60
