@@ -57,6 +57,10 @@ HOSTS = {"a100-80gb": 32, "l40s-48gb": 24, "h100-sxm-80gb": 8}  # 64 simulated h
 # by fair share (so a team's share of contended time should come out at its weight's share).
 WEIGHTS = {"vision": 1.0, "speech": 1.0, "nlp": 2.0, "research": 1.0}
 GUARANTEED = 0.75
+# Simulated seconds per predicted second: an hour's job holds its host for 24 s. The per-run start-up on this
+# benchmark's 2-core machine (64 workers: ~3 s at this scale, ~10 s at 1/600, where runs start 4 times as often) must
+# stay small beside a run, as a real run's start-up does beside hours of training.
+DEFAULT_SCALE = 1 / 150
 WARM_UP_TEAM = "warm-up"
 TEAMS = {team: (w, {c: int(GUARANTEED * n * w / sum(WEIGHTS.values())) for c, n in HOSTS.items()})
          for team, w in WEIGHTS.items()}
@@ -151,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=1000)
-    p.add_argument("--scale", type=float, default=1 / 600, help="simulated seconds per predicted second")
+    p.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+                   help="simulated seconds per predicted second (default 1/150: a median job of 24 s; at 1/600 the "
+                        "start-up of 64 runs on a 2-core machine is as long as a job)")
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-scheduler-"))
@@ -212,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         quota_watch = QuotaWatch(FairShare(connection), jobs)
         phases = wait_until_done(connection, jobs, quota_watch.sample)
         failed = sum(ph != progress_pb2.PHASE_DONE for ph in phases)
-        report(jobs, connection, t0, {j: t0 + in_ms for j, in_ms in expected_in_ms.items()}, failed, quota_watch)
+        report(jobs, connection, t0, {j: t0 + in_ms for j, in_ms in expected_in_ms.items()}, failed, quota_watch,
+               args.scale)
     finally:
         for proc in workers:
             proc.terminate()
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(jobs: list[dict[str, object]], connection: redis.Redis, t0: int, expected: dict[str, int], failed: int,
-           quota_watch: QuotaWatch) -> None:
+           quota_watch: QuotaWatch, scale: float) -> None:
     events = EventLog(connection)
     starts = {str(j["job_id"]): first_start_ms(events, str(j["job_id"])) for j in jobs}
     holds = Ledger(connection).holds(t0, 1_000_000)
@@ -301,7 +308,8 @@ def report(jobs: list[dict[str, object]], connection: redis.Redis, t0: int, expe
     rows.append(["scheduler cost per dequeue (500 waiting, 4 teams)", "-",
                  f"median {statistics.median(timings) * 1000:.1f} ms, p95 {pct(timings, 95) * 1000:.1f} ms", "", ""])
     header = ["measure", "class", "value", "goal / reference", "note"]
-    print_table(f"Scheduler on {sum(HOSTS.values())} simulated hosts, {len(jobs)} jobs of {len(TEAMS)} teams",
+    print_table(f"Scheduler on {sum(HOSTS.values())} simulated hosts, {len(jobs)} jobs of {len(TEAMS)} teams, "
+                f"1 predicted s = {scale * 1000:.2f} ms",
                 header, rows)
     print(f"\nCSV: {write_csv('scheduler.csv', header, rows)}")
     per_job = []

@@ -118,3 +118,34 @@ def test_the_worker_arrangement_puts_the_fair_head_in_front_of_a_real_rq_queue(r
     assert fair.queues.move_to_front(["gone"], queue) == 0 and fair.queues.queued_ids(queue) == ["b0", "a0", "a1"]
     assert fair.queues.move_to_front(["a1", "gone", "a0"], queue) == 2
     assert fair.queues.queued_ids(queue) == ["a1", "a0", "b0"], "the ids given, in their order, then the rest"
+
+
+def test_the_worker_takes_first_from_the_queue_whose_front_the_class_order_puts_first(redis_url: str) -> None:
+    """A class with quotas: b's low-tier job is within b's quota, a's high-tier job would borrow (a holds its quota
+    already): the arrangement names the low queue first, so rq's dequeue (which tries queues in that order) takes it."""
+    import redis
+    from tunefleet.v1 import executor_pb2
+
+    from devtools.tiny import make_plan
+    from fleet import connection, queues
+    from fleet.fairshare import FairShare
+    from fleet.jobs import NewJob
+    from fleet.keys import RUNNING_SET, job_key
+    from fleet.lifecycle import Lifecycle
+
+    lifecycle = Lifecycle(connection.connect(redis_url))
+    fair = FairShare(redis.Redis.from_url(redis_url))
+    fair.save_shares({"a": TeamShare(quota_gpus={"cpu": 1}), "b": TeamShare(quota_gpus={"cpu": 1})})
+    for job_id, team, priority in (("a-running", "a", executor_pb2.PRIORITY_NORMAL),
+                                   ("a-high", "a", executor_pb2.PRIORITY_HIGH),
+                                   ("b-low", "b", executor_pb2.PRIORITY_LOW)):
+        plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(job_id), plan_id=job_id)
+        lifecycle.submit(NewJob(plan=plan, priority=priority, queue=queues.queue_name("cpu", priority),
+                                gpu_class="cpu", gpus=1, timeout_s=600, team=team))
+    normal = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
+    fair.queues.move_to_front(["a-running"], normal)
+    fair.redis.lpop(f"rq:queue:{normal}")  # a worker took it: it runs, holding a's quota
+    fair.redis.hset(job_key("a-running"), mapping={"started_at_ms": 1, "gpu_class": "cpu"})
+    fair.redis.sadd(RUNNING_SET, "a-running")
+    assert fair.arrange("cpu") == [queues.queue_name("cpu", executor_pb2.PRIORITY_LOW),
+                                   queues.queue_name("cpu", executor_pb2.PRIORITY_HIGH)]
