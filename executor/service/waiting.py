@@ -179,10 +179,6 @@ class OrderCache:
             self._lines[queue] = self.class_line(queue_class(queue)).of(queue)
         return self._lines[queue]
 
-    def order(self, queue: str) -> list[str]:
-        line = self.line(queue)
-        return line.order + line.held_back
-
     def index(self, queue: str, job_id: str) -> int | None:
         """The job's place in its class's start order (0: next); past its queue's window, behind every job of the
         window in its tier and the tiers above, in FIFO order; None when it is in no queue."""
@@ -197,10 +193,8 @@ class OrderCache:
             return None
         tiers = queues.class_queue_names(gpu_class)
         above = sum(tiers.index(line.queue_of[j]) <= tiers.index(queue) for j in self._index[gpu_class])
-        return above + position - len(line.of(queue).order) - len(line.of(queue).held_back)
-
-    def held_back(self, queue: str, job_id: str) -> bool:
-        return job_id in self.line(queue).held_back
+        own = self.line(queue)
+        return above + position - len(own.order) - len(own.held_back)
 
     def limit_reason(self, queue: str, job_id: str, team: str) -> str:
         """Why the job waits for its team's limit on its class, or "" when it does not."""

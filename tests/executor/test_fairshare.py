@@ -124,6 +124,7 @@ def test_the_worker_takes_first_from_the_queue_whose_front_the_class_order_puts_
     """A class with quotas: b's low-tier job is within b's quota, a's high-tier job would borrow (a holds its quota
     already): the arrangement names the low queue first, so rq's dequeue (which tries queues in that order) takes it."""
     import redis
+    from rq import Queue
     from tunefleet.v1 import executor_pb2
 
     from devtools.tiny import make_plan
@@ -143,8 +144,7 @@ def test_the_worker_takes_first_from_the_queue_whose_front_the_class_order_puts_
         lifecycle.submit(NewJob(plan=plan, priority=priority, queue=queues.queue_name("cpu", priority),
                                 gpu_class="cpu", gpus=1, timeout_s=600, team=team))
     normal = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
-    fair.queues.move_to_front(["a-running"], normal)
-    fair.redis.lpop(f"rq:queue:{normal}")  # a worker took it: it runs, holding a's quota
+    Queue(normal, connection=fair.redis).remove("a-running")  # a worker took it: it runs, holding a's quota
     fair.redis.hset(job_key("a-running"), mapping={"started_at_ms": 1, "gpu_class": "cpu"})
     fair.redis.sadd(RUNNING_SET, "a-running")
     assert fair.arrange("cpu") == [queues.queue_name("cpu", executor_pb2.PRIORITY_LOW),
