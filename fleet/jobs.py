@@ -95,6 +95,10 @@ class NewJob:
                 "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour, "cost_high_usd": self.cost_high_usd}
 
 
+# Why a running job was asked to yield (its record's preempt_kind): for a higher tier, or a reclaim of a borrowed GPU
+PREEMPTION, RECLAIM = "preemption", "reclaim"
+
+
 @dataclass(frozen=True)
 class StopRequests:
     cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
@@ -197,12 +201,14 @@ class JobStore:
         return [j for j, phase in zip(job_ids, pipe.execute(), strict=True)
                 if phase is not None and int(phase) == progress_pb2.PHASE_QUEUED]
 
-    def yielding_to(self, running_job_ids: list[str]) -> dict[str, str]:
-        """waiting job id -> the running job asked to yield its host to it (preemption), for the running jobs given."""
+    def yielding_to(self, running_job_ids: list[str]) -> dict[str, tuple[str, str]]:
+        """waiting job id -> (the running job asked to yield its host to it, why: preemption or reclaim), for the
+        running jobs given."""
         pipe = self.redis.pipeline(transaction=False)
         for job_id in running_job_ids:
-            pipe.hget(job_key(job_id), "preempted_for")
-        return {v.decode(): job_id for job_id, v in zip(running_job_ids, pipe.execute(), strict=True) if v}
+            pipe.hmget(job_key(job_id), ["preempted_for", "preempt_kind"])
+        return {waiter.decode(): (job_id, kind.decode() if kind else PREEMPTION)
+                for job_id, (waiter, kind) in zip(running_job_ids, pipe.execute(), strict=True) if waiter}
 
     def phase_counts(self, newest: int) -> tuple[dict[int, int], int]:
         """Of the `newest` jobs: how many are in each phase, and how many events they wrote in all."""

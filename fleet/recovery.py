@@ -24,7 +24,7 @@ from fleet.events import EventLog
 from fleet.fairshare import FairShare
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
-from fleet.jobs import RUNNING_PHASES, now_ms
+from fleet.jobs import PREEMPTION, RECLAIM, RUNNING_PHASES, now_ms
 from fleet.keys import POLICY, RETRYING, RUNNING_SET, job_key, lease_key
 
 log = structlog.get_logger("fleet.recovery")
@@ -180,7 +180,8 @@ class Sweeper:
                     if not victims:
                         break
                     victim = min(victims, key=lambda r: (-r["priority"], r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter, now + int(policy.preempt_checkpoint_s * 1000)):
+                    if self._ask_to_yield(victim["job_id"], waiter, now + int(policy.preempt_checkpoint_s * 1000),
+                                          PREEMPTION):
                         victim.update(preempt_requested=True, preempted_for_priority=priority)
                         held[victim["team"]] = held.get(victim["team"], 0) - victim["gpus"]
                         preempted.append(victim["job_id"])
@@ -215,7 +216,7 @@ class Sweeper:
                         break
                     victim = min(victims, key=lambda r: (r["lost_gpu_s"], -r["started_at_ms"]))
                     if self._ask_to_yield(victim["job_id"], waiter.job_id,
-                                          now + int(policy.preempt_checkpoint_s * 1000)):
+                                          now + int(policy.preempt_checkpoint_s * 1000), RECLAIM):
                         victim["preempt_requested"] = True
                         held[victim["team"]] -= victim["gpus"]
                         held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
@@ -250,7 +251,7 @@ class Sweeper:
     def _priority_of(self, job_id: str) -> int:
         return int(self.redis.hget(job_key(job_id), "priority") or 0) if job_id else 0
 
-    def _ask_to_yield(self, job_id: str, waiter: str, deadline_ms: int) -> bool:
+    def _ask_to_yield(self, job_id: str, waiter: str, deadline_ms: int, why: str) -> bool:
         """Ask a running job to checkpoint now and give its host to `waiter`, by `deadline_ms` (its worker then
         interrupts it: it keeps its previous checkpoint)."""
         key = job_key(job_id)
@@ -262,7 +263,7 @@ class Sweeper:
                     return False
                 pipe.multi()
                 pipe.hset(key, mapping={"preempt_requested": 1, "preempted_for": waiter,
-                                        "preempt_deadline_ms": deadline_ms})
+                                        "preempt_deadline_ms": deadline_ms, "preempt_kind": why})
                 pipe.execute()
             except redis.WatchError:
                 return False

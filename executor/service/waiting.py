@@ -15,7 +15,7 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 from fleet import queues
 from fleet.eta import NOW, Holder, Span, Start, remaining, replay
 from fleet.fairshare import ClassLine, FairShare, Line, Snapshot, TeamShare, queue_class
-from fleet.jobs import now_ms
+from fleet.jobs import RECLAIM, now_ms
 from fleet.ledger import AS_PREDICTED, HoldModel, hold_models
 from fleet.recovery import GANG_WAIT, FleetPolicy
 
@@ -83,7 +83,7 @@ class WaitingLine:
 
     hosts: list[executor_pb2.Host]
     policy: FleetPolicy
-    yielding: dict[str, str]  # waiting job id -> the running job asked to yield its host to it
+    yielding: dict[str, tuple[str, str]]  # waiting job id -> (the running job asked to yield to it, why)
     # (queue, job id) -> its place in its class's start order (0: next), when the caller does not know it
     index_of: Callable[[str, str], int | None]
     # why a job waits for its team's limit on GPUs (queue, job id, team), or "" when it does not
@@ -123,7 +123,9 @@ class WaitingLine:
         busy = [h.running_job_id for h in of_class if h.running_job_id]
         if len(busy) == len(of_class):
             if job_id in self.yielding:
-                return f"waiting for job {self.yielding[job_id]} to checkpoint and yield its host (preemption)"
+                victim, why = self.yielding[job_id]
+                what = "a reclaim: its team borrows beyond its quota" if why == RECLAIM else "preemption"
+                return f"waiting for job {victim} to checkpoint and yield its host ({what})"
             return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(busy)}); {ahead} job(s) ahead of it"
         if ahead:
             return f"{ahead} job(s) of {gpu_class} ahead of it (the start order: jobs within their team's quota, " \
