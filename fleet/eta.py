@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet.fairshare import ClassQuotas, Waiter, rank
+from fleet.fairshare import ClassQuotas, Waiter, rank, team_streams
 from fleet.ledger import AS_PREDICTED, HoldModel
 
 
@@ -93,9 +93,8 @@ def replay(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[
 def _replay_one(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[str, float],
                 weights: Mapping[str, float], quotas: ClassQuotas | None, flavour: str,
                 hold: HoldModel) -> dict[str, tuple[float, bool]]:
-    streams: dict[tuple[str, int], list[tuple[int, Waiter]]] = {}
-    for index, w in enumerate(waiters):
-        streams.setdefault((w.team, w.tier), []).append((index, w))
+    streams = team_streams(waiters)
+    which = _FLAVOURS.index(flavour)  # the place of this replay's figure in Waiter.predicted
     usage = {team: usage_s.get(team, 0.0) for team, _ in streams}
     held = dict(quotas.held_gpus) if quotas else {}
     free = sorted(getattr(h.free_in, flavour) for h in hosts)  # a heap: when each host is free
@@ -125,7 +124,7 @@ def _replay_one(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Map
         taken = [heapq.heappop(free) for _ in range(w.nodes)]
         start_s = max(now_s, taken[-1])  # the gang starts when its last host is free
         starts[w.job_id] = (start_s, unknown)
-        duration_s = hold.held_s(w.predicted[_FLAVOURS.index(flavour)]) if w.predicted else 0.0
+        duration_s = hold.held_s(w.predicted[which]) if w.predicted else 0.0
         unknown = unknown or w.predicted is None
         for _ in range(w.nodes):
             heapq.heappush(free, start_s + duration_s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,8 @@ def managed(gpu_class: str, shares: Mapping[str, TeamShare]) -> bool:
 
 @dataclass(frozen=True)
 class Line:
-    """A class's start order, and the jobs held back by their team's limit (oldest first)."""
+    """A start order (a class's, or a queue's part of it), and the jobs held back by their team's limit (oldest
+    first)."""
 
     order: list[str]
     held_back: list[str]
@@ -119,9 +120,7 @@ def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
     next job of a tier would pass its quota plus its borrowing limit starts nothing more of that tier (a team's jobs
     keep their FIFO order within a tier): they are held back. With `enough`, the line stops once each tier has that
     many jobs in it or none left to place (a worker's arrangement needs only the fronts; held_back is then partial)."""
-    streams: dict[tuple[str, int], list[tuple[int, Waiter]]] = {}
-    for index, w in enumerate(waiters):
-        streams.setdefault((w.team, w.tier), []).append((index, w))
+    streams = team_streams(waiters)
     teams = {team for team, _ in streams}
     usage = {team: usage_s.get(team, 0.0) for team in teams}
     held = {team: (quotas.held_gpus.get(team, 0) if quotas else 0) for team in teams}
@@ -148,6 +147,15 @@ def start_line(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
         if cursor[stream] == len(streams[stream]):
             live.discard(stream)
     return Line(order, [job_id for _, job_id in sorted(held_back)])
+
+
+def team_streams(waiters: Sequence[Waiter]) -> dict[tuple[str, int], list[tuple[int, Waiter]]]:
+    """The waiters by (team, tier), each stream in FIFO order with the waiter's index among all of them: what the start
+    order (start_line) and the expected-start replay (fleet.eta) take from."""
+    streams: dict[tuple[str, int], list[tuple[int, Waiter]]] = {}
+    for index, w in enumerate(waiters):
+        streams.setdefault((w.team, w.tier), []).append((index, w))
+    return streams
 
 
 def rank(head: tuple[int, Waiter], held: Mapping[str, int], usage: Mapping[str, float],
