@@ -9,7 +9,9 @@ counts every storage. With `fake=False` the same code runs on real tensors (smal
 agree byte for byte (tests/benchmarks/test_simulate.py).
 
 CPU and CUDA paths differ in one place that changes what a step allocates — dropout's mask — and the step runs
-CUDA's way there (`_as_on_cuda`, which also says why SDPA and FusedAdam need nothing). What fake tensors cannot do
+CUDA's way there (`_as_on_cuda`, which also says why SDPA and FusedAdam need nothing). QLoRA quantises the fake
+model with transformers' quantizer and bitsandbytes' fake kernels, its 4-bit matmul allocating as on CUDA
+(benchmarks/quantised.py). What fake tensors cannot do
 (read a value, call a C++ kernel) gets a stand-in that allocates what the real path allocates (`_stand_ins`,
 `_Scalars`, `_swappable`).
 
@@ -44,6 +46,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
+from benchmarks.quantised import dynamic_map_built, gemm_4bit_as_on_cuda, quantised  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -294,10 +297,11 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
              steps: int = 2) -> Simulated:
     """Run `steps` executor training steps of the model `config_json` (a config.json's dict) and count live bytes."""
     import deepspeed
+    import peft  # noqa: F401 - imported before the count and fake mode: its modules make tensors as they load
     import transformers
     from transformers.integrations import HfDeepSpeedConfig
 
-    from executor.training.model import from_config, prepare_model
+    from executor.training.model import from_config, prepare_model, quantization
     from executor.training.objective import Batch
 
     started = time.perf_counter()
@@ -312,11 +316,17 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         fake_mode.enter_context(mode)
         fake_mode.enter_context(_Scalars())
     step_peaks = []
+    if t.method is Method.QLORA:
+        dynamic_map_built()
     with _functional_restored(), _process_group(world_size), _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
-            modules:
+            modules, gemm_4bit_as_on_cuda() if t.method is Method.QLORA else contextlib.nullcontext():
         torch.manual_seed(0)
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
-        model = prepare_model(from_config(config, t), t)
+        model = from_config(config, t)
+        bnb_config = quantization(t)
+        if bnb_config is not None:
+            model = quantised(model, bnb_config)
+        model = prepare_model(model, t, quantized=bnb_config is not None)
         engine, *_ = deepspeed.initialize(model=model, config=ds_config,
                                           model_parameters=[p for p in model.parameters() if p.requires_grad])
         objective = _objective(t, engine, config, ds_config)
@@ -447,6 +457,17 @@ def _rows() -> list[Row]:
              Row("mistralai/Mixtral-8x7B-v0.1", spec(full, 1, 2048, zero=3), 8),
              Row("meta-llama/Llama-3.1-70B", spec(lora, 1, 2048, zero=3), 8),
              Row("meta-llama/Llama-3.1-70B", spec(full, 1, 2048, zero=3), 8)]
+    # QLoRA: NF4 base weights with nested absmax (bitsandbytes under fake tensors: benchmarks/quantised.py); 1,024
+    # tokens a micro-batch is where the CUDA kernel's choice depends on the GPU (the fallback is simulated)
+    qlora = Method.QLORA
+    rows += [Row("meta-llama/Llama-3.1-8B", spec(qlora, 1, 2048)),
+             Row("meta-llama/Llama-3.1-8B", spec(qlora, 2, 2048, lora_spec=q_v)),
+             Row("meta-llama/Llama-3.1-8B", spec(qlora, 1, 1024, ckpt=False, attn=eager)),
+             Row("meta-llama/Llama-3.1-8B", spec(qlora, 2, 2048, zero=2), 2),
+             Row("mistralai/Mistral-7B-v0.3", spec(qlora, 1, 4096)),
+             Row("Qwen/Qwen2.5-7B", spec(qlora, 4, 512, ckpt=False)),
+             Row("google/gemma-2-9b", spec(qlora, 1, 2048, attn=eager)),
+             Row("meta-llama/Llama-3.1-70B", spec(qlora, 1, 2048))]
     return rows
 
 

@@ -26,8 +26,10 @@ ALLOCATOR_OVERHEAD_RANGE = (0.12, 0.20)
 # benchmarks/results/simulate.csv, 2026-11-24: 81 rows of ZeRO 0-2 and 17 of ZeRO 3).
 SIMULATED_ERROR_ZERO0_TO_2 = (0.005, 0.022)
 SIMULATED_ERROR_ZERO3 = (0.016, 0.007)
-# QLoRA / 8-bit: bitsandbytes kernels cannot run under fake tensors; the third-party quantised rows bound them
-# (make bench-accuracy, 2026-11-24: Mistral-7B QLoRA under HF Trainer 38.3 % above the plan, none below it).
+# 8-bit LoRA: LLM.int8's matmul splits outlier columns out by value (a data-dependent shape), which fake tensors
+# cannot size, so it is not simulated; the third-party quantised rows bound it (make bench-accuracy, 2026-11-24:
+# Mistral-7B QLoRA under HF Trainer 38.3 % above the plan, none below it). QLoRA is simulated (its rows are among
+# the ZeRO 0-2 rows above).
 THIRD_PARTY_ERROR_QUANTISED = (0.383, 0.0)
 
 # bitsandbytes NF4: 4 bits per weight plus one absmax per 64-weight block; fp32 absmax without

@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1.7
-# The worker image: CUDA torch, DeepSpeed with its CUDA ops prebuilt, PEFT, bitsandbytes, NVML; non-root.
+# The worker image: CUDA torch, DeepSpeed with its CUDA ops prebuilt, PEFT, bitsandbytes (the train extra), NVML;
+# non-root.
 # Build from the repository root (versions: constraints.txt, the same the tests install; torch==2.13.0 from
 # PyPI is its CUDA 12.8 build here, the CPU build on the test machines):
 #   docker build -f deploy/docker/worker.Dockerfile -t tunefleet-worker .
@@ -27,8 +28,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}
 RUN python3.11 -m venv /opt/tunefleet && \
     /opt/tunefleet/bin/pip install --no-cache-dir -c constraints.txt "$(python3.11 -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["train"] if d.startswith("torch")))')" && \
     DS_BUILD_OPS=0 DS_BUILD_FUSED_ADAM=1 DS_BUILD_CPU_ADAM=1 DS_BUILD_UTILS=1 \
-        /opt/tunefleet/bin/pip install --no-cache-dir --no-build-isolation -c constraints.txt ".[train,queue]" \
-        "bitsandbytes>=0.45,<1"
+        /opt/tunefleet/bin/pip install --no-cache-dir --no-build-isolation -c constraints.txt ".[train,queue]"
 
 FROM nvidia/cuda:12.8.1-runtime-ubuntu22.04@sha256:fcbbd60a5ad3db3a1c7375bf14546b369b54064c513224310b2026df50c7a9bd AS worker
 ARG DEBIAN_FRONTEND=noninteractive

@@ -65,8 +65,9 @@ def load_config(cfg: RunConfig) -> Any:
         raise PlanError("model.weights", f"cannot load a model config from {cfg.model_path!r}: {e}") from e
 
 
-def _quantization(cfg: RunConfig) -> Any:
-    t = cfg.training
+def quantization(t: TrainingSpec) -> Any:
+    """The bitsandbytes quantisation a plan loads its base weights with (None: dense); benchmarks/simulate.py
+    quantises its fake model with the same config."""
     if t.method is Method.QLORA:
         return transformers.BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=t.double_quant,
@@ -109,15 +110,16 @@ def _decoder_layers(model: Any, trainable: int) -> Any:
 
 
 def _layout(t: TrainingSpec) -> dict[str, Any]:
-    """How the plan lays a model out, whether its weights are read or not: attention implementation and dtype."""
-    return {"attn_implementation": _ATTENTION[t.attention], "dtype": _DTYPE[t.precision]}
+    """How the plan lays a model out, whether its weights are read or not: attention implementation and dtype (bf16
+    under bitsandbytes, whose 4-bit weights are stored and computed in bf16: `quantization`)."""
+    dtype = torch.bfloat16 if t.method in (Method.QLORA, Method.LORA_8BIT) else _DTYPE[t.precision]
+    return {"attn_implementation": _ATTENTION[t.attention], "dtype": dtype}
 
 
-def _pretrained(cfg: RunConfig, quantization: Any) -> Any:
+def _pretrained(cfg: RunConfig, bnb_config: Any) -> Any:
     kwargs = _layout(cfg.training)
-    if quantization is not None:
-        kwargs.update(quantization_config=quantization, dtype=torch.bfloat16,
-                      device_map={"": torch.cuda.current_device()})
+    if bnb_config is not None:
+        kwargs.update(quantization_config=bnb_config, device_map={"": torch.cuda.current_device()})
     model: Any = _auto_class(load_config(cfg)).from_pretrained(cfg.model_path, **kwargs)
     model.config.use_cache = False
     return model
@@ -127,7 +129,7 @@ def load_reference_model(cfg: RunConfig) -> Any:
     """DPO's separate reference: the plan's model as loaded for training, without adapters, frozen."""
     from trl.trainer.utils import disable_dropout_in_model
 
-    model = _pretrained(cfg, _quantization(cfg))
+    model = _pretrained(cfg, quantization(cfg.training))
     disable_dropout_in_model(model)
     model.requires_grad_(False)
     return model.eval()
@@ -136,8 +138,8 @@ def load_reference_model(cfg: RunConfig) -> Any:
 def load_model(cfg: RunConfig, host: Host) -> Any:
     """The model ready for deepspeed.initialize: weights in the plan's dtype, adapters attached, the rest frozen
     (a vision tower trains only with training.train_vision_tower)."""
-    quantization = _quantization(cfg)
-    return prepare_model(_pretrained(cfg, quantization), cfg.training, quantized=quantization is not None)
+    bnb_config = quantization(cfg.training)
+    return prepare_model(_pretrained(cfg, bnb_config), cfg.training, quantized=bnb_config is not None)
 
 
 def from_config(config: Any, t: TrainingSpec) -> Any:

@@ -48,6 +48,9 @@ MATRIX = [
     (TINY_GEMMA2, Method.FULL, 2, 2, True, Attention.EAGER, ALL),  # transformers runs Gemma 2 eager only
     (TINY_MIXTRAL, Method.LORA, 0, 1, True, Attention.SDPA, ALL),
     (TINY_MIXTRAL, Method.FULL, 3, 2, False, Attention.SDPA, ALL),
+    # QLoRA: bitsandbytes' real CPU kernels against its fake ones, the 4-bit matmul allocating as on CUDA both times
+    (TINY_LLAMA, Method.QLORA, 0, 1, True, Attention.SDPA, ALL),
+    (TINY_LLAMA, Method.QLORA, 2, 2, False, Attention.EAGER, QV),
 ]
 
 
@@ -97,7 +100,8 @@ def test_a_fake_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method
 # the memory model: the logits peak, the ZeRO-0 step transient, a ZeRO-2 partition over 4 ranks, eager
 # attention's softmax backward under checkpointing, Gemma 2's eager attention and soft-capping, the parameters
 # ZeRO-3 holds gathered (for a 1B model on 2 ranks, 80 % of them: a third of the peak), and ZeRO-1 over several
-# ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage.
+# ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage; and QLoRA
+# (4-bit weights dequantised by every matmul, the rest cast back to bf16 by DeepSpeed).
 REGRESSION_ROWS = [
     Row("Qwen/Qwen2.5-0.5B", TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=1024)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024)),
@@ -108,6 +112,7 @@ REGRESSION_ROWS = [
                                           gradient_checkpointing=False)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.LORA, sequence_length=1024, zero_stage=3), 2),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024, zero_stage=1), 4),
+    Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024)),
 ]
 
 

@@ -217,8 +217,10 @@ def test_fit_gives_a_likely_range_says_tight_and_honours_a_margin() -> None:
     assert tunefleet(*job, "--gpu", "h100-sxm-80gb", "--margin", "15%").returncode == 0
     bad = tunefleet(*job, "--gpu", "h100-sxm-80gb", "--margin", "150%")
     assert bad.returncode == 2 and "--margin" in bad.stderr
-    quantised = json.loads(tunefleet(*job[:4], "qlora", *job[5:], "--gpu", "h100-sxm-80gb").stdout)
-    assert "bitsandbytes is not simulated" in quantised["band_basis"]
+    qlora = json.loads(tunefleet(*job[:4], "qlora", *job[5:], "--gpu", "h100-sxm-80gb").stdout)
+    assert "make bench-simulate" in qlora["band_basis"]  # simulated with bitsandbytes' kernels under fake tensors
+    int8 = json.loads(tunefleet(*job[:4], "lora-8bit", *job[5:], "--gpu", "h100-sxm-80gb").stdout)
+    assert "8-bit bitsandbytes is not simulated" in int8["band_basis"]
 
 
 def test_an_inference_fit_sizes_weights_and_the_kv_cache_of_a_batch(planner_address: str) -> None:
