@@ -36,9 +36,11 @@ def check_host(cfg: RunConfig, host: Host) -> None:
     """Refuse what this host cannot run before anything is loaded; HostError says what to change."""
     t = cfg.training
     if not host.has_gpu:
-        if t.method in (Method.QLORA, Method.LORA_8BIT):
-            raise HostError(f"training.method: {t.method.value} quantises weights with bitsandbytes, which needs a "
-                            "CUDA GPU and this host has none; use method lora (or full) on a CPU host")
+        if t.method in (Method.QLORA, Method.LORA_8BIT) and t.zero_stage == 3:
+            # bitsandbytes' CPU 4-bit layers repack their weights for CPU inference and fail to save them under
+            # ZeRO-3 (bitsandbytes 0.50: Linear4bit._save_to_state_dict); ZeRO 0-2 train and checkpoint
+            raise HostError(f"training.zero_stage: {t.method.value} under ZeRO-3 needs a CUDA GPU (bitsandbytes' "
+                            "CPU kernels cannot checkpoint it); use ZeRO 0-2 on a CPU host")
         if t.precision is Precision.FP16:
             raise HostError("training.precision: fp16 mixed precision needs a CUDA GPU; use bf16 or fp32 on a CPU host")
         if t.attention is Attention.FLASH:
@@ -119,7 +121,9 @@ def _layout(t: TrainingSpec) -> dict[str, Any]:
 def _pretrained(cfg: RunConfig, bnb_config: Any) -> Any:
     kwargs = _layout(cfg.training)
     if bnb_config is not None:
-        kwargs.update(quantization_config=bnb_config, device_map={"": torch.cuda.current_device()})
+        kwargs["quantization_config"] = bnb_config
+        if cfg.training.zero_stage < 3:  # ZeRO-3 places (and partitions) the weights itself; transformers refuses both
+            kwargs["device_map"] = {"": torch.cuda.current_device() if torch.cuda.is_available() else "cpu"}
     model: Any = _auto_class(load_config(cfg)).from_pretrained(cfg.model_path, **kwargs)
     model.config.use_cache = False
     return model

@@ -22,9 +22,11 @@ from tunefleet.v1 import plan_pb2, progress_pb2, training_pb2
 from common.wait import wait_until
 from contract.errors import HostError, PlanError
 from contract.progress import read_events
+from contract.training import training_from_proto
 from devtools.tiny import LINEAR_MODULES, counting_text, make_plan, write_plan
 from executor.training import checkpoint
 from executor.training.launcher import train
+from executor.training.model import quantization
 from tests.integration.training_helpers import exported as exported_tensors
 from tests.integration.training_helpers import logits as _logits
 from tests.integration.training_helpers import wait_for_phase as _wait_for
@@ -88,6 +90,33 @@ def test_training_learns_and_exports_what_it_trained(tiny_model: Path, counting_
     torch.testing.assert_close(_logits(exported, ids), _logits(rebuilt, ids), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(_logits(exported, ids), _logits(base, ids), atol=1e-3)
     assert transformers.AutoTokenizer.from_pretrained(out / "final").chat_template
+
+
+@pytest.mark.parametrize(("method", "zero_stage", "ranks"), [
+    (training_pb2.METHOD_QLORA, 0, 1), (training_pb2.METHOD_LORA_8BIT, 2, 2),
+], ids=["qlora-zero0-1rank", "lora8bit-zero2-2ranks"])
+def test_quantised_training_learns_on_the_cpu_and_exports_its_adapter(tiny_model: Path, counting_data: Path,
+                                                                      tmp_path: Path, method: int, zero_stage: int,
+                                                                      ranks: int) -> None:
+    """The executor's bitsandbytes path for real (bitsandbytes' CPU kernels): the base loaded quantised,
+    prepare_model_for_kbit_training, DeepSpeed, checkpoints, the adapter exported."""
+    out = tmp_path / "run"
+    plan = make_plan(tiny_model, counting_data, out, method=method, zero_stage=zero_stage, ranks=ranks, max_steps=24,
+                     checkpoint_every=12, precision=training_pb2.PRECISION_BF16)
+    result = train(write_plan(plan, tmp_path / "plan.json"), progress_interval_s=0)
+
+    assert result.succeeded, result.last_event.message
+    events = read_events(out / "progress.jsonl")
+    losses = [e.loss for e in events if e.phase == progress_pb2.PHASE_TRAINING]
+    assert len(losses) == 24
+    assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
+    assert [e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING] == [12, 24]
+    base = transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_model, quantization_config=quantization(training_from_proto(plan.training, ranks)), device_map={"": "cpu"})
+    ids = torch.tensor([[2, 8, 9, 10, 11, 12, 13]])
+    before = _logits(base, ids)
+    tuned = PeftModel.from_pretrained(base, out / "final")
+    assert not torch.allclose(_logits(tuned, ids), before, atol=1e-3)
 
 
 def _group_gone(pgid: int) -> bool:
@@ -174,12 +203,21 @@ def test_sigkill_after_a_checkpoint_resumes_to_the_same_end_bit_for_bit(
     assert resumed_losses == {k: straight_losses[k] for k in resumed_losses}
 
 
+def _zero3(plan: plan_pb2.Plan, method: int) -> None:
+    plan.training.method, plan.training.zero_stage = method, 3
+    config = json.loads(plan.deepspeed_config_json)
+    config["zero_optimization"]["stage"] = 3
+    plan.deepspeed_config_json = json.dumps(config)
+
+
 @pytest.mark.parametrize(("change", "error", "words"), [
     (lambda p, d: setattr(p.dataset, "local_path", str(d / "missing.jsonl")), PlanError, "does not exist"),
     (lambda p, d: setattr(p.dataset, "local_path", str((d / "empty.jsonl").resolve())), PlanError, "no records"),
     (lambda p, d: p.training.lora.target_modules.append("c_attn"), PlanError, "c_attn not in this model"),
     (lambda p, d: setattr(p.training, "sequence_length", 0), PlanError, "training.sequence_length"),
-    (lambda p, d: setattr(p.training, "method", training_pb2.METHOD_QLORA), HostError, "needs a CUDA GPU"),
+    (lambda p, d: _zero3(p, training_pb2.METHOD_QLORA), HostError, "qlora under ZeRO-3 needs a CUDA GPU"),
+    (lambda p, d: setattr(p.training, "precision", training_pb2.PRECISION_FP16), HostError,
+     "fp16 mixed precision needs a CUDA GPU"),
 ])
 def test_bad_plans_fail_before_training(tiny_model: Path, counting_data: Path, tmp_path: Path, change: object,
                                         error: type[Exception], words: str) -> None:
