@@ -117,6 +117,7 @@ def quantised(model: Any, bnb_config: Any) -> Any:
             if original.bias is not None:
                 module.bias = original.bias
     quantizer.postprocess_model(model)
+    model.hf_quantizer = quantizer  # as from_pretrained leaves it (Trainer checks the model is trainable with it)
     return model
 
 

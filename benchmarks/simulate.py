@@ -47,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.quantised import dynamic_map_built, gemm_4bit_as_on_cuda, quantised  # noqa: E402
+from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -57,6 +58,7 @@ from contract.schema import (  # noqa: E402
     LoraSpec,
     Method,
     Objective,
+    Recipe,
     TrainingSpec,
 )
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
@@ -293,16 +295,51 @@ def _objective(t: TrainingSpec, engine: Any, config: Any, ds_config: dict[str, A
     return replace(plain, reference=dpo.frozen_copy(from_config(config, t), ds_config))
 
 
+def _executor_peaks(model: Any, t: TrainingSpec, config: Any, ds_config: dict[str, Any], counter: LiveBytes,
+                    modules: ModuleStack, steps: int) -> list[Peak]:
+    """`steps` steps of the executor's DeepSpeed engine; each step's peak."""
+    import deepspeed
+
+    from executor.training.objective import Batch
+
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config,
+                                      model_parameters=[p for p in model.parameters() if p.requires_grad])
+    objective = _objective(t, engine, config, ds_config)
+    modules.name(engine)
+    vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
+    step_peaks = []
+    for _ in range(steps):
+        counter.peak = Peak(counter.live_bytes)
+        tensors = _batch(t, vocab)
+        # Trainer._micro_step, phase by phase: its StepLoss (the loss and its graph's nodes) lives through step.
+        # Python's cyclic collector runs by object counts, which fake tensors (Python objects) inflate: it is
+        # off during a step and run between steps, on real and fake tensors alike, so a tensor a reference
+        # cycle held would be counted the same way in both.
+        gc.collect()
+        gc.disable()
+        try:
+            counter.set_phase("forward")
+            step = objective.loss(engine, Batch(tensors, tensors["input_ids"].numel()))
+            counter.set_phase("backward")
+            engine.backward(step.loss)
+            counter.set_phase("step")
+            engine.step()
+            del step, tensors
+        finally:
+            gc.enable()
+        counter.set_phase("init")
+        step_peaks.append(counter.peak)
+    return step_peaks
+
+
 def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, *, fake: bool = True,
              steps: int = 2) -> Simulated:
     """Run `steps` executor training steps of the model `config_json` (a config.json's dict) and count live bytes."""
-    import deepspeed
     import peft  # noqa: F401 - imported before the count and fake mode: its modules make tensors as they load
     import transformers
     from transformers.integrations import HfDeepSpeedConfig
 
     from executor.training.model import from_config, prepare_model, quantization
-    from executor.training.objective import Batch
 
     started = time.perf_counter()
     config = transformers.AutoConfig.for_model(**config_json)
@@ -315,10 +352,11 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         fake_mode.enter_context(_swappable(mode))
         fake_mode.enter_context(mode)
         fake_mode.enter_context(_Scalars())
-    step_peaks = []
     if t.method is Method.QLORA:
         dynamic_map_built()
-    with _functional_restored(), _process_group(world_size), _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
+    # the executor's ranks join a process group; transformers' Trainer on one GPU runs without one
+    ranks = _process_group(world_size) if t.recipe is Recipe.TUNEFLEET else contextlib.nullcontext()
+    with _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
             modules, gemm_4bit_as_on_cuda() if t.method is Method.QLORA else contextlib.nullcontext():
         torch.manual_seed(0)
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
@@ -326,35 +364,15 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         bnb_config = quantization(t)
         if bnb_config is not None:
             model = quantised(model, bnb_config)
-        model = prepare_model(model, t, quantized=bnb_config is not None)
-        engine, *_ = deepspeed.initialize(model=model, config=ds_config,
-                                          model_parameters=[p for p in model.parameters() if p.requires_grad])
-        objective = _objective(t, engine, config, ds_config)
-        del zero3_loading
-        modules.name(engine)
         vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
-        for _ in range(steps):
-            counter.peak = Peak(counter.live_bytes)
-            tensors = _batch(t, vocab)
-            # Trainer._micro_step, phase by phase: its StepLoss (the loss and its graph's nodes) lives through step.
-            # Python's cyclic collector runs by object counts, which fake tensors (Python objects) inflate: it is
-            # off during a step and run between steps, on real and fake tensors alike, so a tensor a reference
-            # cycle held would be counted the same way in both.
-            gc.collect()
-            gc.disable()
-            try:
-                counter.set_phase("forward")
-                step = objective.loss(engine, Batch(tensors, tensors["input_ids"].numel()))
-                counter.set_phase("backward")
-                engine.backward(step.loss)
-                counter.set_phase("step")
-                engine.step()
-                del step, tensors
-            finally:
-                gc.enable()
-            counter.set_phase("init")
-            step_peaks.append(counter.peak)
-        del engine, model
+        if t.recipe is Recipe.HF_TRAINER:
+            model = hf_trainer_model(model, t, quantized=bnb_config is not None)
+            modules.name(model)
+            step_peaks = hf_trainer_peaks(model, t, vocab, counter, steps)
+        else:
+            model = prepare_model(model, t, quantized=bnb_config is not None)
+            step_peaks = _executor_peaks(model, t, config, ds_config, counter, modules, steps)
+        del zero3_loading, model
     peak = max(step_peaks, key=lambda p: p.bytes)
     return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
                      tuple(p.bytes for p in step_peaks), time.perf_counter() - started)
@@ -375,7 +393,8 @@ class Row:
             reference = "precomputed" if t.dpo.precompute_reference else "copy" if t.uses_reference_model else \
                 "adapter-off"
             objective = f"dpo({reference}) "
-        return (f"{self.model.split('/')[-1]} {objective}{t.method.value}{'[' + targets + ']' if targets else ''} "
+        recipe = "" if t.recipe is Recipe.TUNEFLEET else f"{t.recipe.value} "
+        return (f"{recipe}{self.model.split('/')[-1]} {objective}{t.method.value}{'[' + targets + ']' if targets else ''} "
                 f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
                 f"{t.attention.value} z{t.zero_stage} x{self.world_size}")
 

@@ -32,6 +32,7 @@ OFFLOADS = spellings(training_pb2.Offload, "OFFLOAD_")
 OPTIMIZERS = spellings(training_pb2.Optimizer, "OPTIMIZER_")
 ATTENTIONS = spellings(training_pb2.Attention, "ATTENTION_")
 LOSSES = spellings(training_pb2.Loss, "LOSS_")
+RECIPES = spellings(training_pb2.Recipe, "RECIPE_")
 DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
 OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
 RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
@@ -79,6 +80,10 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                    help="gradient checkpointing (default on)")
     b.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
     b.add_argument("--loss", choices=LOSSES, default="standard", help="chunked: fused/chunked cross-entropy")
+    b.add_argument("--recipe", choices=RECIPES, default="tunefleet",
+                   help="the trainer the job runs with: tunefleet (the executor, DeepSpeed + PEFT; the default) or "
+                        "hf-trainer (transformers' Trainer + PEFT without DeepSpeed, bf16 autocast; planned, not run "
+                        "by the executor)")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")
@@ -96,7 +101,7 @@ def training_spec(a: argparse.Namespace) -> training_pb2.TrainingSpec:
         method=METHODS[a.method], optimizer=OPTIMIZERS[a.optimizer],
         precision=PRECISIONS[a.precision] if a.precision else training_pb2.PRECISION_UNSPECIFIED,
         offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
-        loss=LOSSES[a.loss], micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
+        loss=LOSSES[a.loss], recipe=RECIPES[a.recipe], micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
         gradient_accumulation_steps=a.grad_accum,
         objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,
         dpo_reference_model=a.dpo_ref_model, image_tokens=a.image_tokens, train_vision_tower=a.train_vision,

@@ -80,6 +80,13 @@ class Attention(enum.Enum):
     FLASH = "flash"
 
 
+class Recipe(enum.Enum):
+    """The trainer a plan describes (training.proto: Recipe)."""
+
+    TUNEFLEET = "tunefleet"
+    HF_TRAINER = "hf-trainer"
+
+
 class Loss(enum.Enum):
     STANDARD = "standard"
     CHUNKED = "chunked"
@@ -283,6 +290,7 @@ class TrainingSpec:
     image_tokens: int = 0
     freeze_trainable_layers: int = 0
     dpo: DpoSpec = field(default_factory=DpoSpec)
+    recipe: Recipe = Recipe.TUNEFLEET
 
     __hash__ = _hash_once
     __getstate__ = _without_hash

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from contract.schema import Architecture, Attention, Family, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
+from planner import recipes
 from planner.architecture import LAYER_NORM_FAMILIES, norms_per_layer, qk_norm_rows
 from planner.parameters import ParameterSplit
 
@@ -297,7 +298,8 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         # holds the softmax's fp32 S x S tensors beside what the layer saved before its scores
         if eager:
             eager += int(_before_scores_bytes_per_token(a, t, split) * tokens)
-        body = layers * b * h * tokens + max(per_layer, eager, logits) + outside
+        layer = per_layer + recipes.mlp_backward_bytes(a, t, tokens)
+        body = layers * b * h * tokens + max(layer, eager, logits) + outside
         logits_term = 0
     else:
         body = layers * per_layer + outside

@@ -19,9 +19,11 @@ from contract.schema import (
     Offload,
     Optimizer,
     Precision,
+    Recipe,
     TrainingSpec,
 )
 from planner import constants as k
+from planner import recipes
 from planner.activations import activation_terms
 from planner.architecture import (
     largest_layer_params,
@@ -204,10 +206,11 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
 @memo(MEMORY_CACHE_ENTRIES)
 def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     """`per_gpu_memory` on `n` ranks, for any GPU."""
+    recipes.check(a, t, n)
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
 
-    weights: float = weight_storage_bytes(split, t)
+    weights: float = weight_storage_bytes(split, t) + recipes.upcast_weight_bytes(split.total, split.quantised, t)
     if t.uses_reference_model:
         weights *= 2  # a frozen reference copy stored like the policy's base weights
     adapter: float = split.adapter * dense_bytes
@@ -233,7 +236,14 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         optimizer = 0
 
     step = optimizer_step_bytes(t, split.trainable, n)
-    activations, logits, forward_end = activation_terms(a, t, split)
+    if t.recipe is Recipe.HF_TRAINER:
+        adapter = split.adapter * recipes.HF_ADAPTER_BYTES
+        grads = split.trainable * recipes.HF_ADAPTER_BYTES
+        optimizer = split.trainable * recipes.HF_ADAMW_STATE_BYTES
+        step = split.trainable * recipes.HF_ADAMW_STEP_BYTES
+    activations, logits, forward_end = activation_terms(
+        a, replace(t, precision=Precision.FP32) if recipes.fp32_stream(t) else t, split)
+    activations += recipes.head_copy_bytes(a, t)
     buffers = _deepspeed_buffer_bytes(t, split, n)
     # DeepSpeed frees the gradients at every step under ZeRO 0-1 (simulated), so backward builds them as it frees the
     # activations — in a step's first micro-batch only: with gradient accumulation the later micro-batches start

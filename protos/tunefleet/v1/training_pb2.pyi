@@ -57,6 +57,12 @@ class Loss(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOSS_UNSPECIFIED: _ClassVar[Loss]
     LOSS_STANDARD: _ClassVar[Loss]
     LOSS_CHUNKED: _ClassVar[Loss]
+
+class Recipe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECIPE_UNSPECIFIED: _ClassVar[Recipe]
+    RECIPE_TUNEFLEET: _ClassVar[Recipe]
+    RECIPE_HF_TRAINER: _ClassVar[Recipe]
 METHOD_UNSPECIFIED: Method
 METHOD_FULL: Method
 METHOD_LORA: Method
@@ -87,6 +93,9 @@ ATTENTION_FLASH: Attention
 LOSS_UNSPECIFIED: Loss
 LOSS_STANDARD: Loss
 LOSS_CHUNKED: Loss
+RECIPE_UNSPECIFIED: Recipe
+RECIPE_TUNEFLEET: Recipe
+RECIPE_HF_TRAINER: Recipe
 
 class LoraSpec(_message.Message):
     __slots__ = ("rank", "alpha", "dropout", "target_modules")
@@ -113,7 +122,7 @@ class DpoSpec(_message.Message):
     def __init__(self, beta: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., sft_weight: _Optional[float] = ..., precompute_reference: _Optional[bool] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo")
+    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_QUANT_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +142,7 @@ class TrainingSpec(_message.Message):
     IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FREEZE_TRAINABLE_LAYERS_FIELD_NUMBER: _ClassVar[int]
     DPO_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     method: Method
     lora: LoraSpec
     double_quant: bool
@@ -152,7 +162,8 @@ class TrainingSpec(_message.Message):
     image_tokens: int
     freeze_trainable_layers: int
     dpo: DpoSpec
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ...) -> None: ...
+    recipe: Recipe
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
     __slots__ = ("dataset_tokens", "epochs", "max_steps")
