@@ -394,7 +394,8 @@ class Row:
                 "adapter-off"
             objective = f"dpo({reference}) "
         recipe = "" if t.recipe is Recipe.TUNEFLEET else f"{t.recipe.value} "
-        return (f"{recipe}{self.model.split('/')[-1]} {objective}{t.method.value}{'[' + targets + ']' if targets else ''} "
+        adapted = f"[{targets}]" if targets else ""
+        return (f"{recipe}{self.model.split('/')[-1]} {objective}{t.method.value}{adapted} "
                 f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
                 f"{t.attention.value} z{t.zero_stage} x{self.world_size}")
 
