@@ -488,6 +488,22 @@ def _rows() -> list[Row]:
              Row("Qwen/Qwen2.5-7B", spec(qlora, 4, 512, ckpt=False)),
              Row("google/gemma-2-9b", spec(qlora, 1, 2048, attn=eager)),
              Row("meta-llama/Llama-3.1-70B", spec(qlora, 1, 2048))]
+    # hf-trainer: transformers' Trainer + PEFT on one GPU under bf16 autocast (benchmarks/recipes.py); the first row
+    # is the configuration of the fms-acceleration baseline-peft-bnb measurement (public_measurements.csv row 26)
+    qkvo = LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj"), rank=16, alpha=32)
+
+    def hf(t: TrainingSpec) -> TrainingSpec:
+        return replace(t, recipe=Recipe.HF_TRAINER)
+
+    rows += [Row("mistralai/Mistral-7B-v0.3", hf(spec(qlora, 4, 4096, lora_spec=qkvo))),
+             Row("mistralai/Mistral-7B-v0.3", hf(spec(qlora, 1, 1024, lora_spec=qkvo))),
+             Row("mistralai/Mistral-7B-v0.3", hf(spec(lora, 1, 2048, lora_spec=qkvo))),
+             Row("meta-llama/Llama-3.1-8B", hf(spec(qlora, 1, 2048))),
+             Row("meta-llama/Llama-3.1-8B", hf(spec(lora, 2, 2048))),
+             Row("Qwen/Qwen2.5-7B", hf(spec(qlora, 2, 2048))),
+             Row("Qwen/Qwen3-8B", hf(spec(qlora, 1, 4096, lora_spec=q_v))),
+             Row("meta-llama/Llama-3.2-1B", hf(spec(qlora, 8, 2048))),
+             Row("meta-llama/Llama-3.1-70B", hf(spec(qlora, 1, 2048)))]
     return rows
 
 

@@ -16,12 +16,14 @@ from contract.schema import (
     Objective,
     Offload,
     Precision,
+    Recipe,
     TrainingSpec,
 )
-from planner import calibration
+from planner import calibration, recipes
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
 from planner.confidence import Band, band
+from planner.errors import UnsupportedError
 from planner.memo import memo
 from planner.memory import MEMORY_CACHE_ENTRIES, HostBreakdown, MemoryBreakdown, gpu_memory, host_memory, per_gpu_memory
 from planner.parameters import parameter_split
@@ -168,6 +170,8 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
                 best_mb: int) -> tuple[Suggestion, ...]:
     found: list[Suggestion] = []
     for change, reason, t2, hw2 in _variants(model, t, hw, catalog, best_mb):
+        if not recipes.covers(model.architecture, t2, hw2.world_size):
+            continue
         ok, gpu, _ = _fits(model, t2, hw2)
         ok = ok and hw2.gpu.runs(t2.precision)
         found.append(Suggestion(change, reason, gpu.total_bytes, ok, t2, hw2))
@@ -175,16 +179,22 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
     return tuple(fitting) if fitting else tuple(sorted(found, key=lambda s: s.per_gpu_total_bytes)[:3])
 
 
-def _kbit_amp_note(model: ModelSpec, t: TrainingSpec, layers: int) -> str:
-    """The figures are for tunefleet's executor, where DeepSpeed trains the whole module in bf16. The PEFT recipe
-    under HF Trainer AMP (prepare_model_for_kbit_training) upcasts the embeddings, so the residual stream and each
-    checkpointed layer's input are fp32: 2 more bytes per hidden unit, token and layer. Measured: fms-acceleration
-    baseline-peft-bnb rows 26/27/31/34 of benchmarks/data/public_measurements.csv, -14..-26 % on
-    max_memory_allocated without this term, within 4 % with it."""
-    tokens = t.sequences_per_micro_batch * t.sequence_length
-    extra = layers * 2 * model.architecture.hidden_size * tokens
-    return (f"trained with HF Trainer + PEFT prepare_model_for_kbit_training (AMP) instead of tunefleet's executor, "
-            f"the fp32 residual stream adds about {gib(extra)} per GPU")
+def _hf_trainer_note(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> str | None:
+    """The figures are for tunefleet's executor, where DeepSpeed trains the whole module in bf16; under transformers'
+    Trainer, PEFT's prepare_model_for_kbit_training keeps the rest of a QLoRA model and its activations in fp32
+    (planner/recipes.py). None where the hf-trainer model does not cover the job."""
+    hf = replace(t, recipe=Recipe.HF_TRAINER)
+    try:
+        total = per_gpu_memory(model, hf, hw).total_bytes
+    except UnsupportedError:
+        return None
+    return (f"trained with transformers' Trainer + PEFT (--recipe hf-trainer) instead of tunefleet's executor, it "
+            f"needs {gib(total)} per GPU: fp32 non-4-bit weights and activations (prepare_model_for_kbit_training)")
+
+
+HF_TRAINER_NOTE = ("recipe hf-trainer: planned as transformers' Trainer + PEFT runs the job (simulated, make "
+                   "bench-simulate); tunefleet's executor runs its own recipe and refuses this plan: plan with "
+                   "--recipe tunefleet to run it on the fleet")
 
 
 def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
@@ -237,8 +247,10 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(f"{hw.gpu.display_name} has no bf16 support: use --precision fp16")
     if t.method is Method.QLORA and hw.gpu.vendor != "nvidia":
         notes.append("bitsandbytes 4-bit kernels target NVIDIA GPUs; QLoRA support elsewhere is experimental")
-    if t.method in (Method.QLORA, Method.LORA_8BIT) and t.gradient_checkpointing:
-        notes.append(_kbit_amp_note(model, t, split.trainable_decoder_layers))
+    if t.recipe is Recipe.HF_TRAINER:
+        notes.append(HF_TRAINER_NOTE)
+    elif t.method is Method.QLORA and (hf_note := _hf_trainer_note(model, t, hw)) is not None:
+        notes.append(hf_note)
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
     if t.precision is Precision.BF16_PURE:

@@ -50,6 +50,15 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
                                        f"{a.family.value}; plan it with recipe tunefleet")
 
 
+def covers(a: Architecture, t: TrainingSpec, world_size: int) -> bool:
+    """Whether `check` passes: the layouts a search may try for the recipe."""
+    try:
+        check(a, t, world_size)
+    except UnsupportedError:
+        return False
+    return True
+
+
 def fp32_stream(t: TrainingSpec) -> bool:
     """Whether the step's activations are fp32 (hf-trainer QLoRA: prepare_model_for_kbit_training)."""
     return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA

@@ -12,6 +12,7 @@ from planner.catalog import Catalog
 from planner.estimate import Estimate, calibrated, estimate
 from planner.fit import FitResult, fit, max_micro_batch
 from planner.memo import memo
+from planner import recipes
 from planner.memory import MEMORY_CACHE_ENTRIES, host_memory
 
 GPU_COUNTS = (1, 2, 4, 8)
@@ -139,7 +140,10 @@ def _best_layout(model: ModelSpec, base: TrainingSpec, hw: Hardware,
     best: _Option | None = None
     host_blocked = False
     global_batch = base.micro_batch_size * base.gradient_accumulation_steps
-    layouts = _layout_specs(base, hw.world_size)
+    layouts = tuple(layout for layout in _layout_specs(base, hw.world_size)
+                    if recipes.covers(model.architecture, layout, hw.world_size))
+    if not layouts:
+        return None, Rejected.DOES_NOT_FIT, f"recipe {base.recipe.value} is not modelled on this layout", 0
     for layout in layouts:
         mb = min(max_micro_batch(model, layout, hw), base.micro_batch_size)
         if mb == 0:

@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
-from contract.schema import Hardware, Method, Precision, TrainingSpec
+from dataclasses import replace
+
+from common.units import gib
+from contract.schema import Hardware, Method, Precision, Recipe, TrainingSpec
 from planner.catalog import default_catalog
-from planner.fit import BF16_PURE_NOTE, fit, suggestions
+from planner.fit import BF16_PURE_NOTE, HF_TRAINER_NOTE, fit, suggestions
+from planner.memory import per_gpu_memory
 
 
-def _kbit_notes(method: Method) -> list[str]:
+def _hf_notes(method: Method) -> tuple[list[str], int]:
     catalog = default_catalog()
     model = catalog.model("mistralai/Mistral-7B-v0.1")
     t = TrainingSpec(method=method, micro_batch_size=4, sequence_length=4096, gradient_checkpointing=True)
-    return [n for n in fit(model, t, Hardware(gpu=catalog.gpu("a100-80gb")), catalog).notes
-            if "prepare_model_for_kbit_training" in n]
+    hw = Hardware(gpu=catalog.gpu("a100-80gb"))
+    hf_total = per_gpu_memory(model, replace(t, recipe=Recipe.HF_TRAINER), hw).total_bytes
+    return [n for n in fit(model, t, hw, catalog).notes if "--recipe hf-trainer" in n], hf_total
 
 
-def test_qlora_notes_the_fp32_residual_stream_of_the_peft_amp_recipe() -> None:
-    # 32 layers x 2 bytes x 4096 hidden x 16384 tokens = 4.0 GiB
-    assert _kbit_notes(Method.QLORA) == [
-        "trained with HF Trainer + PEFT prepare_model_for_kbit_training (AMP) instead of tunefleet's executor, "
-        "the fp32 residual stream adds about 4.0 GiB per GPU"]
+def test_qlora_notes_what_the_same_job_needs_under_transformers_trainer() -> None:
+    notes, hf_total = _hf_notes(Method.QLORA)
+    assert notes == [f"trained with transformers' Trainer + PEFT (--recipe hf-trainer) instead of tunefleet's "
+                     f"executor, it needs {gib(hf_total)} per GPU: fp32 non-4-bit weights and activations "
+                     "(prepare_model_for_kbit_training)"]
 
 
 def test_lora_has_no_such_note() -> None:
-    assert _kbit_notes(Method.LORA) == []
+    assert _hf_notes(Method.LORA)[0] == []
+
+
+def test_a_hf_trainer_plan_says_the_executor_does_not_run_it() -> None:
+    catalog = default_catalog()
+    t = TrainingSpec(method=Method.QLORA, recipe=Recipe.HF_TRAINER)
+    result = fit(catalog.model("meta-llama/Llama-3.1-8B"), t, Hardware(gpu=catalog.gpu("l4")), catalog)
+    assert HF_TRAINER_NOTE in result.notes and "--recipe tunefleet" in HF_TRAINER_NOTE
+    assert not any("instead of tunefleet's executor" in n for n in result.notes)
 
 
 def test_bf16_pure_is_answered_with_a_note_that_the_executor_runs_bf16_instead() -> None:

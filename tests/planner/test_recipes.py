@@ -1,0 +1,73 @@
+"""The hf-trainer recipe's memory model (planner/recipes.py) against the executor's, term by term, and the jobs it
+does not cover refused by name. Its totals are held to Trainer.train() itself, simulated (make bench-simulate)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Recipe, TrainingSpec
+from contract.training import training_from_proto, training_to_proto
+from planner.catalog import default_catalog
+from planner.errors import UnsupportedError
+from planner.memory import gpu_memory
+from planner.parameters import parameter_split
+
+CATALOG = default_catalog()
+LLAMA = CATALOG.model("meta-llama/Llama-3.1-8B").architecture
+EVERY = LoraSpec(target_modules=(ALL_LINEAR,))
+
+
+def _both(t: TrainingSpec) -> tuple:
+    return gpu_memory(LLAMA, t, 1), gpu_memory(LLAMA, replace(t, recipe=Recipe.HF_TRAINER), 1)
+
+
+def test_lora_under_the_trainer_holds_what_the_executor_holds_with_fp32_adapters() -> None:
+    ours, theirs = _both(TrainingSpec(method=Method.LORA, micro_batch_size=2, lora=EVERY))
+    assert (theirs.weights_bytes, theirs.activations_bytes) == (ours.weights_bytes, ours.activations_bytes)
+    # 4 + 4 + 8 bytes a trainable parameter against DeepSpeed's 2 + 2 + 12
+    held = [b.adapter_bytes + b.gradients_bytes + b.optimizer_bytes for b in (ours, theirs)]
+    assert held[0] == held[1]
+    assert theirs.adapter_bytes == 2 * ours.adapter_bytes  # fp32, not bf16
+    assert theirs.gradients_bytes == 2 * ours.gradients_bytes
+    # AdamW's two fp32 states and no master copy: 8 bytes a parameter against DeepSpeed's 12
+    assert 3 * theirs.optimizer_bytes == 2 * ours.optimizer_bytes
+
+
+def test_qlora_under_the_trainer_keeps_the_rest_of_the_model_and_its_activations_in_fp32() -> None:
+    t = TrainingSpec(method=Method.QLORA, sequence_length=4096, lora=EVERY)
+    ours, theirs = _both(t)
+    split = parameter_split(LLAMA, t.method, t.lora, False, 0)
+    assert theirs.weights_bytes - ours.weights_bytes == 2 * (split.total - split.quantised)
+    # every checkpointed layer's input in fp32 and autocast's bf16 copy of the head, at least
+    fp32_inputs = 2 * LLAMA.hidden_size * 4096 * LLAMA.num_layers
+    head_copy = 2 * LLAMA.vocab_size * LLAMA.hidden_size
+    assert theirs.activations_bytes - ours.activations_bytes >= fp32_inputs + head_copy
+
+
+def test_the_recipe_round_trips_through_the_proto() -> None:
+    t = TrainingSpec(method=Method.QLORA, recipe=Recipe.HF_TRAINER)
+    assert training_from_proto(training_to_proto(t), 1).recipe is Recipe.HF_TRAINER
+    assert training_from_proto(training_to_proto(TrainingSpec()), 1).recipe is Recipe.TUNEFLEET
+
+
+@pytest.mark.parametrize(("model", "change", "ranks", "words"), [
+    ("meta-llama/Llama-3.1-8B", dict(method=Method.FULL), 1, "lora and qlora"),
+    ("meta-llama/Llama-3.1-8B", dict(zero_stage=2), 2, "one GPU without DeepSpeed"),
+    ("meta-llama/Llama-3.1-8B", dict(objective=Objective.DPO), 1, "supervised fine-tuning"),
+    ("meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, gradient_checkpointing=False), 1, "--grad-ckpt"),
+    ("bigcode/starcoder2-3b", {}, 1, "dense RMSNorm decoders"),
+    ("mistralai/Mixtral-8x7B-v0.1", {}, 1, "dense RMSNorm decoders"),
+])
+def test_what_the_trainer_model_does_not_cover_is_refused_by_name(model: str, change: dict, ranks: int,
+                                                                  words: str) -> None:
+    t = replace(TrainingSpec(recipe=Recipe.HF_TRAINER), **change)
+    with pytest.raises(UnsupportedError, match=words) as caught:
+        gpu_memory(CATALOG.model(model).architecture, t, ranks)
+    assert caught.value.field == "training.recipe"
+
+
+def test_the_executors_recipe_is_unchanged_by_the_trainers_terms() -> None:
+    t = TrainingSpec(method=Method.QLORA, lora=EVERY)
+    assert gpu_memory(LLAMA, t, 1) == gpu_memory(LLAMA, replace(t, recipe=Recipe.TUNEFLEET), 1)
