@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 
 from common.errors import AbandonedError
 from contract.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Precision, TrainingSpec, Workload
+from planner import recipes
 from planner.catalog import Catalog
 from planner.estimate import Estimate, calibrated, estimate
 from planner.fit import FitResult, fit, max_micro_batch
 from planner.memo import memo
-from planner import recipes
 from planner.memory import MEMORY_CACHE_ENTRIES, host_memory
 
 GPU_COUNTS = (1, 2, 4, 8)
