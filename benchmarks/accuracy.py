@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.common import RESULTS, print_table, write_csv
@@ -32,8 +32,10 @@ from contract.schema import (
     ModelSpec,
     Offload,
     Precision,
+    Recipe,
     TrainingSpec,
 )
+from planner import recipes
 from planner.catalog import Catalog, default_catalog
 from planner.memory import per_gpu_memory
 from planner.throughput import step_time
@@ -138,6 +140,15 @@ def _zero(r: dict[str, str], gpus: int) -> int:
     return 0
 
 
+def _recipe(r: dict[str, str], precision: Precision, gpus: int) -> Recipe:
+    """hf-trainer for a row trained with transformers' Trainer under autocast on one GPU without DeepSpeed or FSDP
+    and without a framework's own kernels (fms-acceleration's accelerated-peft plugins); tunefleet's model for the
+    rest (FSDP as ZeRO-3, bf16 weights without autocast as bf16-pure)."""
+    trainer = "hf trainer" in r["optimizer"].lower() or "sft_trainer" in r["notes"].lower()
+    plain = not r["zero_stage"].strip() and gpus == 1 and "accelerated" not in r["quant"].lower()
+    return Recipe.HF_TRAINER if trainer and plain and precision is Precision.BF16 else Recipe.TUNEFLEET
+
+
 def _gpu(r: dict[str, str], catalog: Catalog) -> Hardware:
     text = r["gpu"].lower()
     for pattern, name in _GPU_PATTERNS:
@@ -174,7 +185,10 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
         per_gpu_memory(model, t, hw)
     except SpecError as e:
         raise NotExpressibleError(str(e)) from e
-    label = f"{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
+    hf = replace(t, recipe=_recipe(r, t.precision, hw.world_size))
+    if recipes.covers(model.architecture, hf, hw.world_size):
+        t = hf
+    label = f"{'hf-trainer ' if t.recipe is Recipe.HF_TRAINER else ''}{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
             f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}"
     return Case(index, label, model, t, hw, _figure(r["notes"]), float(r["measured_peak_gib_per_gpu"]) * GiB,
                 float(r["measured_tokens_per_s"] or 0),

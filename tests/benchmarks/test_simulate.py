@@ -18,6 +18,7 @@ from contract.schema import (  # noqa: E402
     LoraSpec,
     Method,
     Objective,
+    Recipe,
     TrainingSpec,
 )
 from planner.architecture import config_json  # noqa: E402
@@ -95,6 +96,17 @@ def test_a_fake_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method
     assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
 
 
+# transformers' Trainer + PEFT (recipe hf-trainer): Trainer.train() itself, autocast and all, on real tensors and fake
+@pytest.mark.parametrize("method", [Method.LORA, Method.QLORA])
+def test_a_fake_hf_trainer_step_peaks_at_the_same_bytes_as_the_real_step(method: Method) -> None:
+    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, lora=ALL, recipe=Recipe.HF_TRAINER)
+    real = simulate(TINY_LLAMA, t, fake=False)
+    fake = simulate(TINY_LLAMA, t, fake=True)
+    assert fake.step_peak_bytes == real.step_peak_bytes
+    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
+    assert fake.by_phase["init"] < fake.peak_bytes
+
+
 # A handful of the benchmark's rows at a size the suite can afford (make bench-simulate runs the full-size table):
 # the planner's allocated prediction against the executor's own step, simulated. Each row exercises one part of
 # the memory model: the logits peak, the ZeRO-0 step transient, a ZeRO-2 partition over 4 ranks, eager
@@ -113,6 +125,8 @@ REGRESSION_ROWS = [
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.LORA, sequence_length=1024, zero_stage=3), 2),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024, zero_stage=1), 4),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024)),
+    Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024,
+                                                recipe=Recipe.HF_TRAINER)),
 ]
 
 
