@@ -188,7 +188,8 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
     hf = replace(t, recipe=_recipe(r, t.precision, hw.world_size))
     if recipes.covers(model.architecture, hf, hw.world_size):
         t = hf
-    label = f"{'hf-trainer ' if t.recipe is Recipe.HF_TRAINER else ''}{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
+    recipe = "hf-trainer " if t.recipe is Recipe.HF_TRAINER else ""
+    label = f"{recipe}{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
             f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}"
     return Case(index, label, model, t, hw, _figure(r["notes"]), float(r["measured_peak_gib_per_gpu"]) * GiB,
                 float(r["measured_tokens_per_s"] or 0),
