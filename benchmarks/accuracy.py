@@ -175,6 +175,11 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
     offload = r["offload"].lower()
     off = Offload.NONE if not offload or offload == "none" else (Offload.ALL if zero == 3 else Offload.OPTIMIZER)
     method = _method(r)
+    if method is Method.QLORA and model.architecture.num_experts:
+        # transformers 4 (every row here predates 5) kept each expert an nn.Linear, which bitsandbytes quantised;
+        # transformers 5 fuses them into 3-D tensors that stay bf16, and the planner models the executor's version
+        raise NotExpressibleError("QLoRA of a mixture of experts measured with per-expert linears (transformers 4); "
+                                  "transformers 5 leaves the fused experts unquantised")
     try:
         t = TrainingSpec(
             method=method, micro_batch_size=_int(r["micro_batch"] or "1"), sequence_length=_int(r["seq_len"]),

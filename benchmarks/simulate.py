@@ -487,7 +487,10 @@ def _rows() -> list[Row]:
              Row("mistralai/Mistral-7B-v0.3", spec(qlora, 1, 4096)),
              Row("Qwen/Qwen2.5-7B", spec(qlora, 4, 512, ckpt=False)),
              Row("google/gemma-2-9b", spec(qlora, 1, 2048, attn=eager)),
-             Row("meta-llama/Llama-3.1-70B", spec(qlora, 1, 2048))]
+             Row("meta-llama/Llama-3.1-70B", spec(qlora, 1, 2048)),
+             # a mixture of experts: bitsandbytes quantises the linears, not the fused 3-D expert tensors
+             Row("Qwen/Qwen1.5-MoE-A2.7B", spec(qlora, 1, 1024, lora_spec=q_v)),
+             Row("Qwen/Qwen3-30B-A3B", spec(qlora, 1, 2048))]
     # hf-trainer: transformers' Trainer + PEFT on one GPU under bf16 autocast (benchmarks/recipes.py); the first row
     # is the configuration of the fms-acceleration baseline-peft-bnb measurement (public_measurements.csv row 26)
     qkvo = LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj"), rank=16, alpha=32)

@@ -41,8 +41,9 @@ def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vi
     vision_trainable = arch.vision is not None and train_vision_tower
     linear_weights = sum(layer.count * layer.in_features * layer.out_features
                          for layer in lora_targets(arch, ("all-linear",), "training.lora.target_modules"))
-    expert_weights = arch.num_layers * arch.num_experts * 3 * arch.hidden_size * arch.intermediate_size
-    quantised = linear_weights + expert_weights if method in (Method.QLORA, Method.LORA_8BIT) else 0
+    # bitsandbytes quantises nn.Linear modules only (transformers' replace_with_bnb_linear): a mixture of experts'
+    # fused 3-D expert tensors (transformers 5) stay in bf16 (simulated: Qwen1.5-MoE QLoRA, 25.0 GiB of weights)
+    quantised = linear_weights if method in (Method.QLORA, Method.LORA_8BIT) else 0
     if method.uses_adapters:
         layers = tuple(layer for layer in lora_targets(arch, lora.target_modules, "training.lora.target_modules")
                        if layer.part == "decoder" or vision_trainable)

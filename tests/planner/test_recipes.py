@@ -71,3 +71,12 @@ def test_what_the_trainer_model_does_not_cover_is_refused_by_name(model: str, ch
 def test_the_executors_recipe_is_unchanged_by_the_trainers_terms() -> None:
     t = TrainingSpec(method=Method.QLORA, lora=EVERY)
     assert gpu_memory(LLAMA, t, 1) == gpu_memory(LLAMA, replace(t, recipe=Recipe.TUNEFLEET), 1)
+
+
+def test_qlora_quantises_the_linears_of_a_mixture_of_experts_not_its_expert_tensors() -> None:
+    mixtral = CATALOG.model("mistralai/Mixtral-8x7B-v0.1").architecture
+    split = parameter_split(mixtral, Method.QLORA, EVERY, False, 0)
+    experts = mixtral.num_layers * mixtral.num_experts * 3 * mixtral.hidden_size * mixtral.intermediate_size
+    # transformers' replace_with_bnb_linear swaps nn.Linear modules; the fused experts are 3-D parameters
+    assert split.quantised < split.total - experts
+    assert gpu_memory(mixtral, TrainingSpec(method=Method.QLORA, lora=EVERY), 1).weights_bytes >= 2 * experts
