@@ -59,7 +59,7 @@ def _fake_params4bit_class() -> type:
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         if (device is None or device == self.device) and (dtype is None or dtype == self.dtype):
             return self
-        raise NotImplementedError(f"a simulated 4-bit weight stays on {self.device} in {self.dtype}")
+        raise RuntimeError(f"a simulated 4-bit weight stays on {self.device} in {self.dtype}")
 
     def detach(self: Any) -> Any:
         detached = FakeTensor.detach(self)
@@ -103,7 +103,7 @@ def quantised(model: Any, bnb_config: Any) -> Any:
     from transformers.quantizers import AutoHfQuantizer
 
     if not bnb_config.load_in_4bit:
-        raise NotImplementedError("only 4-bit (QLoRA) weights are simulated")
+        raise ValueError("only 4-bit (QLoRA) weights are simulated; 8-bit LoRA is not")
     quantizer = AutoHfQuantizer.from_config(bnb_config, pre_quantized=False)
     dense = {name: module for name, module in model.named_modules() if type(module) is torch.nn.Linear}
     with unset_fake_temporarily():  # Linear4bit's meta weight is a Params4bit, which cannot wrap a fake tensor

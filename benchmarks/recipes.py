@@ -53,7 +53,7 @@ def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
     from executor.training.peft_config import lora_config
 
     if t.method not in (Method.LORA, Method.QLORA):
-        raise NotImplementedError(f"hf-trainer is simulated for lora and qlora, not {t.method.value}")
+        raise ValueError(f"hf-trainer is simulated for lora and qlora, not {t.method.value}")
     if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing)
     return get_peft_model(model, lora_config(t.lora, model))
