@@ -25,8 +25,8 @@ the fused kernel). The backward dequantises the weight in Python (autograd/_func
 functional.dequantize_4bit), which the fake kernels run as is.
 
 One more value read: bitsandbytes builds its 8-bit dynamic code table (for the nested absmax) from Python floats
-read off a tensor (functional.create_dynamic_map); it is built once on real tensors before fake mode
-(`dynamic_map_built`), where bitsandbytes caches it.
+read off a tensor (functional.create_dynamic_map); it is built on real tensors before fake mode and again after it
+(`real_dynamic_map`), where bitsandbytes caches it.
 """
 
 from __future__ import annotations
@@ -70,13 +70,18 @@ def _fake_params4bit_class() -> type:
     return type("Params4bit", (FakeTensor, bnb.nn.Params4bit), {"to": to, "detach": detach, "__module__": __name__})
 
 
-def dynamic_map_built() -> None:
-    """bitsandbytes' dynamic code table, built on real tensors (it reads its own values) and cached where
-    functional.quantize_blockwise looks for it; built afresh for each simulation, as quantize_blockwise caches its
-    copy on the weights' device there (a fake one under fake tensors)."""
+@contextlib.contextmanager
+def real_dynamic_map() -> Iterator[None]:
+    """bitsandbytes' dynamic code table on real tensors (it reads its own values), where functional.quantize_blockwise
+    looks for it, for a simulation and again after it: under fake tensors a fake copy of it ends up cached there,
+    which a later real run would read."""
     from bitsandbytes import functional
 
     functional.name2qmap["dynamic"] = functional.create_dynamic_map()
+    try:
+        yield
+    finally:
+        functional.name2qmap["dynamic"] = functional.create_dynamic_map()
 
 
 def _packed(dense: torch.Tensor, meta_weight: Any, params_class: type) -> torch.Tensor:
