@@ -67,6 +67,11 @@ def load_config(cfg: RunConfig) -> Any:
         raise PlanError("model.weights", f"cannot load a model config from {cfg.model_path!r}: {e}") from e
 
 
+def quantises(t: TrainingSpec) -> bool:
+    """Whether the plan loads its base weights with bitsandbytes."""
+    return t.method in (Method.QLORA, Method.LORA_8BIT)
+
+
 def quantization(t: TrainingSpec) -> Any:
     """The bitsandbytes quantisation a plan loads its base weights with (None: dense); benchmarks/simulate.py
     quantises its fake model with the same config."""
@@ -114,7 +119,7 @@ def _decoder_layers(model: Any, trainable: int) -> Any:
 def _layout(t: TrainingSpec) -> dict[str, Any]:
     """How the plan lays a model out, whether its weights are read or not: attention implementation and dtype (bf16
     under bitsandbytes, whose 4-bit weights are stored and computed in bf16: `quantization`)."""
-    dtype = torch.bfloat16 if t.method in (Method.QLORA, Method.LORA_8BIT) else _DTYPE[t.precision]
+    dtype = torch.bfloat16 if quantises(t) else _DTYPE[t.precision]
     return {"attn_implementation": _ATTENTION[t.attention], "dtype": dtype}
 
 
