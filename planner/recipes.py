@@ -15,7 +15,7 @@ hf-trainer (transformers' Trainer + PEFT, no DeepSpeed, one GPU, bf16 autocast, 
 
 from __future__ import annotations
 
-from contract.schema import Architecture, Family, Method, Objective, Recipe, TrainingSpec
+from contract.schema import Architecture, Family, Method, Objective, Offload, Recipe, TrainingSpec
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
 
@@ -36,7 +36,7 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     if t.method not in (Method.LORA, Method.QLORA):
         raise UnsupportedError(_FIELD, f"hf-trainer is modelled for lora and qlora so far, not {t.method.value}; "
                                        "plan it with recipe tunefleet")
-    if world_size > 1 or t.zero_stage or t.offload.value != "none":
+    if world_size > 1 or t.zero_stage or t.offload is not Offload.NONE:
         raise UnsupportedError(_FIELD, "hf-trainer is modelled on one GPU without DeepSpeed (ZeRO 0, no offload); "
                                        "plan several GPUs with recipe tunefleet")
     if t.objective is not Objective.SFT or a.vision is not None:
