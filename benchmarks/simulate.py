@@ -295,8 +295,8 @@ def _objective(t: TrainingSpec, engine: Any, config: Any, ds_config: dict[str, A
     return replace(plain, reference=dpo.frozen_copy(from_config(config, t), ds_config))
 
 
-def _executor_peaks(model: Any, t: TrainingSpec, config: Any, ds_config: dict[str, Any], counter: LiveBytes,
-                    modules: ModuleStack, steps: int) -> list[Peak]:
+def _executor_peaks(model: Any, t: TrainingSpec, config: Any, ds_config: dict[str, Any], vocab: int,
+                    counter: LiveBytes, modules: ModuleStack, steps: int) -> list[Peak]:
     """`steps` steps of the executor's DeepSpeed engine; each step's peak."""
     import deepspeed
 
@@ -306,7 +306,6 @@ def _executor_peaks(model: Any, t: TrainingSpec, config: Any, ds_config: dict[st
                                       model_parameters=[p for p in model.parameters() if p.requires_grad])
     objective = _objective(t, engine, config, ds_config)
     modules.name(engine)
-    vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
     step_peaks = []
     for _ in range(steps):
         counter.peak = Peak(counter.live_bytes)
@@ -370,7 +369,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
             step_peaks = hf_trainer_peaks(model, t, vocab, counter, steps)
         else:
             model = prepare_model(model, t, quantized=bnb_config is not None)
-            step_peaks = _executor_peaks(model, t, config, ds_config, counter, modules, steps)
+            step_peaks = _executor_peaks(model, t, config, ds_config, vocab, counter, modules, steps)
         del zero3_loading, model
     peak = max(step_peaks, key=lambda p: p.bytes)
     return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
