@@ -113,7 +113,8 @@ def test_a_fake_hf_trainer_step_peaks_at_the_same_bytes_as_the_real_step(method:
 # attention's softmax backward under checkpointing, Gemma 2's eager attention and soft-capping, the parameters
 # ZeRO-3 holds gathered (for a 1B model on 2 ranks, 80 % of them: a third of the peak), and ZeRO-1 over several
 # ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage; and QLoRA
-# (4-bit weights dequantised by every matmul, the rest cast back to bf16 by DeepSpeed).
+# under transformers' Trainer (4-bit weights dequantised by every matmul, the rest of the model and its residual
+# stream in fp32; the executor's QLoRA is held to real tensors in the matrix above and sized in make bench-simulate).
 REGRESSION_ROWS = [
     Row("Qwen/Qwen2.5-0.5B", TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=1024)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024)),
@@ -124,7 +125,6 @@ REGRESSION_ROWS = [
                                           gradient_checkpointing=False)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.LORA, sequence_length=1024, zero_stage=3), 2),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024, zero_stage=1), 4),
-    Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024,
                                                 recipe=Recipe.HF_TRAINER)),
 ]
