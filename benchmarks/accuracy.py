@@ -21,20 +21,8 @@ from pathlib import Path
 from benchmarks.common import RESULTS, print_table, write_csv
 from common.units import GiB
 from contract.errors import SpecError
-from contract.schema import (
-    ALL_LINEAR,
-    Architecture,
-    Attention,
-    Family,
-    Hardware,
-    LoraSpec,
-    Method,
-    ModelSpec,
-    Offload,
-    Precision,
-    Recipe,
-    TrainingSpec,
-)
+from contract.model import Architecture, Family, ModelSpec
+from contract.schema import ALL_LINEAR, Attention, Hardware, LoraSpec, Method, Offload, Precision, Recipe, TrainingSpec
 from planner import recipes
 from planner.catalog import Catalog, default_catalog
 from planner.memory import per_gpu_memory

@@ -3,30 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 from contract.errors import InvalidFieldError
 from contract.limits import MAX_TOKENS_PER_MICRO_BATCH
-
-
-class Family(enum.Enum):
-    LLAMA = "llama"
-    MISTRAL = "mistral"
-    MIXTRAL = "mixtral"
-    QWEN2 = "qwen2"
-    QWEN2_VL = "qwen2_vl"
-    QWEN3 = "qwen3"
-    OLMO2 = "olmo2"
-    QWEN3_MOE = "qwen3_moe"
-    GEMMA3 = "gemma3_text"
-    PHI = "phi"
-    QWEN2_MOE = "qwen2_moe"
-    GEMMA = "gemma"
-    GEMMA2 = "gemma2"
-    PHI3 = "phi3"
-    GPT2 = "gpt2"
-    STARCODER2 = "starcoder2"
+from contract.values import hash_once, positive, without_hash
 
 
 class Method(enum.Enum):
@@ -39,6 +20,11 @@ class Method(enum.Enum):
     @property
     def uses_adapters(self) -> bool:
         return self in (Method.LORA, Method.QLORA, Method.LORA_8BIT)
+
+    @property
+    def quantises(self) -> bool:
+        """Whether the base weights load quantised by bitsandbytes (4-bit NF4 or LLM.int8)."""
+        return self in (Method.QLORA, Method.LORA_8BIT)
 
 
 class Objective(enum.Enum):
@@ -101,129 +87,6 @@ class Interconnect(enum.Enum):
 ALL_LINEAR = "all-linear"
 
 
-def _positive(field_name: str, value: int | float) -> None:
-    if value <= 0:
-        raise InvalidFieldError(field_name, f"must be greater than 0, got {value}")
-
-
-def _hash_once(self: Any) -> int:
-    """Specs key the planner's caches: a frozen value is hashed once, not field by field at every lookup."""
-    cached: int | None = self.__dict__.get("_hash")
-    if cached is None:
-        cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
-        object.__setattr__(self, "_hash", cached)
-    return cached
-
-
-def _without_hash(self: Any) -> dict[str, object]:
-    """Pickled without the cached hash: string hashes differ between processes."""
-    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
-
-
-@dataclass(frozen=True)
-class VisionTower:
-    """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger."""
-
-    depth: int
-    embed_dim: int
-    num_heads: int
-    mlp_ratio: int
-    patch_size: int
-    temporal_patch_size: int
-    in_channels: int
-    spatial_merge_size: int
-    out_hidden_size: int
-
-    def __post_init__(self) -> None:
-        for name in ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size",
-                     "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size"):
-            _positive(f"model.architecture.vision.{name}", getattr(self, name))
-
-
-@dataclass(frozen=True)
-class Architecture:
-    family: Family
-    num_layers: int
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    head_dim: int = 0
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
-    mlp_bias: bool = False
-    num_experts: int = 0
-    experts_per_token: int = 0
-    max_position_embeddings: int = 0
-    vision: VisionTower | None = None
-    rotary_dims: int = 0  # dimensions of each head RoPE turns (Phi: partial_rotary_factor); 0 means all
-    residual_dropout: float = 0.0  # dropout on the attention and MLP outputs while training (Phi: resid_pdrop)
-    shared_expert_intermediate_size: int = 0  # a mixture of experts' always-on expert (Qwen2-MoE); 0 for none
-    attention_dropout: float = 0.0  # dropout on the attention probabilities while training (StarCoder2: 0.1)
-    embedding_dropout: float = 0.0  # dropout on the token embeddings while training (StarCoder2: 0.1)
-
-    __hash__ = _hash_once
-    __getstate__ = _without_hash
-
-    def __post_init__(self) -> None:
-        prefix = "model.architecture"
-        for name in ("residual_dropout", "attention_dropout", "embedding_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise InvalidFieldError(f"{prefix}.{name}", f"must be in [0, 1), got {getattr(self, name)}")
-        for name in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-                     "num_key_value_heads", "vocab_size"):
-            _positive(f"{prefix}.{name}", getattr(self, name))
-        if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
-            raise InvalidFieldError(
-                f"{prefix}.head_dim",
-                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
-                f"{self.num_attention_heads}; set head_dim explicitly",
-            )
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise InvalidFieldError(
-                f"{prefix}.num_key_value_heads",
-                f"num_attention_heads {self.num_attention_heads} must be a multiple of "
-                f"num_key_value_heads {self.num_key_value_heads}",
-            )
-        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
-            raise InvalidFieldError(
-                f"{prefix}.experts_per_token",
-                f"must be between 1 and num_experts ({self.num_experts}), got {self.experts_per_token}",
-            )
-        if self.family is Family.GPT2 and self.max_position_embeddings <= 0:
-            raise InvalidFieldError(f"{prefix}.max_position_embeddings",
-                                    "GPT-2 has learned positions: set n_positions")
-
-    @property
-    def resolved_head_dim(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_attention_heads
-
-    @property
-    def resolved_rotary_dims(self) -> int:
-        return self.rotary_dims or self.resolved_head_dim
-
-    @property
-    def q_dim(self) -> int:
-        return self.num_attention_heads * self.resolved_head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_key_value_heads * self.resolved_head_dim
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    architecture: Architecture
-    weights: str = ""
-    source: str = ""
-    note: str = ""  # how the planner read it, when that is an approximation (shown with every answer)
-
-    __hash__ = _hash_once
-    __getstate__ = _without_hash
-
-
 @dataclass(frozen=True)
 class LoraSpec:
     rank: int = 16
@@ -232,7 +95,7 @@ class LoraSpec:
     target_modules: tuple[str, ...] = (ALL_LINEAR,)
 
     def __post_init__(self) -> None:
-        _positive("training.lora.rank", self.rank)
+        positive("training.lora.rank", self.rank)
         if not 0.0 <= self.dropout < 1.0:
             raise InvalidFieldError("training.lora.dropout", f"must be in [0, 1), got {self.dropout}")
         if not self.target_modules:
@@ -292,16 +155,16 @@ class TrainingSpec:
     dpo: DpoSpec = field(default_factory=DpoSpec)
     recipe: Recipe = Recipe.TUNEFLEET
 
-    __hash__ = _hash_once
-    __getstate__ = _without_hash
+    __hash__ = hash_once
+    __getstate__ = without_hash
 
     def __post_init__(self) -> None:
-        _positive("training.micro_batch_size", self.micro_batch_size)
+        positive("training.micro_batch_size", self.micro_batch_size)
         if self.objective is not Objective.DPO and self.dpo != DpoSpec():
             raise InvalidFieldError("training.dpo", "is set but training.objective is not dpo; set objective dpo "
                                                     "or drop training.dpo")
-        _positive("training.sequence_length", self.sequence_length)
-        _positive("training.gradient_accumulation_steps", self.gradient_accumulation_steps)
+        positive("training.sequence_length", self.sequence_length)
+        positive("training.gradient_accumulation_steps", self.gradient_accumulation_steps)
         if self.micro_batch_size * self.sequence_length > MAX_TOKENS_PER_MICRO_BATCH:
             raise InvalidFieldError("training.micro_batch_size",
                                     f"micro_batch_size {self.micro_batch_size} × sequence_length "
@@ -324,7 +187,7 @@ class TrainingSpec:
         if self.method is Method.FREEZE and self.freeze_trainable_layers <= 0:
             raise InvalidFieldError("training.freeze_trainable_layers",
                                     "method freeze trains the last N layers: set N > 0")
-        if self.method in (Method.QLORA, Method.LORA_8BIT) and self.zero_stage == 3 and \
+        if self.method.quantises and self.zero_stage == 3 and \
                 self.offload is Offload.ALL:
             raise InvalidFieldError("training.offload",
                                     "quantised base weights cannot be offloaded to the CPU")
@@ -378,8 +241,8 @@ class GpuSpec:
     marketed_memory_bytes: int = 0
     memory_source: str = ""
 
-    __hash__ = _hash_once
-    __getstate__ = _without_hash
+    __hash__ = hash_once
+    __getstate__ = without_hash
 
     def runs(self, precision: Precision) -> bool:
         """Whether the GPU computes in this precision: bf16 (mixed or pure) needs bf16 support (Ampere and later)."""
@@ -422,12 +285,12 @@ class Hardware:
     # False: no price on record for this hardware; hourly_usd_per_gpu is 0 and means unknown, not free
     priced: bool = True
 
-    __hash__ = _hash_once
-    __getstate__ = _without_hash
+    __hash__ = hash_once
+    __getstate__ = without_hash
 
     def __post_init__(self) -> None:
-        _positive("hardware.gpus_per_node", self.gpus_per_node)
-        _positive("hardware.nodes", self.nodes)
+        positive("hardware.gpus_per_node", self.gpus_per_node)
+        positive("hardware.nodes", self.nodes)
 
     @property
     def world_size(self) -> int:

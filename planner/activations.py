@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.schema import Architecture, Attention, Family, Loss, Method, Objective, TrainingSpec
+from contract.model import Architecture, Family
+from contract.schema import Attention, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.architecture import LAYER_NORM_FAMILIES, norms_per_layer, qk_norm_rows

@@ -14,7 +14,8 @@ from common.bounds import echo
 from common.strict_json import loads_object
 from contract.errors import InvalidFieldError
 from contract.limits import CONFIG_JSON_CHARS, CONFIG_JSON_DEPTH
-from contract.schema import ALL_LINEAR, Architecture, Family, VisionTower
+from contract.model import Architecture, Family, VisionTower
+from contract.schema import ALL_LINEAR
 from planner.errors import UnsupportedError
 from planner.memo import memo
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from common.bounds import echo
 from common.units import GiB
-from contract.schema import Flavor, GpuSpec, ModelSpec
+from contract.model import ModelSpec
+from contract.schema import Flavor, GpuSpec
 from planner import calibration
 from planner.calibration import ClassCalibration
 from planner.data.flavors import FLAVORS

@@ -11,19 +11,8 @@ from common.errors import FieldError
 from contract.enums import from_proto, proto_table
 from contract.errors import InvalidFieldError
 from contract.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
-from contract.schema import (
-    Architecture,
-    Family,
-    Flavor,
-    GpuSpec,
-    Hardware,
-    Interconnect,
-    Method,
-    ModelSpec,
-    TrainingSpec,
-    VisionTower,
-    Workload,
-)
+from contract.model import Architecture, Family, ModelSpec, VisionTower
+from contract.schema import Flavor, GpuSpec, Hardware, Interconnect, Method, TrainingSpec, Workload
 from contract.training import METHOD, training_to_proto
 from planner.architecture import parameter_counts, read_config
 from planner.catalog import Catalog, did_you_mean

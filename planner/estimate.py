@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 
 from contract.errors import InvalidFieldError
 from contract.limits import MAX_TRAINING_TOKENS
-from contract.schema import Hardware, ModelSpec, TrainingSpec, Workload
+from contract.model import ModelSpec
+from contract.schema import Hardware, TrainingSpec, Workload
 from planner import constants as k
 from planner.calibration import ClassCalibration
 from planner.throughput import StepTime, step_time, total_steps

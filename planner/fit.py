@@ -6,19 +6,8 @@ from dataclasses import dataclass, replace
 
 from common.units import gib
 from contract.errors import InvalidFieldError
-from contract.schema import (
-    ALL_LINEAR,
-    Architecture,
-    Hardware,
-    Loss,
-    Method,
-    ModelSpec,
-    Objective,
-    Offload,
-    Precision,
-    Recipe,
-    TrainingSpec,
-)
+from contract.model import Architecture, ModelSpec
+from contract.schema import ALL_LINEAR, Hardware, Loss, Method, Objective, Offload, Precision, Recipe, TrainingSpec
 from planner import calibration, recipes
 from planner.architecture import linear_layers
 from planner.catalog import Catalog
@@ -138,7 +127,7 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
         stage = max(t.zero_stage, 2) if t.zero_stage < 3 else 3
         out.append((f"ZeRO stage {stage} with optimizer offload to CPU", "moves optimizer states to host RAM "
                     "(slower steps)", replace(t, zero_stage=stage, offload=Offload.OPTIMIZER), hw))
-    if t.offload is not Offload.ALL and t.method not in (Method.QLORA, Method.LORA_8BIT):
+    if t.offload is not Offload.ALL and not t.method.quantises:
         out.append(("ZeRO stage 3 with parameter and optimizer offload", "keeps only the working layers on the "
                     "GPU (much slower steps)", replace(t, zero_stage=3, offload=Offload.ALL), hw))
     if t.method in (Method.FULL, Method.FREEZE):

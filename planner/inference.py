@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 
 from contract.errors import InvalidFieldError
 from contract.limits import MAX_TOKENS_PER_MICRO_BATCH
-from contract.schema import Hardware, Method, ModelSpec, TrainingSpec
+from contract.model import ModelSpec
+from contract.schema import Hardware, Method, TrainingSpec
 from planner import constants as k
 from planner.catalog import Catalog
 from planner.confidence import band

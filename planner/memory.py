@@ -11,17 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract import deepspeed_config as ds
-from contract.schema import (
-    Architecture,
-    Hardware,
-    Method,
-    ModelSpec,
-    Offload,
-    Optimizer,
-    Precision,
-    Recipe,
-    TrainingSpec,
-)
+from contract.model import Architecture, ModelSpec
+from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.activations import activation_terms

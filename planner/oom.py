@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.model import Architecture
 from contract.oom import Move, Report, ladder
-from contract.schema import Architecture, TrainingSpec
+from contract.schema import TrainingSpec
 from planner.memory import gpu_memory
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.schema import Architecture, LoraSpec, Method, Precision, TrainingSpec
+from contract.model import Architecture
+from contract.schema import LoraSpec, Method, Precision, TrainingSpec
 from planner import constants as k
 from planner.architecture import LinearLayer, lora_parameter_count, lora_targets, parameter_counts
 from planner.memo import memo
@@ -43,7 +44,7 @@ def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vi
                          for layer in lora_targets(arch, ("all-linear",), "training.lora.target_modules"))
     # bitsandbytes quantises nn.Linear modules only (transformers' replace_with_bnb_linear): a mixture of experts'
     # fused 3-D expert tensors (transformers 5) stay in bf16 (simulated: Qwen1.5-MoE QLoRA, 25.0 GiB of weights)
-    quantised = linear_weights if method in (Method.QLORA, Method.LORA_8BIT) else 0
+    quantised = linear_weights if method.quantises else 0
     if method.uses_adapters:
         layers = tuple(layer for layer in lora_targets(arch, lora.target_modules, "training.lora.target_modules")
                        if layer.part == "decoder" or vision_trainable)

@@ -15,7 +15,8 @@ hf-trainer (transformers' Trainer + PEFT, no DeepSpeed, one GPU, bf16 autocast, 
 
 from __future__ import annotations
 
-from contract.schema import Architecture, Family, Method, Objective, Offload, Recipe, TrainingSpec
+from contract.model import Architecture, Family
+from contract.schema import Method, Objective, Offload, Recipe, TrainingSpec
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from common.errors import AbandonedError
-from contract.schema import GpuSpec, Hardware, Method, ModelSpec, Offload, Precision, TrainingSpec, Workload
+from contract.model import ModelSpec
+from contract.schema import GpuSpec, Hardware, Method, Offload, Precision, TrainingSpec, Workload
 from planner import recipes
 from planner.catalog import Catalog
 from planner.estimate import Estimate, calibrated, estimate
@@ -74,7 +75,7 @@ def _layouts(t: TrainingSpec, n: int) -> list[tuple[int, Offload]]:
         out = [(0, Offload.NONE), (2, Offload.OPTIMIZER)]
     else:
         out = [(1, Offload.NONE), (2, Offload.NONE), (3, Offload.NONE), (3, Offload.OPTIMIZER)]
-    if t.method not in (Method.QLORA, Method.LORA_8BIT):
+    if not t.method.quantises:
         out.append((3, Offload.ALL))
     return out
 

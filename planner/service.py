@@ -10,7 +10,8 @@ from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, trainin
 
 from contract import training as training_spec
 from contract.errors import InvalidFieldError
-from contract.schema import Hardware, ModelSpec, Precision, TrainingSpec
+from contract.model import ModelSpec
+from contract.schema import Hardware, Precision, TrainingSpec
 from planner import convert
 from planner.catalog import Catalog
 from planner.errors import NotFoundError

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from contract.schema import Hardware, Interconnect, Method, ModelSpec, Objective, Offload, Precision, TrainingSpec
+from contract.model import ModelSpec
+from contract.schema import Hardware, Interconnect, Method, Objective, Offload, Precision, TrainingSpec
 from planner import constants as k
 from planner.architecture import parameter_counts
 from planner.parameters import parameter_split

@@ -31,7 +31,7 @@ from contract.progress import (
 )
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import WITHOUT_BITSANDBYTES_ENV, corpus, data, determinism, native
-from executor.training.model import check_host, check_model, detect_host, quantises
+from executor.training.model import check_host, check_model, detect_host
 from executor.training.rendezvous import Rendezvous
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
@@ -175,7 +175,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     earlier = tail.read_new()  # events of earlier runs of this plan are not news
     last = earlier[-1] if earlier else progress_pb2.ProgressEvent()
     env = dict(os.environ, PYTHONUNBUFFERED="1", **determinism.environment(cfg))
-    if not quantises(cfg.training):
+    if not cfg.training.method.quantises:
         env[WITHOUT_BITSANDBYTES_ENV] = "1"
     if not detect_host().has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")

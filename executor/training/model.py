@@ -36,7 +36,7 @@ def check_host(cfg: RunConfig, host: Host) -> None:
     """Refuse what this host cannot run before anything is loaded; HostError says what to change."""
     t = cfg.training
     if not host.has_gpu:
-        if t.method in (Method.QLORA, Method.LORA_8BIT) and t.zero_stage == 3:
+        if t.method.quantises and t.zero_stage == 3:
             # bitsandbytes' CPU 4-bit layers repack their weights for CPU inference and fail to save them under
             # ZeRO-3 (bitsandbytes 0.50: Linear4bit._save_to_state_dict); ZeRO 0-2 train and checkpoint
             raise HostError(f"training.zero_stage: {t.method.value} under ZeRO-3 needs a CUDA GPU (bitsandbytes' "
@@ -65,11 +65,6 @@ def load_config(cfg: RunConfig) -> Any:
         return transformers.AutoConfig.from_pretrained(cfg.model_path)
     except (OSError, ValueError) as e:
         raise PlanError("model.weights", f"cannot load a model config from {cfg.model_path!r}: {e}") from e
-
-
-def quantises(t: TrainingSpec) -> bool:
-    """Whether the plan loads its base weights with bitsandbytes."""
-    return t.method in (Method.QLORA, Method.LORA_8BIT)
 
 
 def quantization(t: TrainingSpec) -> Any:
@@ -119,7 +114,7 @@ def _decoder_layers(model: Any, trainable: int) -> Any:
 def _layout(t: TrainingSpec) -> dict[str, Any]:
     """How the plan lays a model out, whether its weights are read or not: attention implementation and dtype (bf16
     under bitsandbytes, whose 4-bit weights are stored and computed in bf16: `quantization`)."""
-    dtype = torch.bfloat16 if quantises(t) else _DTYPE[t.precision]
+    dtype = torch.bfloat16 if t.method.quantises else _DTYPE[t.precision]
     return {"attn_implementation": _ATTENTION[t.attention], "dtype": dtype}
 
 

@@ -16,8 +16,9 @@ from common.units import size
 from contract import oom
 from contract import training as training_spec
 from contract.errors import SpecError
+from contract.model import Architecture
 from contract.replan import with_training
-from contract.schema import Architecture, TrainingSpec
+from contract.schema import TrainingSpec
 from executor.worker.supervision import Outcome
 from fleet.jobs import JobStore
 from planner import convert

@@ -6,7 +6,7 @@ chat variants share their base model's shape and are listed as aliases.
 
 from __future__ import annotations
 
-from contract.schema import Architecture, Family, ModelSpec, VisionTower
+from contract.model import Architecture, Family, ModelSpec, VisionTower
 
 F = Family
 

@@ -99,7 +99,7 @@ def test_malformed_config_json_names_the_problem() -> None:
 
 
 def test_an_unknown_model_type_in_the_llama_layout_is_answered_as_llama_with_a_note() -> None:
-    from contract.schema import Family
+    from contract.model import Family
     from planner.architecture import read_config
     from planner.errors import UnsupportedError
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from contract.schema import Hardware, Method, ModelSpec, Objective, Offload, TrainingSpec, Workload
+from contract.model import ModelSpec
+from contract.schema import Hardware, Method, Objective, Offload, TrainingSpec, Workload
 from planner import convert, memo
 from planner.catalog import default_catalog
 from planner.estimate import estimate

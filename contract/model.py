@@ -1,0 +1,132 @@
+"""The model a plan trains: its family and exact shape (config.json's keys, validated), and its catalog name."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from contract.errors import InvalidFieldError
+from contract.values import hash_once, positive, without_hash
+
+
+class Family(enum.Enum):
+    LLAMA = "llama"
+    MISTRAL = "mistral"
+    MIXTRAL = "mixtral"
+    QWEN2 = "qwen2"
+    QWEN2_VL = "qwen2_vl"
+    QWEN3 = "qwen3"
+    OLMO2 = "olmo2"
+    QWEN3_MOE = "qwen3_moe"
+    GEMMA3 = "gemma3_text"
+    PHI = "phi"
+    QWEN2_MOE = "qwen2_moe"
+    GEMMA = "gemma"
+    GEMMA2 = "gemma2"
+    PHI3 = "phi3"
+    GPT2 = "gpt2"
+    STARCODER2 = "starcoder2"
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger."""
+
+    depth: int
+    embed_dim: int
+    num_heads: int
+    mlp_ratio: int
+    patch_size: int
+    temporal_patch_size: int
+    in_channels: int
+    spatial_merge_size: int
+    out_hidden_size: int
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size",
+                     "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size"):
+            positive(f"model.architecture.vision.{name}", getattr(self, name))
+
+
+@dataclass(frozen=True)
+class Architecture:
+    family: Family
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    head_dim: int = 0
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    max_position_embeddings: int = 0
+    vision: VisionTower | None = None
+    rotary_dims: int = 0  # dimensions of each head RoPE turns (Phi: partial_rotary_factor); 0 means all
+    residual_dropout: float = 0.0  # dropout on the attention and MLP outputs while training (Phi: resid_pdrop)
+    shared_expert_intermediate_size: int = 0  # a mixture of experts' always-on expert (Qwen2-MoE); 0 for none
+    attention_dropout: float = 0.0  # dropout on the attention probabilities while training (StarCoder2: 0.1)
+    embedding_dropout: float = 0.0  # dropout on the token embeddings while training (StarCoder2: 0.1)
+
+    __hash__ = hash_once
+    __getstate__ = without_hash
+
+    def __post_init__(self) -> None:
+        prefix = "model.architecture"
+        for name in ("residual_dropout", "attention_dropout", "embedding_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise InvalidFieldError(f"{prefix}.{name}", f"must be in [0, 1), got {getattr(self, name)}")
+        for name in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                     "num_key_value_heads", "vocab_size"):
+            positive(f"{prefix}.{name}", getattr(self, name))
+        if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
+            raise InvalidFieldError(
+                f"{prefix}.head_dim",
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}; set head_dim explicitly",
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise InvalidFieldError(
+                f"{prefix}.num_key_value_heads",
+                f"num_attention_heads {self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}",
+            )
+        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
+            raise InvalidFieldError(
+                f"{prefix}.experts_per_token",
+                f"must be between 1 and num_experts ({self.num_experts}), got {self.experts_per_token}",
+            )
+        if self.family is Family.GPT2 and self.max_position_embeddings <= 0:
+            raise InvalidFieldError(f"{prefix}.max_position_embeddings",
+                                    "GPT-2 has learned positions: set n_positions")
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def resolved_rotary_dims(self) -> int:
+        return self.rotary_dims or self.resolved_head_dim
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.resolved_head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_key_value_heads * self.resolved_head_dim
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    architecture: Architecture
+    weights: str = ""
+    source: str = ""
+    note: str = ""  # how the planner read it, when that is an approximation (shown with every answer)
+
+    __hash__ = hash_once
+    __getstate__ = without_hash
