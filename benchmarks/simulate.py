@@ -63,7 +63,7 @@ from contract.schema import (  # noqa: E402
 )
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
-from planner.architecture import config_json  # noqa: E402
+from planner.hf_config import config_json
 
 UNDER_PREDICTION_LIMIT = -0.02
 RESULTS_CSV = RESULTS / "simulate.csv"

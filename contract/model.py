@@ -26,6 +26,13 @@ class Family(enum.Enum):
     PHI3 = "phi3"
     GPT2 = "gpt2"
     STARCODER2 = "starcoder2"
+    DEEPSEEK_V3 = "deepseek_v3"
+
+
+# Module names PEFT (0.18: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
+# Qwen2-MoE) maps onto a mixture of experts' fused 3-D expert tensors whatever module they name: in DeepSeek-V3 its
+# dense layers' and shared experts' MLP linears cannot be adapted by name, so all-linear adapts the attention only
+PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {"deepseek_v3": ("gate_proj", "up_proj", "down_proj")}
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,30 @@ class VisionTower:
         for name in ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size",
                      "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size"):
             positive(f"model.architecture.vision.{name}", getattr(self, name))
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through a low-rank latent (or one projection when
+    q_lora_rank is 0), keys and values expanded from one shared latent; each head's query and key are a part RoPE
+    leaves alone (qk_nope_head_dim) and a turned part (qk_rope_head_dim, one key part shared by every head)."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            positive(f"model.architecture.latent_attention.{name}", getattr(self, name))
+        if self.q_lora_rank < 0:
+            raise InvalidFieldError("model.architecture.latent_attention.q_lora_rank",
+                                    f"must not be negative (0: one query projection), got {self.q_lora_rank}")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True)
@@ -70,6 +101,9 @@ class Architecture:
     shared_expert_intermediate_size: int = 0  # a mixture of experts' always-on expert (Qwen2-MoE); 0 for none
     attention_dropout: float = 0.0  # dropout on the attention probabilities while training (StarCoder2: 0.1)
     embedding_dropout: float = 0.0  # dropout on the token embeddings while training (StarCoder2: 0.1)
+    latent_attention: LatentAttention | None = None  # DeepSeek-V3's attention; None for grouped-query attention
+    dense_layers: int = 0  # leading layers with a dense MLP of dense_intermediate_size (first_k_dense_replace)
+    dense_intermediate_size: int = 0
 
     __hash__ = hash_once
     __getstate__ = without_hash
@@ -99,6 +133,18 @@ class Architecture:
                 f"{prefix}.experts_per_token",
                 f"must be between 1 and num_experts ({self.num_experts}), got {self.experts_per_token}",
             )
+        if self.dense_layers and not (self.num_experts and self.dense_layers < self.num_layers
+                                      and self.dense_intermediate_size > 0):
+            raise InvalidFieldError(f"{prefix}.dense_layers",
+                                    "dense layers lead a mixture of experts: set num_experts, fewer dense layers "
+                                    f"than num_layers ({self.num_layers}) and dense_intermediate_size")
+        m = self.latent_attention
+        if m is not None and (self.num_key_value_heads != self.num_attention_heads or self.resolved_head_dim !=
+                              m.qk_head_dim or self.resolved_rotary_dims != m.qk_rope_head_dim):
+            raise InvalidFieldError(f"{prefix}.latent_attention",
+                                    "latent attention expands a key and value per head: num_key_value_heads must equal "
+                                    "num_attention_heads, head_dim qk_nope_head_dim + qk_rope_head_dim, rotary_dims "
+                                    "qk_rope_head_dim")
         if self.family is Family.GPT2 and self.max_position_embeddings <= 0:
             raise InvalidFieldError(f"{prefix}.max_position_embeddings",
                                     "GPT-2 has learned positions: set n_positions")
@@ -118,6 +164,17 @@ class Architecture:
     @property
     def kv_dim(self) -> int:
         return self.num_key_value_heads * self.resolved_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Width of the attention's values (and output) over all heads: latent attention's heads have their own."""
+        m = self.latent_attention
+        return self.num_attention_heads * m.v_head_dim if m else self.q_dim
+
+    @property
+    def sparse_layers(self) -> int:
+        """Layers whose feed-forward is the mixture of experts (all of them but the leading dense ones)."""
+        return self.num_layers - self.dense_layers if self.num_experts else 0
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,21 @@ def _first_linears(a: Architecture) -> tuple[str, ...]:
 
 
 def _qkv_names(a: Architecture) -> tuple[str, ...]:
-    """The linears that read the attention input: Phi-3 fuses them into one."""
+    """The linears that read the attention input: Phi-3 fuses them into one; latent attention reads it into its query
+    (latent) and its key/value latent."""
+    if a.latent_attention is not None:
+        return ("q_a_proj" if a.latent_attention.q_lora_rank else "q_proj", "kv_a_proj_with_mqa")
     return ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
+
+
+def _latent_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, kv: bool = True) -> float:
+    """Bytes latent attention's q_a_layernorm (with a query latent) and kv_a_layernorm save per token, as a layer's
+    RMSNorm does over their widths."""
+    m = a.latent_attention
+    if m is None:
+        return 0.0
+    widths = [m.q_lora_rank] * (q and m.q_lora_rank > 0) + [m.kv_lora_rank] * kv
+    return sum(4 * w + 4 + (b * w if weight_trains else 0) for w in widths)
 
 
 @dataclass(frozen=True)
@@ -89,8 +102,9 @@ def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 
 
 def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
-                                   seq_len: int) -> float:
-    """Bytes one decoder layer saves for backward, per token of the micro-batch.
+                                   seq_len: int, dense: bool = False) -> float:
+    """Bytes one decoder layer saves for backward, per token of the micro-batch (`dense`: one of the dense layers
+    that lead a mixture of experts).
 
     Checked tensor by tensor against torch.autograd.graph.saved_tensors_hooks on real transformers
     models (tests/planner/test_activations.py).
@@ -101,7 +115,19 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
     norms = norms_per_layer(a) * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
-    if a.family is Family.GPT2:
+    m = a.latent_attention
+    if m is not None:
+        # the query latent, the key/value latent and every head's expanded key part and value read through linears
+        norms += _latent_norms_bytes(a, b, full)
+        groups = [_Linear(_qkv_names(a), h), _Linear(("kv_b_proj",), m.kv_lora_rank),
+                  _Linear(("o_proj",), a.v_dim, flash_like)]
+        groups += [_Linear(("q_b_proj",), m.q_lora_rank)] if m.q_lora_rank else []
+        if dense:
+            groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)]
+        else:
+            groups += [_Linear(("shared_experts.gate_proj", "shared_experts.up_proj"), h),
+                       _Linear(("shared_experts.down_proj",), a.shared_expert_intermediate_size)]
+    elif a.family is Family.GPT2:
         groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
                   _Linear(("mlp.c_proj",), i)]
     elif a.family is Family.PHI:
@@ -126,11 +152,12 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 
     heads = a.num_attention_heads
     if flash_like:
-        # q and k after RoPE, v (a view: it keeps the whole fused qkv output alive in Phi-3), the output
-        # (o_proj reads it through a view) and the fp32 log-sum-exp per head. transformers passes k/v
-        # unrepeated (enable_gqa) when there is no padding mask.
-        v_storage = q + 2 * kv if a.family is Family.PHI3 else kv
-        core = b * (q + kv) + b * v_storage + b * q + 4 * heads
+        # q and k after RoPE, v (a view: it keeps the whole fused qkv output alive in Phi-3, and latent attention's
+        # expanded key parts and values), the output (o_proj reads it through a view) and the fp32 log-sum-exp per
+        # head. transformers passes k/v unrepeated (enable_gqa) when there is no padding mask.
+        v_storage = q + 2 * kv if a.family is Family.PHI3 else \
+            heads * (m.qk_nope_head_dim + m.v_head_dim) if m else kv
+        core = b * (q + kv) + b * v_storage + b * a.v_dim + 4 * heads
     else:
         # q, k and v repeated to every head, the fp32 softmax and (below fp32) its cast back; Gemma 2's
         # logit soft-capping saves its tanh output. The output's transpose().contiguous() copy is the o_proj
@@ -139,27 +166,35 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         cast = b if b != 4 else 0
         softcap = b if a.family is Family.GEMMA2 else 0
         one_sequence = t.sequences_per_micro_batch == 1
-        v_storage = q + 2 * kv if a.family is Family.PHI3 and kv == q and one_sequence else q
+        v_storage = q + 2 * kv if a.family is Family.PHI3 and kv == q and one_sequence else a.v_dim
         # dropout on the probabilities (StarCoder2) keeps its mask, and the matmul saves the dropped copy in place
         # of the cast (a new tensor in fp32 too)
         probs = b + k.DROPOUT_MASK_BYTES if a.attention_dropout else cast
         core = b * (2 * q + v_storage) + (4 + probs + softcap) * heads * seq_len
 
-    if a.num_experts:
+    mlp: float
+    if dense:
+        mlp = 3 * b * a.dense_intermediate_size  # as a Llama MLP's
+    elif a.num_experts:
         # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
         # (the gate's view keeps all of it), the activation and the down output (for the routing-weight multiply),
         # three int64 permutations, the routing weight (fp32; Qwen2/3-MoE cast it to the activations' dtype); per
         # token the router's fp32 softmax, its top-k indices (int64) and, where the weights are normalised
         # (Mixtral always, Qwen3-MoE as it ships, not Qwen2-MoE: norm_topk_prob), the top-k values and their sum
-        # (fp32). Trained experts also save the grouped matmuls' inputs, and a trained router its input (which a
-        # shared expert's group counts).
+        # (fp32). DeepSeek-V3's sigmoid router holds the same (its fp32 scores, the top-k indices its gather saves,
+        # the normalisation's values and sum); what its group-limited choice saves is freed with the choice, which
+        # needs no gradient. Trained experts also save the grouped matmuls' inputs, and a trained router its input
+        # (which a shared expert's group counts; DeepSeek-V3's router reads an fp32 copy).
         e, top_k = a.num_experts, a.experts_per_token
         weight = b if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE) else 4
         normalised = top_k * 4 + 4 if a.family is not Family.QWEN2_MOE else 0
-        mlp: float = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised
+        mlp = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised
         if full:
-            mlp += top_k * (b * h + b * i) + (0 if a.shared_expert_intermediate_size else b * h)
-        if a.shared_expert_intermediate_size:
+            router_input = 4 * h if m else 0 if a.shared_expert_intermediate_size else b * h
+            mlp += top_k * (b * h + b * i) + router_input
+        if m is not None:
+            mlp += 3 * b * a.shared_expert_intermediate_size  # the shared experts: a Llama MLP's
+        elif a.shared_expert_intermediate_size:
             # its MLP (activation input and output, up output), the gate's sigmoid output and the shared output
             # (the gate multiply saves both)
             mlp += 3 * b * a.shared_expert_intermediate_size + b + b * h
@@ -172,22 +207,41 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     return norms + linears + core + mlp
 
 
-def _decoder_layer_fixed_bytes(a: Architecture) -> int:
+def _decoder_layer_fixed_bytes(a: Architecture, dense: bool = False) -> int:
     """Per-layer bytes independent of the batch: Gemma's norms (Gemma 3's q/k norms too, over a head) multiply by
     (1 + weight) in fp32, a new vector per norm that the multiply saves; a mixture of experts' int32 group
-    offsets."""
+    offsets (and DeepSeek-V3's fp32 router weight copy)."""
     gemma = 0
     if a.family in _GEMMA_NORMS:
         rows_q, rows_k = qk_norm_rows(a)
         head_norms = a.q_dim // rows_q + a.kv_dim // rows_k if rows_q else 0
         gemma = 4 * (norms_per_layer(a) * a.hidden_size + head_norms)
-    return gemma + 4 * a.num_experts
+    if dense or not a.num_experts:
+        return gemma
+    # DeepSeek-V3's router multiplies in fp32: its weight, cast to bf16 with the model by DeepSpeed, is copied to fp32
+    # at each forward, and the linear saves that copy
+    router_copy = 4 * a.num_experts * a.hidden_size if a.latent_attention else 0
+    return gemma + 4 * a.num_experts + router_copy
 
 
-def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
-    """What one trained decoder layer saves for backward for a micro-batch of `tokens` tokens."""
-    per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length)
-    return int(per_token * tokens + _decoder_layer_fixed_bytes(a))
+def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int,
+                              dense: bool = False) -> int:
+    """What one trained decoder layer saves for backward for a micro-batch of `tokens` tokens (`dense`: one of the
+    dense layers that lead a mixture of experts)."""
+    per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length, dense)
+    return int(per_token * tokens + _decoder_layer_fixed_bytes(a, dense))
+
+
+def _layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> tuple[int, int]:
+    """(all trained layers', the largest layer's) saved bytes: the trained layers are the last ones, so the sparse
+    layers come first when dense ones lead a mixture of experts."""
+    sparse = decoder_layer_saved_bytes(a, t, split, tokens)
+    layers = split.trainable_decoder_layers
+    dense_trained = max(0, layers - a.sparse_layers) if a.dense_layers else 0
+    if not dense_trained:
+        return layers * sparse, sparse
+    dense = decoder_layer_saved_bytes(a, t, split, tokens, dense=True)
+    return (layers - dense_trained) * sparse + dense_trained * dense, max(sparse, dense)
 
 
 def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
@@ -266,6 +320,8 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
             first_layer += sum(n in adapted for n in _first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
         if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
             first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
+            first_layer += _latent_norms_bytes(a, b, False, "q_a_proj" not in adapted,
+                                               "kv_a_proj_with_mqa" not in adapted) * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
     # the embeddings' dropout (StarCoder2) keeps its mask when the embeddings train
     dropout = k.DROPOUT_MASK_BYTES * h * tokens if a.embedding_dropout and embeddings_train else 0
@@ -288,7 +344,7 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
     every layer's saved tensors) and what is saved outside them."""
     b = t.precision.activation_bytes
     tokens = t.sequences_per_micro_batch * t.sequence_length
-    per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
+    all_layers, per_layer = _layers_saved_bytes(a, t, split, tokens)
     layers = split.trainable_decoder_layers
     h = a.hidden_size
     logits = logits_bytes(a, t, tokens)
@@ -303,7 +359,7 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         body = layers * b * h * tokens + max(layer, eager, logits) + outside
         logits_term = 0
     else:
-        body = layers * per_layer + outside
+        body = all_layers + outside
         # the last layer's softmax backward runs after the logits are freed, with every other layer's activations
         # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
         logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens))

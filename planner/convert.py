@@ -11,14 +11,15 @@ from common.errors import FieldError
 from contract.enums import from_proto, proto_table
 from contract.errors import InvalidFieldError
 from contract.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
-from contract.model import Architecture, Family, ModelSpec, VisionTower
+from contract.model import Architecture, Family, LatentAttention, ModelSpec, VisionTower
 from contract.schema import Flavor, GpuSpec, Hardware, Interconnect, Method, TrainingSpec, Workload
 from contract.training import METHOD, training_to_proto
-from planner.architecture import parameter_counts, read_config
+from planner.architecture import parameter_counts
 from planner.catalog import Catalog, did_you_mean
 from planner.errors import UnknownNameError, UnsupportedError
 from planner.estimate import Estimate
 from planner.fit import FitResult
+from planner.hf_config import read_config
 from planner.search import Constraints, RankBy, Recommendation, Rejected
 
 FAMILY = proto_table(Family, model_pb2.ModelFamily, "MODEL_FAMILY_")
@@ -38,6 +39,10 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
         v = p.vision
         vision = VisionTower(v.depth, v.embed_dim, v.num_heads, v.mlp_ratio, v.patch_size, v.temporal_patch_size,
                              v.in_channels, v.spatial_merge_size, v.out_hidden_size)
+    latent = None
+    if p.HasField("latent_attention"):
+        m = p.latent_attention
+        latent = LatentAttention(m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim)
     return Architecture(
         family=family, num_layers=p.num_layers, hidden_size=p.hidden_size,  # type: ignore[arg-type]
         intermediate_size=p.intermediate_size, num_attention_heads=p.num_attention_heads,
@@ -48,16 +53,18 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
         residual_dropout=round(p.residual_dropout, 6),
         shared_expert_intermediate_size=p.shared_expert_intermediate_size,
         attention_dropout=round(p.attention_dropout, 6), embedding_dropout=round(p.embedding_dropout, 6),
+        latent_attention=latent, dense_layers=p.dense_layers, dense_intermediate_size=p.dense_intermediate_size,
     )
 
 
 def _check_ranges(a: Architecture, field: str) -> None:
     for name, bound in ARCHITECTURE_RANGES.items():
-        holder = a.vision if name.startswith("vision.") else a
+        part, _, leaf = name.rpartition(".")
+        holder = getattr(a, part) if part else a
         if holder is None:
             continue
         try:
-            bound.check(name, getattr(holder, name.removeprefix("vision.")))
+            bound.check(name, getattr(holder, leaf))
         except FieldError as e:
             raise InvalidFieldError(field, f"'{name}' {e.description}") from e
 
@@ -97,7 +104,13 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
         num_experts=a.num_experts, experts_per_token=a.experts_per_token,
         max_position_embeddings=a.max_position_embeddings, rotary_dims=a.rotary_dims,
         residual_dropout=a.residual_dropout, shared_expert_intermediate_size=a.shared_expert_intermediate_size,
-        attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout)
+        attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout, dense_layers=a.dense_layers,
+        dense_intermediate_size=a.dense_intermediate_size)
+    if a.latent_attention:
+        m = a.latent_attention
+        p.latent_attention.CopyFrom(model_pb2.LatentAttention(
+            q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim,
+            qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim))
     if a.vision:
         v = a.vision
         p.vision.CopyFrom(model_pb2.VisionTower(

@@ -34,9 +34,12 @@ class InferenceSpec:
 
 def kv_cache_bytes(model: ModelSpec, t: TrainingSpec, spec: InferenceSpec) -> int:
     """Keys and values of every layer for every token of the batch, in the activations' dtype (transformers'
-    DynamicCache)."""
+    DynamicCache); latent attention caches its compressed key/value latent and shared RoPE key part instead
+    (modeling_deepseek_v3: cache.update while the latent is still compressed)."""
     a = model.architecture
-    return 2 * a.num_layers * a.kv_dim * spec.context_tokens * spec.batch_size * t.precision.activation_bytes
+    m = a.latent_attention
+    per_token_layer = m.kv_lora_rank + m.qk_rope_head_dim if m else 2 * a.kv_dim
+    return a.num_layers * per_token_layer * spec.context_tokens * spec.batch_size * t.precision.activation_bytes
 
 
 def _prefill_bytes(model: ModelSpec, t: TrainingSpec, spec: InferenceSpec) -> int:
@@ -44,7 +47,7 @@ def _prefill_bytes(model: ModelSpec, t: TrainingSpec, spec: InferenceSpec) -> in
     fp32 logits of the last token (generate keeps only those)."""
     a, b = model.architecture, t.precision.activation_bytes
     tokens = spec.batch_size * spec.context_tokens
-    return 3 * b * a.intermediate_size * tokens + 4 * a.vocab_size * spec.batch_size
+    return 3 * b * max(a.intermediate_size, a.dense_intermediate_size) * tokens + 4 * a.vocab_size * spec.batch_size
 
 
 def inference_fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, spec: InferenceSpec,

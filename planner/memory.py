@@ -159,11 +159,13 @@ def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method:
     reduce_ipg_grads). Adapters are never that large."""
     if method not in (Method.FULL, Method.FREEZE):
         return 0
-    layers = split.trainable_decoder_layers
-    sizes = [(layer.in_features * layer.out_features, layers) for layer in linear_layers(a) if layer.part == "decoder"]
-    if a.num_experts:  # fused expert tensors: gate_up (E x 2I x H) and down (E x H x I) per layer
-        sizes += [(a.num_experts * 2 * a.intermediate_size * a.hidden_size, layers),
-                  (a.num_experts * a.hidden_size * a.intermediate_size, layers)]
+    layers = split.trainable_decoder_layers  # the last ones: sparse before any dense layer that leads them
+    sizes = [(layer.in_features * layer.out_features, min(layer.count, layers)) for layer in linear_layers(a)
+             if layer.part == "decoder"]
+    if a.num_experts:  # fused expert tensors: gate_up (E x 2I x H) and down (E x H x I) per sparse layer
+        sparse = min(a.sparse_layers, layers)
+        sizes += [(a.num_experts * 2 * a.intermediate_size * a.hidden_size, sparse),
+                  (a.num_experts * a.hidden_size * a.intermediate_size, sparse)]
     if method is Method.FULL:
         sizes += [(a.vocab_size * a.hidden_size, 1 if a.tie_word_embeddings else 2)]
     return sum(size * count for size, count in sizes if size > ds.REDUCE_BUCKET_ELEMENTS)

@@ -40,7 +40,8 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     counts = parameter_counts(a)
     # The embedding lookup is no matmul, unless it is tied and doubles as the output projection.
     matmul_params = counts.active - counts.vision - (0 if a.tie_word_embeddings else counts.embedding)
-    attention_fwd = 2 * a.num_layers * t.sequence_length * a.q_dim
+    # scores over the query/key width, their weighted sum over the value width (latent attention's differ)
+    attention_fwd = a.num_layers * t.sequence_length * (a.q_dim + a.v_dim)
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     forward = 2 * matmul_params + attention_fwd
     # the part of the forward that backward goes through

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from contract.errors import PlanError
+from contract.model import PEFT_EXPERT_MAPPED_NAMES
 from contract.schema import ALL_LINEAR, LoraSpec
 
 
@@ -33,11 +34,18 @@ def lora_targets(spec: LoraSpec, model: Any) -> str | list[str]:
     """The plan's target modules as PEFT takes them; a target module the model lacks is a PlanError naming the
     ones it has. Needs no PEFT import (the launcher checks plans with it)."""
     available = linear_module_names(model)
+    # names PEFT would map onto the fused expert tensors (DeepSeek-V3's MLP linears): not adaptable by name
+    mapped = set(PEFT_EXPERT_MAPPED_NAMES.get(getattr(model.config, "model_type", ""), ())) & available
     if spec.target_modules == (ALL_LINEAR,) and _has_experts(model):
         # PEFT reads all-linear on a mixture of experts as its attention linears and its 3-D expert tensors too
         # (utils/transformers_weight_conversion.py), whose ParamWrapper refuses dropout; the planner adapts the
         # linear modules (planner.architecture: lora_targets), and so does this
-        targets: str | list[str] = sorted(available)
+        targets: str | list[str] = sorted(available - mapped)
+    elif mapped & set(spec.target_modules):
+        named = ", ".join(sorted(mapped & set(spec.target_modules)))
+        raise PlanError("training.lora.target_modules",
+                        f"PEFT maps {named} of this model onto its routed experts' fused tensors; adapt "
+                        f"{', '.join(sorted(available - mapped))} (or use '{ALL_LINEAR}')")
     elif spec.target_modules == (ALL_LINEAR,):
         targets = ALL_LINEAR
     else:

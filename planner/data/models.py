@@ -6,7 +6,7 @@ chat variants share their base model's shape and are listed as aliases.
 
 from __future__ import annotations
 
-from contract.model import Architecture, Family, ModelSpec, VisionTower
+from contract.model import Architecture, Family, LatentAttention, ModelSpec, VisionTower
 
 F = Family
 
@@ -23,6 +23,22 @@ def _m(name: str, family: Family, layers: int, hidden: int, inter: int, heads: i
                         rotary_dims=rotary_dims, residual_dropout=residual_dropout,
                         shared_expert_intermediate_size=shared, attention_bias=bias, mlp_bias=bias,
                         attention_dropout=attention_dropout, embedding_dropout=embedding_dropout)
+    return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
+
+
+def _deepseek_v3(name: str, layers: int, hidden: int, dense_inter: int, expert_inter: int, heads: int, vocab: int,
+                 experts: int, top_k: int, shared: int, dense_layers: int, q_lora_rank: int,
+                 positions: int) -> ModelSpec:
+    """DeepSeek-V3's layout: latent attention (kv_lora_rank 512, 128 + 64 query/key head dims, 128 value head dims in
+    every released model), `dense_layers` dense MLPs, then `experts` of `expert_inter` with `shared` always on."""
+    latent = LatentAttention(q_lora_rank=q_lora_rank, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                             v_head_dim=128)
+    arch = Architecture(family=Family.DEEPSEEK_V3, num_layers=layers, hidden_size=hidden,
+                        intermediate_size=expert_inter, num_attention_heads=heads, num_key_value_heads=heads,
+                        vocab_size=vocab, head_dim=latent.qk_head_dim, rotary_dims=latent.qk_rope_head_dim,
+                        num_experts=experts, experts_per_token=top_k, max_position_embeddings=positions,
+                        shared_expert_intermediate_size=shared * expert_inter, latent_attention=latent,
+                        dense_layers=dense_layers, dense_intermediate_size=dense_inter)
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
@@ -102,6 +118,11 @@ MODELS: tuple[ModelSpec, ...] = (
          positions=16384, bias=True, residual_dropout=0.1, attention_dropout=0.1, embedding_dropout=0.1)
       for size, layers, hidden, heads, kv, tie in (("3b", 30, 3072, 24, 2, True), ("7b", 32, 4608, 36, 4, True),
                                                    ("15b", 40, 6144, 48, 4, False))),
+    # DeepSeek-V3's layout (transformers' deepseek_v3; Kimi-K2 ships it as model_type kimi_k2). Counts are what
+    # transformers builds: DeepSeek-V3's next-token-prediction layer (its 62nd, ~11.5B) is not loaded, so 671.0B
+    _deepseek_v3("deepseek-ai/DeepSeek-V3", 61, 7168, 18432, 2048, 128, 129280, 256, 8, 1, 3, 1536, 163840),
+    _deepseek_v3("moonshotai/Moonlight-16B-A3B", 27, 2048, 11264, 1408, 16, 163840, 64, 6, 2, 1, 0, 8192),
+    _deepseek_v3("moonshotai/Kimi-K2-Instruct", 61, 7168, 18432, 2048, 64, 163840, 384, 8, 1, 1, 1536, 131072),
 )
 
 # Other names people use for the same weights (instruct variants share the base shape).
@@ -141,4 +162,11 @@ ALIASES: dict[str, str] = {
     "google/gemma-2-9b-it": "google/gemma-2-9b",
     "google/gemma-2-27b-it": "google/gemma-2-27b",
     "gpt2": "openai-community/gpt2",
+    "deepseek-ai/DeepSeek-V3-Base": "deepseek-ai/DeepSeek-V3",
+    "deepseek-ai/DeepSeek-V3-0324": "deepseek-ai/DeepSeek-V3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3",
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-ai/DeepSeek-V3",
+    "moonshotai/Moonlight-16B-A3B-Instruct": "moonshotai/Moonlight-16B-A3B",
+    "moonshotai/Kimi-K2-Base": "moonshotai/Kimi-K2-Instruct",
+    "moonshotai/Kimi-K2-Instruct-0905": "moonshotai/Kimi-K2-Instruct",
 }

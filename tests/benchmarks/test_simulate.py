@@ -21,8 +21,8 @@ from contract.schema import (  # noqa: E402
     Recipe,
     TrainingSpec,
 )
-from planner.architecture import config_json  # noqa: E402
 from planner.catalog import default_catalog  # noqa: E402
+from planner.hf_config import config_json
 
 TINY_LLAMA = dict(model_type="llama", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)

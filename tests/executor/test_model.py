@@ -46,7 +46,8 @@ def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model
     import json
 
     from contract.schema import ALL_LINEAR, LoraSpec
-    from planner.architecture import architecture_from_config, lora_parameter_count, lora_targets
+    from planner.architecture import lora_parameter_count, lora_targets
+    from planner.hf_config import architecture_from_config
 
     shape = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=64, num_experts_per_tok=2)

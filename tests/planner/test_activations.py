@@ -6,6 +6,7 @@ without gradient checkpointing."""
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass
 
 import pytest
@@ -16,7 +17,7 @@ peft = pytest.importorskip("peft")
 
 from contract.schema import Attention, LoraSpec, Method, Precision, TrainingSpec  # noqa: E402
 from planner.activations import decoder_layer_saved_bytes, outside_layers_saved_bytes  # noqa: E402
-from planner.architecture import architecture_from_config  # noqa: E402
+from planner.hf_config import architecture_from_config  # noqa: E402
 from planner.parameters import parameter_split  # noqa: E402
 
 MICRO_BATCH, SEQ = 2, 16
@@ -39,13 +40,24 @@ CONFIGS = {
     "starcoder2": transformers.Starcoder2Config,
     "qwen3_moe": lambda intermediate_size, **kw: transformers.Qwen3MoeConfig(
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
+    # DeepSeek-V3: latent attention (a query latent, or `-noq` one q_proj), two dense layers lead (the middle one of
+    # each kind is measured), group-limited routing over 8 experts with a shared one; `-plain` RoPE not interleaved
+    "deepseek_v3": lambda num_hidden_layers, intermediate_size, num_key_value_heads, **kw:
+    transformers.DeepseekV3Config(
+        num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
+        moe_intermediate_size=intermediate_size // 4,
+        n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
+        first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
+        num_key_value_heads=kw["num_attention_heads"], **kw),
 }
+DEEPSEEK_LAYERS, DEEPSEEK_DENSE = 4, 2
 
 
 @dataclass(frozen=True)
 class Saved:
     per_layer: int  # a middle layer's own saved tensors
     outside: int  # everything else, RoPE cos/sin included
+    dense_layer: int = 0  # a middle one of the dense layers that lead a mixture of experts (DeepSeek-V3)
 
 
 def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout: float, ckpt: bool) -> object:
@@ -53,17 +65,21 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     own dropout."""
     base, *variant = family.split("-")
     own_dropout = dict(residual_dropout=0.1, attention_dropout=0.1, embedding_dropout=0.1) if "drop" in variant else {}
+    if base == "deepseek_v3":
+        own_dropout = dict(q_lora_rank=None if "noq" in variant else 24, rope_interleave="plain" not in variant)
     config = CONFIGS[base](**own_dropout, num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128,
                            num_attention_heads=4, num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256,
                            tie_word_embeddings=False, attn_implementation=attention, pad_token_id=0)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    # in the training dtype throughout, as DeepSpeed casts the engine's module (DeepSeek-V3's fp32 router weight too)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).to(dtype)
     if method == "lora":
         # all-linear as the executor resolves it: a mixture of experts' linear modules (its attention), not its 3-D
         # expert tensors (executor.training.peft_config)
         # (Qwen2-MoE: and its shared expert with the expert's gate)
         moe_linears = {"mixtral": [], "qwen3_moe": [], "qwen2_moe": ["gate_proj", "up_proj", "down_proj",
-                                                                     "shared_expert_gate"]}
+                                                                     "shared_expert_gate"],
+                       "deepseek_v3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]}
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", *moe_linears[base]] if base in moe_linears else \
             "all-linear"
         lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets)
@@ -81,27 +97,38 @@ def _batch(family: str) -> int:
 
 
 def _measure(model: torch.nn.Module, batch: int = MICRO_BATCH) -> Saved:
-    """Unique storages saved for backward (parameters excluded), by where they were first saved."""
+    """Unique storages saved for backward (parameters excluded) and still held as the forward ends, by the layer that
+    first saved them (what an op saves for a part of the graph that needs no gradient is freed with it: DeepSeek-V3's
+    group-limited expert choice)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     layers = model.get_decoder().layers
     where: dict[str, object] = {"layer": None}
     for index, layer in enumerate(layers):
         layer.register_forward_pre_hook(lambda m, a, index=index: where.update(layer=index))
         layer.register_forward_hook(lambda m, a, o: where.update(layer=None))
-    first_seen: dict[int, tuple[int, object]] = {}
+    saved: list[tuple[weakref.ref, object]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            first_seen.setdefault(storage.data_ptr(), (storage.nbytes(), where["layer"]))
+        saved.append((weakref.ref(t), where["layer"]))
         return t
 
     ids = torch.randint(0, 256, (batch, SEQ))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids).loss.backward()
-    middle = sum(n for n, layer in first_seen.values() if layer == 1)
+        out = model(input_ids=ids, labels=ids)
+    first_seen: dict[int, tuple[int, object]] = {}
+    for ref, where_saved in saved:
+        t = ref()
+        if t is not None and t.untyped_storage().data_ptr() not in params:
+            first_seen.setdefault(t.untyped_storage().data_ptr(), (t.untyped_storage().nbytes(), where_saved))
+    out.loss.backward()
+    by_layer = {i: sum(n for n, layer in first_seen.values() if layer == i) for i in range(len(layers))}
     total = sum(n for n, _ in first_seen.values())
-    return Saved(per_layer=middle, outside=total - LAYERS * middle)
+    dense = getattr(model.config, "first_k_dense_replace", 0)
+    if dense:  # a middle layer of each kind stands for its kind (the first layer's difference is counted outside)
+        sparse_count = len(layers) - dense
+        return Saved(per_layer=by_layer[dense], dense_layer=by_layer[dense - 1],
+                     outside=total - dense * by_layer[dense - 1] - sparse_count * by_layer[dense])
+    return Saved(per_layer=by_layer[1], outside=total - LAYERS * by_layer[1])
 
 
 def _planned(model: torch.nn.Module, family: str, attention: str, method: str, precision: Precision, dropout: float,
@@ -115,19 +142,25 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
     split = parameter_split(a, t.method, t.lora, False, 0)
     tokens = _batch(family) * SEQ
     per_layer = decoder_layer_saved_bytes(a, t, split, tokens)
+    dense_layer = decoder_layer_saved_bytes(a, t, split, tokens, dense=True) if a.dense_layers else 0
     outside = outside_layers_saved_bytes(a, t, split, tokens)
     if dropout:
         # The planner models CUDA's native_dropout, which keeps a one-byte mask; the CPU kernel keeps the mask
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
         # q/k/v adapters keep none (their input needs no gradient).
         h, extra = a.hidden_size, t.precision.activation_bytes - 1
-        # Phi: q, k, v and fc1 read the layer's input norm; Qwen2-MoE: its shared expert's gate/up and gate
-        qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 3) if family == "qwen2_moe" \
-            else (3, 0) if a.num_experts else (4, 0) if family == "phi" else (3, 1) if family.startswith("starcoder2") \
-            else (3, 2)
-        down = a.shared_expert_intermediate_size if a.num_experts else a.intermediate_size
-        widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + down
+        m = a.latent_attention
+        if m is not None:  # DeepSeek-V3: the query and key/value latents read the input; the latents; o_proj
+            qkv_adapters, widths = 2, 2 * h + m.q_lora_rank + m.kv_lora_rank + a.v_dim
+        else:
+            # Phi: q, k, v and fc1 read the layer's input norm; Qwen2-MoE: its shared expert's gate/up and gate
+            qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 3) \
+                if family == "qwen2_moe" else (3, 0) if a.num_experts else (4, 0) if family == "phi" else (3, 1) \
+                if family.startswith("starcoder2") else (3, 2)
+            down = a.shared_expert_intermediate_size if a.num_experts else a.intermediate_size
+            widths = (qkv_adapters + gate_up_adapters) * h + a.q_dim + down
         per_layer += extra * widths * tokens
+        dense_layer += extra * widths * tokens if a.dense_layers else 0
         outside -= extra * qkv_adapters * h * tokens
     mask_extra = t.precision.activation_bytes - 1  # the model's own dropout: the CPU mask in the activation dtype
     if a.residual_dropout:  # on the attention and MLP outputs
@@ -144,7 +177,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         outside -= cpu_less if method == "full" else 0  # LoRA's first layer norm saves nothing
     if ckpt:
         outside -= 2 * t.precision.activation_bytes * a.resolved_head_dim * SEQ  # RoPE cos/sin: held, not saved
-    return Saved(per_layer=per_layer, outside=outside)
+    return Saved(per_layer=per_layer, outside=outside, dense_layer=dense_layer)
 
 
 # Outside the layers the loss also saves a 4-byte fp32 scalar (nll_loss's total weight); nothing else differs.
@@ -165,6 +198,10 @@ CASES += [("qwen3_moe", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m,
 CASES += [("mixtral", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("starcoder2", attn, m, "bf16", d) for attn in ("eager", "sdpa") for m, d in (("full", 0.0), ("lora", 0.1))]
 CASES += [("starcoder2-drop", "eager", m, p, d) for m, d in (("full", 0.0), ("lora", 0.1)) for p in ("bf16", "fp32")]
+# DeepSeek-V3 under eager attention: the CPU's SDPA takes its math path for a value head narrower than the query's,
+# which CUDA's memory-efficient kernel does not (benchmarks/simulate.py sizes that)
+CASES += [(f, "eager", m, "bf16", d) for f in ("deepseek_v3", "deepseek_v3-noq", "deepseek_v3-plain")
+          for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
 # As many key/value heads as query heads: eager attention's matmul reads k and v themselves, not repeated copies; with
 # one sequence it folds the batch into a view, so Phi-3's v, a slice of the fused qkv output, keeps all of it alive
@@ -181,6 +218,7 @@ def test_saved_activations_match_the_model(family: str, attention: str, method: 
     measured = _measure(model, _batch(family))
     planned = _planned(model, family, attention, method, prec, dropout, ckpt=False)
     assert planned.per_layer == measured.per_layer
+    assert planned.dense_layer == measured.dense_layer
     assert planned.outside + _SCALARS_BYTES == measured.outside
 
 

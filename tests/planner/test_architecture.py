@@ -10,13 +10,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-from planner.architecture import (  # noqa: E402
-    architecture_from_config,
-    lora_parameter_count,
-    lora_targets,
-    parameter_counts,
-)
+from contract.schema import LoraSpec  # noqa: E402
+from executor.training.peft_config import lora_targets as executor_lora_targets  # noqa: E402
+from planner.architecture import lora_parameter_count, lora_targets, parameter_counts  # noqa: E402
 from planner.catalog import default_catalog  # noqa: E402
+from planner.hf_config import architecture_from_config  # noqa: E402
 from tests.fixtures.hf_configs import hf_config  # noqa: E402
 
 CATALOG_MODELS = [
@@ -25,7 +23,7 @@ CATALOG_MODELS = [
     "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "openai-community/gpt2", "Qwen/Qwen3-0.6B",
     "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B", "Qwen/Qwen3-30B-A3B",
     "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B", "bigcode/starcoder2-3b",
-    "bigcode/starcoder2-15b",
+    "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
 ]
 
 
@@ -77,11 +75,15 @@ def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_
     ("microsoft/phi-2", ("all-linear",), 16),
     ("bigcode/starcoder2-3b", ("all-linear",), 16),
     ("bigcode/starcoder2-3b", ("c_fc", "c_proj"), 8),
+    ("moonshotai/Moonlight-16B-A3B", ("all-linear",), 16),
+    ("deepseek-ai/DeepSeek-V3", ("q_a_proj", "kv_b_proj", "o_proj"), 8),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
     model = meta_model(hf_config(arch))
-    target_arg: str | list[str] = targets[0] if targets == ("all-linear",) else list(targets)
+    # what the executor hands PEFT for a mixture of experts (all-linear: its linear modules, by name)
+    target_arg: str | list[str] = executor_lora_targets(LoraSpec(rank=rank, target_modules=targets), model) \
+        if arch.num_experts else targets[0] if targets == ("all-linear",) else list(targets)
     config = peft.LoraConfig(r=rank, target_modules=target_arg, task_type="CAUSAL_LM")
     peft_model = peft.get_peft_model(model, config)
     predicted = lora_parameter_count(lora_targets(arch, targets, "t"), rank)
@@ -100,8 +102,8 @@ def test_malformed_config_json_names_the_problem() -> None:
 
 def test_an_unknown_model_type_in_the_llama_layout_is_answered_as_llama_with_a_note() -> None:
     from contract.model import Family
-    from planner.architecture import read_config
     from planner.errors import UnsupportedError
+    from planner.hf_config import read_config
 
     qwen3_8b = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288,
                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,

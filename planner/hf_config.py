@@ -1,0 +1,261 @@
+"""A Hugging Face config.json read into an Architecture (strictly typed, bounded, every failure naming the key), and
+the config.json an Architecture stands for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from common.bounds import echo
+from common.strict_json import loads_object
+from contract.errors import InvalidFieldError
+from contract.limits import CONFIG_JSON_CHARS, CONFIG_JSON_DEPTH
+from contract.model import Architecture, Family, LatentAttention, VisionTower
+from planner.errors import UnsupportedError
+
+_FAMILY_BY_MODEL_TYPE = {
+    "llama": Family.LLAMA, "mistral": Family.MISTRAL, "mixtral": Family.MIXTRAL,
+    "qwen2": Family.QWEN2, "qwen2_vl": Family.QWEN2_VL, "gemma": Family.GEMMA,
+    "gemma2": Family.GEMMA2, "phi3": Family.PHI3, "gpt2": Family.GPT2, "qwen3": Family.QWEN3,
+    # the Llama layout exactly (SmolLM3 leaves RoPE out of some layers: the same tensors are saved)
+    "smollm3": Family.LLAMA,
+    "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3, "phi": Family.PHI,
+    "qwen2_moe": Family.QWEN2_MOE, "starcoder2": Family.STARCODER2,
+    # Kimi-K2 ships DeepSeek-V3's layout under its own model_type (its config.json: DeepseekV3ForCausalLM)
+    "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3,
+}
+
+
+def config_json(a: Architecture) -> dict[str, Any]:
+    """The config.json an Architecture stands for (transformers' keys and model_type): what
+    architecture_from_config reads back, and what benchmarks/simulate.py builds a model from."""
+    if a.family is Family.GPT2:
+        return {"model_type": "gpt2", "n_embd": a.hidden_size, "n_layer": a.num_layers,
+                "n_head": a.num_attention_heads, "vocab_size": a.vocab_size, "n_positions": a.max_position_embeddings}
+    text: dict[str, Any] = {
+        "num_hidden_layers": a.num_layers, "hidden_size": a.hidden_size, "intermediate_size": a.intermediate_size,
+        "num_attention_heads": a.num_attention_heads, "num_key_value_heads": a.num_key_value_heads,
+        "vocab_size": a.vocab_size, "tie_word_embeddings": a.tie_word_embeddings}
+    if a.head_dim:
+        text["head_dim"] = a.head_dim
+    if a.max_position_embeddings:
+        text["max_position_embeddings"] = a.max_position_embeddings
+    if a.family is Family.STARCODER2:
+        text.update(use_bias=a.attention_bias, residual_dropout=a.residual_dropout,
+                    attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout)
+    if a.family is Family.PHI:
+        text.update(partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim,
+                    resid_pdrop=a.residual_dropout)
+    if a.family is Family.DEEPSEEK_V3:
+        m = a.latent_attention
+        assert m is not None
+        text.update(q_lora_rank=m.q_lora_rank or None, kv_lora_rank=m.kv_lora_rank,
+                    qk_rope_head_dim=m.qk_rope_head_dim, qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim,
+                    n_routed_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                    moe_intermediate_size=a.intermediate_size, intermediate_size=a.dense_intermediate_size,
+                    n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
+                    first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1)
+        del text["head_dim"]  # transformers derives it (qk_rope_head_dim); the config's head_dim is not the query's
+        return {"model_type": a.family.value, **text}
+    if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
+        # every layer sparse, the routing weights normalised as each ships (Qwen3-MoE yes, Qwen2-MoE no)
+        text.update(num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                    moe_intermediate_size=a.intermediate_size, norm_topk_prob=a.family is Family.QWEN3_MOE,
+                    decoder_sparse_step=1, mlp_only_layers=[])
+        if a.family is Family.QWEN2_MOE:
+            text.update(shared_expert_intermediate_size=a.shared_expert_intermediate_size)
+    elif a.num_experts:
+        text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
+    if a.vision is not None:
+        v = a.vision
+        return {"model_type": a.family.value, "tie_word_embeddings": a.tie_word_embeddings, "text_config": text,
+                "vision_config": {"depth": v.depth, "embed_dim": v.embed_dim, "num_heads": v.num_heads,
+                                  "mlp_ratio": v.mlp_ratio, "hidden_size": v.out_hidden_size,
+                                  "in_chans": v.in_channels, "patch_size": v.patch_size,
+                                  "spatial_merge_size": v.spatial_merge_size,
+                                  "temporal_patch_size": v.temporal_patch_size}}
+    return {"model_type": a.family.value, **text}
+
+
+_CONFIG = "model.config_json"
+
+
+def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
+    """The first of `keys` that is set (not null), as an integer; `default` when none is, else an error."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidFieldError(_CONFIG, f"'{key}' must be an integer, got {echo(value)}")
+        if value < 0:
+            raise InvalidFieldError(_CONFIG, f"'{key}' must not be negative, got {value}")
+        return value
+    if default is None:
+        raise InvalidFieldError(_CONFIG, f"missing '{keys[0]}'")
+    return default
+
+
+def _bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidFieldError(_CONFIG, f"'{key}' must be true or false, got {echo(value)}")
+    return value
+
+
+def _fraction(cfg: Mapping[str, Any], key: str, default: float) -> float:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise InvalidFieldError(_CONFIG, f"'{key}' must be a number in [0, 1], got {echo(value)}")
+    return float(value)
+
+
+def _object(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidFieldError(_CONFIG, f"'{key}' must be a JSON object, got {echo(value)}")
+    return value
+
+
+# Keys of a config whose layers are not the Llama layout (experts, multi-head latent attention, a vision tower),
+# even when its other keys read like one.
+_NOT_LLAMA_LAYOUT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "q_lora_rank", "kv_lora_rank",
+                          "vision_config", "n_embd", "multi_query", "partial_rotary_factor")
+_LLAMA_LAYOUT_KEYS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size")
+
+
+def architecture_from_config(text: str) -> Architecture:
+    """Parse the text of a Hugging Face config.json into an Architecture: strictly typed, size- and depth-bounded;
+    every failure names the key."""
+    return read_config(text)[0]
+
+
+def read_config(text: str) -> tuple[Architecture, str]:
+    """The Architecture of a config.json and a note for the answer: a model_type the planner does not model whose
+    config follows the Llama layout (the keys of _LLAMA_LAYOUT_KEYS, none of _NOT_LLAMA_LAYOUT_KEYS) is read as
+    Llama, and the note says so; any other unknown model_type is refused naming the ones supported."""
+    cfg = loads_object(text, _CONFIG, max_chars=CONFIG_JSON_CHARS, max_depth=CONFIG_JSON_DEPTH,
+                       error=InvalidFieldError)
+    model_type = cfg.get("model_type")
+    family = _FAMILY_BY_MODEL_TYPE.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        llama_like = all(isinstance(cfg.get(key), int) for key in _LLAMA_LAYOUT_KEYS) and \
+            not any(key in cfg for key in _NOT_LLAMA_LAYOUT_KEYS)
+        if not llama_like:
+            raise UnsupportedError(_CONFIG, f"model_type {echo(model_type)} is not supported; supported: "
+                                            f"{', '.join(sorted(_FAMILY_BY_MODEL_TYPE))}")
+        note = (f"model_type {echo(model_type)} is not one the planner models; its config follows the Llama layout, "
+                "so it is answered as Llama (norms or biases it adds are not counted): check the parameter count "
+                "against the model card")
+        return _architecture(cfg, Family.LLAMA), note
+    return _architecture(cfg, family), ""
+
+
+def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
+    vision = None
+    text_cfg: Mapping[str, Any] = cfg
+    if family is Family.QWEN2_VL:
+        text_cfg = {**cfg, **_object(cfg, "text_config")}
+        vc = _object(cfg, "vision_config")
+        vision = VisionTower(
+            depth=_int(vc, "depth"), embed_dim=_int(vc, "embed_dim"), num_heads=_int(vc, "num_heads"),
+            mlp_ratio=_int(vc, "mlp_ratio", default=4), patch_size=_int(vc, "patch_size", "spatial_patch_size"),
+            temporal_patch_size=_int(vc, "temporal_patch_size", default=2),
+            in_channels=_int(vc, "in_chans", "in_channels", default=3),
+            spatial_merge_size=_int(vc, "spatial_merge_size", default=2),
+            out_hidden_size=_int(vc, "hidden_size", default=_int(text_cfg, "hidden_size")),
+        )
+    if family is Family.GPT2:
+        hidden = _int(cfg, "n_embd")
+        return Architecture(
+            family=family, num_layers=_int(cfg, "n_layer"), hidden_size=hidden,
+            intermediate_size=_int(cfg, "n_inner", default=4 * hidden),
+            num_attention_heads=_int(cfg, "n_head"), num_key_value_heads=_int(cfg, "n_head"),
+            vocab_size=_int(cfg, "vocab_size"), tie_word_embeddings=_bool(cfg, "tie_word_embeddings", True),
+            max_position_embeddings=_int(cfg, "n_positions"),
+        )
+    heads = _int(text_cfg, "num_attention_heads")
+    tie_default = family in (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.STARCODER2)
+    rotary_dims, residual_dropout, attention_dropout, embedding_dropout = 0, 0.0, 0.0, 0.0
+    if family is Family.PHI:  # transformers' PhiConfig defaults: half of each head turned, no dropout
+        head_dim = _int(text_cfg, "head_dim", default=0) or _int(text_cfg, "hidden_size") // heads
+        rope = _object(text_cfg, "rope_parameters")
+        factor = _fraction(text_cfg, "partial_rotary_factor", _fraction(rope, "partial_rotary_factor", 0.5))
+        rotary_dims = int(head_dim * factor)
+        residual_dropout = _fraction(text_cfg, "resid_pdrop", 0.0)
+        if residual_dropout >= 1.0:
+            raise InvalidFieldError(_CONFIG, f"'resid_pdrop' must be below 1, got {residual_dropout}")
+    use_bias = _bool(text_cfg, "use_bias", True)  # StarCoder2's one switch for every projection's bias
+    if family is Family.STARCODER2:  # transformers' Starcoder2Config defaults: no dropout
+        residual_dropout = _fraction(text_cfg, "residual_dropout", 0.0)
+        attention_dropout = _fraction(text_cfg, "attention_dropout", 0.0)
+        embedding_dropout = _fraction(text_cfg, "embedding_dropout", 0.0)
+        for key, value in (("residual_dropout", residual_dropout), ("attention_dropout", attention_dropout),
+                           ("embedding_dropout", embedding_dropout)):
+            if value >= 1.0:
+                raise InvalidFieldError(_CONFIG, f"'{key}' must be below 1, got {value}")
+    if family is Family.DEEPSEEK_V3:
+        return _deepseek_v3(cfg)
+    intermediate = _int(text_cfg, "intermediate_size")
+    shared = 0
+    if family is Family.QWEN2_MOE:
+        shared = _int(text_cfg, "shared_expert_intermediate_size")
+    if family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
+        if text_cfg.get("mlp_only_layers") or _int(text_cfg, "decoder_sparse_step", default=1) != 1:
+            raise UnsupportedError(_CONFIG, "dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step "
+                                            "other than 1) are not modelled; the released Qwen2/3-MoE models are all "
+                                            "sparse")
+        intermediate = _int(text_cfg, "moe_intermediate_size")
+    return Architecture(
+        family=family,
+        num_layers=_int(text_cfg, "num_hidden_layers"),
+        hidden_size=_int(text_cfg, "hidden_size"),
+        intermediate_size=intermediate,
+        num_attention_heads=heads,
+        num_key_value_heads=_int(text_cfg, "num_key_value_heads", default=heads) or heads,
+        head_dim=_int(text_cfg, "head_dim", default=0),
+        vocab_size=_int(text_cfg, "vocab_size"),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", _bool(text_cfg, "tie_word_embeddings", tie_default)),
+        attention_bias=use_bias if family is Family.STARCODER2 else _bool(text_cfg, "attention_bias", False),
+        mlp_bias=use_bias if family is Family.STARCODER2 else _bool(text_cfg, "mlp_bias", False),
+        num_experts=_int(text_cfg, "num_local_experts", "num_experts", default=0),
+        experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
+        max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
+        vision=vision, rotary_dims=rotary_dims, residual_dropout=residual_dropout,
+        shared_expert_intermediate_size=shared, attention_dropout=attention_dropout,
+        embedding_dropout=embedding_dropout,
+    )
+
+
+def _deepseek_v3(cfg: Mapping[str, Any]) -> Architecture:
+    """DeepSeek-V3's config (transformers' DeepseekV3Config): latent attention, first_k_dense_replace dense layers of
+    intermediate_size, then n_routed_experts of moe_intermediate_size with n_shared_experts always on. Only the
+    routing as shipped (top-k weights normalised) is modelled; the next-token-prediction layer
+    (num_nextn_predict_layers) is not loaded by transformers and so not counted."""
+    if not _bool(cfg, "norm_topk_prob", True):
+        raise UnsupportedError(_CONFIG, "norm_topk_prob false is not modelled; DeepSeek-V3, Moonlight and Kimi-K2 ship "
+                                        "it true")
+    experts, expert_width = _int(cfg, "n_routed_experts"), _int(cfg, "moe_intermediate_size")
+    heads, layers = _int(cfg, "num_attention_heads"), _int(cfg, "num_hidden_layers")
+    latent = LatentAttention(q_lora_rank=_int(cfg, "q_lora_rank", default=0), kv_lora_rank=_int(cfg, "kv_lora_rank"),
+                             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
+                             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), v_head_dim=_int(cfg, "v_head_dim"))
+    return Architecture(
+        family=Family.DEEPSEEK_V3, num_layers=layers, hidden_size=_int(cfg, "hidden_size"),
+        intermediate_size=expert_width, num_attention_heads=heads, num_key_value_heads=heads,
+        head_dim=latent.qk_head_dim, rotary_dims=latent.qk_rope_head_dim, vocab_size=_int(cfg, "vocab_size"),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
+        attention_bias=_bool(cfg, "attention_bias", False),
+        num_experts=experts, experts_per_token=_int(cfg, "num_experts_per_tok"),
+        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0),
+        shared_expert_intermediate_size=expert_width * _int(cfg, "n_shared_experts", default=1),
+        latent_attention=latent, dense_layers=_int(cfg, "first_k_dense_replace", default=0),
+        dense_intermediate_size=_int(cfg, "intermediate_size"))
