@@ -63,7 +63,7 @@ from contract.schema import (  # noqa: E402
 )
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
-from planner.hf_config import config_json
+from planner.hf_config import config_json  # noqa: E402
 
 UNDER_PREDICTION_LIMIT = -0.02
 RESULTS_CSV = RESULTS / "simulate.csv"
@@ -109,10 +109,20 @@ def _cuda_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, in
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
-def _cuda_sdpa(*args: Any, dropout_p: float = 0.0, **kwargs: Any) -> torch.Tensor:
+def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, dropout_p: float = 0.0,
+               **kwargs: Any) -> torch.Tensor:
     """SDPA as CUDA's flash and memory-efficient kernels run it with dropout: the mask drawn inside the kernel from a
-    seed, nothing per element kept; the CPU flash kernel without dropout saves the same tensors."""
-    return _SDPA(*args, dropout_p=0.0, **kwargs)
+    seed, nothing per element kept; the CPU flash kernel without dropout saves the same tensors. A value head
+    narrower than the query's (latent attention) sends the CPU to its math path, which keeps the S x S scores; CUDA
+    runs its memory-efficient kernel, whose fake kernel stands in here (saving q, k, v as given, the output and an
+    fp32 log-sum-exp per head and row)."""
+    if isinstance(query, FakeTensor) and query.shape[-1] != value.shape[-1]:
+        attn_mask = kwargs.get("attn_mask", args[0] if args else None)
+        if attn_mask is not None or kwargs.get("enable_gqa"):
+            raise RuntimeError("latent attention under SDPA is simulated causal, without a mask or grouped heads")
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, None, True, 0.0, kwargs.get("is_causal", False), scale=kwargs.get("scale"))[0]
+    return _SDPA(query, key, value, *args, dropout_p=0.0, **kwargs)
 
 
 @contextlib.contextmanager
@@ -474,7 +484,15 @@ def _rows() -> list[Row]:
              Row("mistralai/Mixtral-8x7B-v0.1", spec(lora, 1, 4096, zero=3), 8),
              Row("mistralai/Mixtral-8x7B-v0.1", spec(full, 1, 2048, zero=3), 8),
              Row("meta-llama/Llama-3.1-70B", spec(lora, 1, 2048, zero=3), 8),
-             Row("meta-llama/Llama-3.1-70B", spec(full, 1, 2048, zero=3), 8)]
+             Row("meta-llama/Llama-3.1-70B", spec(full, 1, 2048, zero=3), 8),
+             # DeepSeek-V3's layout: latent attention (SDPA as CUDA's memory-efficient kernel), a dense layer, then
+             # 64 routed experts (6 a token) and 2 shared; all-linear adapts the attention
+             Row("moonshotai/Moonlight-16B-A3B", spec(lora, 1, 2048)),
+             Row("moonshotai/Moonlight-16B-A3B", spec(lora, 2, 1024, ckpt=False, attn=Attention.EAGER)),
+             Row("moonshotai/Moonlight-16B-A3B", spec(full, 1, 2048, zero=3), 8),
+             # GLM-4.5's layout (eager: SDPA after its partial-rotary cat is the CPU's head-major case, as Phi's)
+             Row("zai-org/GLM-4.5-Air", spec(lora, 1, 2048, zero=3, attn=Attention.EAGER), 8),
+             Row("zai-org/GLM-4.5-Air", spec(full, 1, 1024, zero=3, attn=Attention.EAGER), 8)]
     # QLoRA: NF4 base weights with nested absmax (bitsandbytes under fake tensors: benchmarks/quantised.py); 1,024
     # tokens a micro-batch is where the CUDA kernel's choice depends on the GPU (the fallback is simulated)
     qlora = Method.QLORA

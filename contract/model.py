@@ -27,12 +27,14 @@ class Family(enum.Enum):
     GPT2 = "gpt2"
     STARCODER2 = "starcoder2"
     DEEPSEEK_V3 = "deepseek_v3"
+    GLM4_MOE = "glm4_moe"
 
 
 # Module names PEFT (0.18: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
 # Qwen2-MoE) maps onto a mixture of experts' fused 3-D expert tensors whatever module they name: in DeepSeek-V3 its
 # dense layers' and shared experts' MLP linears cannot be adapted by name, so all-linear adapts the attention only
-PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {"deepseek_v3": ("gate_proj", "up_proj", "down_proj")}
+PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {
+    model_type: ("gate_proj", "up_proj", "down_proj") for model_type in ("deepseek_v3", "glm4_moe")}
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class Architecture:
     latent_attention: LatentAttention | None = None  # DeepSeek-V3's attention; None for grouped-query attention
     dense_layers: int = 0  # leading layers with a dense MLP of dense_intermediate_size (first_k_dense_replace)
     dense_intermediate_size: int = 0
+    qk_norm: bool = False  # an RMSNorm over each query and key head where the family makes it a choice (GLM-4.5)
 
     __hash__ = hash_once
     __getstate__ = without_hash

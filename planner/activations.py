@@ -10,7 +10,7 @@ from contract.model import Architecture, Family
 from contract.schema import Attention, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
 from planner import recipes
-from planner.architecture import LAYER_NORM_FAMILIES, norms_per_layer, qk_norm_rows
+from planner.architecture import LAYER_NORM_FAMILIES, SHARED_EXPERTS_MOE, norms_per_layer, qk_norm_rows
 from planner.parameters import ParameterSplit
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
@@ -122,11 +122,6 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         groups = [_Linear(_qkv_names(a), h), _Linear(("kv_b_proj",), m.kv_lora_rank),
                   _Linear(("o_proj",), a.v_dim, flash_like)]
         groups += [_Linear(("q_b_proj",), m.q_lora_rank)] if m.q_lora_rank else []
-        if dense:
-            groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)]
-        else:
-            groups += [_Linear(("shared_experts.gate_proj", "shared_experts.up_proj"), h),
-                       _Linear(("shared_experts.down_proj",), a.shared_expert_intermediate_size)]
     elif a.family is Family.GPT2:
         groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
                   _Linear(("mlp.c_proj",), i)]
@@ -145,9 +140,16 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like)]
         if not a.num_experts:  # a mixture of experts' feed-forward is counted with its experts below
             groups += [_Linear(gate_up, h), _Linear(("down_proj",), i)]
-        elif a.shared_expert_intermediate_size:  # Qwen2-MoE's shared expert and its gate read the MLP's input
+        elif a.shared_expert_intermediate_size and a.family is Family.QWEN2_MOE:
+            # Qwen2-MoE's shared expert and its gate read the MLP's input
             groups += [_Linear(("gate_proj", "up_proj", "shared_expert_gate"), h),
                        _Linear(("down_proj",), a.shared_expert_intermediate_size)]
+    shared_experts_moe = a.family in SHARED_EXPERTS_MOE
+    if shared_experts_moe and dense:
+        groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)]
+    elif shared_experts_moe:
+        groups += [_Linear(("shared_experts.gate_proj", "shared_experts.up_proj"), h),
+                   _Linear(("shared_experts.down_proj",), a.shared_expert_intermediate_size)]
     linears = sum(_group_input_bytes(g, t, split) for g in groups)
 
     heads = a.num_attention_heads
@@ -190,9 +192,9 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         normalised = top_k * 4 + 4 if a.family is not Family.QWEN2_MOE else 0
         mlp = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised
         if full:
-            router_input = 4 * h if m else 0 if a.shared_expert_intermediate_size else b * h
+            router_input = 4 * h if shared_experts_moe else 0 if a.shared_expert_intermediate_size else b * h
             mlp += top_k * (b * h + b * i) + router_input
-        if m is not None:
+        if shared_experts_moe:
             mlp += 3 * b * a.shared_expert_intermediate_size  # the shared experts: a Llama MLP's
         elif a.shared_expert_intermediate_size:
             # its MLP (activation input and output, up output), the gate's sigmoid output and the shared output
@@ -218,9 +220,9 @@ def _decoder_layer_fixed_bytes(a: Architecture, dense: bool = False) -> int:
         gemma = 4 * (norms_per_layer(a) * a.hidden_size + head_norms)
     if dense or not a.num_experts:
         return gemma
-    # DeepSeek-V3's router multiplies in fp32: its weight, cast to bf16 with the model by DeepSpeed, is copied to fp32
-    # at each forward, and the linear saves that copy
-    router_copy = 4 * a.num_experts * a.hidden_size if a.latent_attention else 0
+    # DeepSeek-V3's and GLM-4.5's routers multiply in fp32: the weight, cast to bf16 with the model by DeepSpeed, is
+    # copied to fp32 at each forward, and the linear saves that copy
+    router_copy = 4 * a.num_experts * a.hidden_size if a.family in SHARED_EXPERTS_MOE else 0
     return gemma + 4 * a.num_experts + router_copy
 
 

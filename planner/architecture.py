@@ -46,20 +46,31 @@ def _attention_linears(a: Architecture) -> list[tuple[str, int, int, bool]]:
             ("o_proj", a.v_dim, h, bias)]
 
 
+# Families with DeepSeek-V3's mixture of experts: leading dense layers, a sigmoid router that multiplies in fp32,
+# routed experts and always-on shared_experts (an MLP); PEFT maps their MLP names onto the routed experts
+SHARED_EXPERTS_MOE = (Family.DEEPSEEK_V3, Family.GLM4_MOE)
 DEEPSEEK_MLP_NAMES = PEFT_EXPERT_MAPPED_NAMES[Family.DEEPSEEK_V3.value]
+
+
+def _shared_experts_moe_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
+    """The dense layers' MLP and the sparse layers' shared experts (modeling_deepseek_v3 / modeling_glm4_moe)."""
+    h, d, s, sparse = a.hidden_size, a.dense_intermediate_size, a.shared_expert_intermediate_size, a.sparse_layers
+    mlp = [("gate_proj", h, d, False, a.dense_layers), ("up_proj", h, d, False, a.dense_layers),
+           ("down_proj", d, h, False, a.dense_layers)] if a.dense_layers else []
+    if s:
+        mlp += [("shared_experts.gate_proj", h, s, False, sparse), ("shared_experts.up_proj", h, s, False, sparse),
+                ("shared_experts.down_proj", s, h, False, sparse)]
+    return mlp
 
 
 def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
     """Each decoder linear with the number of layers that have it."""
     h, q, kv, i, n = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size, a.num_layers
     if a.family is Family.DEEPSEEK_V3:  # latent attention; dense MLPs lead, then experts with a shared expert
-        d, s, sparse = a.dense_intermediate_size, a.shared_expert_intermediate_size, a.sparse_layers
-        mlp = [("gate_proj", h, d, False, a.dense_layers), ("up_proj", h, d, False, a.dense_layers),
-               ("down_proj", d, h, False, a.dense_layers)] if a.dense_layers else []
-        if s:
-            mlp += [("shared_experts.gate_proj", h, s, False, sparse), ("shared_experts.up_proj", h, s, False, sparse),
-                    ("shared_experts.down_proj", s, h, False, sparse)]
-        return [(name, i_, o, b, n) for name, i_, o, b in _attention_linears(a)] + mlp
+        return [(name, i_, o, b, n) for name, i_, o, b in _attention_linears(a)] + _shared_experts_moe_linears(a)
+    if a.family is Family.GLM4_MOE:  # q/k/v biased by attention_bias, the output never
+        return [("q_proj", h, q, a.attention_bias, n), ("k_proj", h, kv, a.attention_bias, n),
+                ("v_proj", h, kv, a.attention_bias, n), ("o_proj", q, h, False, n), *_shared_experts_moe_linears(a)]
     if a.family is Family.GPT2:
         layers = [("c_attn", h, 3 * h, True), ("c_proj", h, h, True), ("c_fc", h, i, True), ("mlp.c_proj", i, h, True)]
     elif a.family is Family.PHI:  # every projection biased; "dense" is the attention output
@@ -120,7 +131,7 @@ def norms_per_layer(a: Architecture) -> int:
 def qk_norm_rows(a: Architecture) -> tuple[int, int]:
     """Rows per token of the q_norm and k_norm: one per head (Qwen3, Qwen3-MoE, Gemma 3), one over the whole
     projection (OLMo 2); (0, 0) for a family without them."""
-    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3):
+    if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3) or a.qk_norm:
         return a.num_attention_heads, a.num_key_value_heads
     if a.family is Family.OLMO2:
         return 1, 1
@@ -191,17 +202,19 @@ def parameter_counts(a: Architecture) -> ParameterCounts:
 def lora_targets(a: Architecture, target_modules: tuple[str, ...], field: str) -> tuple[LinearLayer, ...]:
     """The linear layers a LoRA config adapts, resolved the way PEFT matches module names."""
     layers = linear_layers(a)
-    deepseek = a.family is Family.DEEPSEEK_V3
-    if target_modules == (ALL_LINEAR,):  # DeepSeek-V3: its attention (the executor adapts the same)
+    deepseek = a.family in SHARED_EXPERTS_MOE
+    if target_modules == (ALL_LINEAR,):  # DeepSeek-V3, GLM-4.5: their attention (the executor adapts the same)
         return tuple(layer for layer in layers if layer.part != "head" and
                      not (deepseek and layer.name.split(".")[-1] in DEEPSEEK_MLP_NAMES))
     chosen: list[LinearLayer] = []
     for target in target_modules:
         if deepseek and target.split(".")[-1] in DEEPSEEK_MLP_NAMES:
-            raise UnsupportedError(field, f"PEFT maps {echo(target)} of a DeepSeek-V3 model onto its routed experts' "
-                                          "fused tensors (not its dense or shared-expert MLPs), which the planner "
-                                          "does not model; adapt the attention (q_a_proj, q_b_proj, "
-                                          "kv_a_proj_with_mqa, kv_b_proj, o_proj, or all-linear)")
+            attention = sorted({layer.name for layer in layers if layer.part == "decoder" and
+                                layer.name.split(".")[-1] not in DEEPSEEK_MLP_NAMES})
+            raise UnsupportedError(field, f"PEFT maps {echo(target)} of a {a.family.value} model onto its routed "
+                                          "experts' fused tensors (not its dense or shared-expert MLPs), which the "
+                                          f"planner does not model; adapt the attention ({', '.join(attention)}, or "
+                                          f"{ALL_LINEAR})")
         matched = [layer for layer in layers if layer.name == target or layer.name.endswith("." + target)]
         if not matched:
             known = sorted({layer.name.split(".")[-1] for layer in layers} | {ALL_LINEAR})

@@ -22,7 +22,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "olmo2": Family.OLMO2, "qwen3_moe": Family.QWEN3_MOE, "gemma3_text": Family.GEMMA3, "phi": Family.PHI,
     "qwen2_moe": Family.QWEN2_MOE, "starcoder2": Family.STARCODER2,
     # Kimi-K2 ships DeepSeek-V3's layout under its own model_type (its config.json: DeepseekV3ForCausalLM)
-    "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3,
+    "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3, "glm4_moe": Family.GLM4_MOE,
 }
 
 
@@ -56,6 +56,14 @@ def config_json(a: Architecture) -> dict[str, Any]:
                     n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
                     first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1)
         del text["head_dim"]  # transformers derives it (qk_rope_head_dim); the config's head_dim is not the query's
+        return {"model_type": a.family.value, **text}
+    if a.family is Family.GLM4_MOE:
+        text.update(n_routed_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                    moe_intermediate_size=a.intermediate_size, intermediate_size=a.dense_intermediate_size,
+                    n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
+                    first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1,
+                    attention_bias=a.attention_bias, use_qk_norm=a.qk_norm,
+                    partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim)
         return {"model_type": a.family.value, **text}
     if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
         # every layer sparse, the routing weights normalised as each ships (Qwen3-MoE yes, Qwen2-MoE no)
@@ -204,6 +212,8 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
                 raise InvalidFieldError(_CONFIG, f"'{key}' must be below 1, got {value}")
     if family is Family.DEEPSEEK_V3:
         return _deepseek_v3(cfg)
+    if family is Family.GLM4_MOE:
+        return _glm4_moe(cfg)
     intermediate = _int(text_cfg, "intermediate_size")
     shared = 0
     if family is Family.QWEN2_MOE:
@@ -235,27 +245,49 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
     )
 
 
-def _deepseek_v3(cfg: Mapping[str, Any]) -> Architecture:
-    """DeepSeek-V3's config (transformers' DeepseekV3Config): latent attention, first_k_dense_replace dense layers of
+def _shared_experts_moe(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The mixture-of-experts keys DeepSeek-V3 and GLM-4.5 share: first_k_dense_replace dense layers of
     intermediate_size, then n_routed_experts of moe_intermediate_size with n_shared_experts always on. Only the
-    routing as shipped (top-k weights normalised) is modelled; the next-token-prediction layer
+    routing as shipped (top-k weights normalised) is modelled; a next-token-prediction layer
     (num_nextn_predict_layers) is not loaded by transformers and so not counted."""
     if not _bool(cfg, "norm_topk_prob", True):
-        raise UnsupportedError(_CONFIG, "norm_topk_prob false is not modelled; DeepSeek-V3, Moonlight and Kimi-K2 ship "
-                                        "it true")
-    experts, expert_width = _int(cfg, "n_routed_experts"), _int(cfg, "moe_intermediate_size")
-    heads, layers = _int(cfg, "num_attention_heads"), _int(cfg, "num_hidden_layers")
+        raise UnsupportedError(_CONFIG, "norm_topk_prob false is not modelled; DeepSeek-V3, Moonlight, Kimi-K2 and "
+                                        "GLM-4.5 ship it true")
+    expert_width = _int(cfg, "moe_intermediate_size")
+    return dict(num_experts=_int(cfg, "n_routed_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
+                intermediate_size=expert_width,
+                shared_expert_intermediate_size=expert_width * _int(cfg, "n_shared_experts", default=1),
+                dense_layers=_int(cfg, "first_k_dense_replace", default=0),
+                dense_intermediate_size=_int(cfg, "intermediate_size"))
+
+
+def _glm4_moe(cfg: Mapping[str, Any]) -> Architecture:
+    """GLM-4.5's config (transformers' Glm4MoeConfig): grouped-query attention with q/k/v biased by attention_bias,
+    RoPE over partial_rotary_factor of each head (0.5 by default), use_qk_norm; DeepSeek-V3's experts."""
+    heads = _int(cfg, "num_attention_heads")
+    head_dim = _int(cfg, "head_dim", default=0) or _int(cfg, "hidden_size") // heads
+    rope = _object(cfg, "rope_parameters")
+    factor = _fraction(cfg, "partial_rotary_factor", _fraction(rope, "partial_rotary_factor", 0.5))
+    return Architecture(
+        family=Family.GLM4_MOE, num_layers=_int(cfg, "num_hidden_layers"), hidden_size=_int(cfg, "hidden_size"),
+        num_attention_heads=heads, num_key_value_heads=_int(cfg, "num_key_value_heads", default=heads) or heads,
+        head_dim=head_dim, rotary_dims=int(head_dim * factor), vocab_size=_int(cfg, "vocab_size"),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
+        attention_bias=_bool(cfg, "attention_bias", False), qk_norm=_bool(cfg, "use_qk_norm", False),
+        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0), **_shared_experts_moe(cfg))
+
+
+def _deepseek_v3(cfg: Mapping[str, Any]) -> Architecture:
+    """DeepSeek-V3's config (transformers' DeepseekV3Config): latent attention and its experts
+    (_shared_experts_moe)."""
+    heads = _int(cfg, "num_attention_heads")
     latent = LatentAttention(q_lora_rank=_int(cfg, "q_lora_rank", default=0), kv_lora_rank=_int(cfg, "kv_lora_rank"),
                              qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
                              qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), v_head_dim=_int(cfg, "v_head_dim"))
     return Architecture(
-        family=Family.DEEPSEEK_V3, num_layers=layers, hidden_size=_int(cfg, "hidden_size"),
-        intermediate_size=expert_width, num_attention_heads=heads, num_key_value_heads=heads,
-        head_dim=latent.qk_head_dim, rotary_dims=latent.qk_rope_head_dim, vocab_size=_int(cfg, "vocab_size"),
+        family=Family.DEEPSEEK_V3, num_layers=_int(cfg, "num_hidden_layers"), hidden_size=_int(cfg, "hidden_size"),
+        num_attention_heads=heads, num_key_value_heads=heads, head_dim=latent.qk_head_dim,
+        rotary_dims=latent.qk_rope_head_dim, vocab_size=_int(cfg, "vocab_size"),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
-        attention_bias=_bool(cfg, "attention_bias", False),
-        num_experts=experts, experts_per_token=_int(cfg, "num_experts_per_tok"),
-        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0),
-        shared_expert_intermediate_size=expert_width * _int(cfg, "n_shared_experts", default=1),
-        latent_attention=latent, dense_layers=_int(cfg, "first_k_dense_replace", default=0),
-        dense_intermediate_size=_int(cfg, "intermediate_size"))
+        attention_bias=_bool(cfg, "attention_bias", False), latent_attention=latent,
+        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0), **_shared_experts_moe(cfg))

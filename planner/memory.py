@@ -219,21 +219,20 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         # the trainable weights are the model's own; report them under weights only
         adapter = 0
 
-    grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
-    if t.zero_stage == 1 and n > 1:
-        # backward moves each gradient into the reduce bucket and, once reduced, the rank's own into its partition;
-        # gradients larger than the bucket keep their storage until the step
-        grads = (oversized_trainable_elements(a, split, t.method) + split.trainable / n) * dense_bytes
-    optimizer = split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
-    if t.offload is not Offload.NONE:
-        optimizer = 0
-
-    step = optimizer_step_bytes(t, split.trainable, n)
-    if t.recipe is Recipe.HF_TRAINER:
-        adapter = split.adapter * recipes.HF_ADAPTER_BYTES
-        grads = split.trainable * recipes.HF_ADAPTER_BYTES
-        optimizer = split.trainable * recipes.HF_ADAMW_STATE_BYTES
-        step = split.trainable * recipes.HF_ADAMW_STEP_BYTES
+    grads: float
+    optimizer: float
+    step: float
+    if t.recipe is Recipe.HF_TRAINER:  # one GPU, ZeRO 0, adapters only (recipes.check)
+        adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable)
+    else:
+        grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
+        if t.zero_stage == 1 and n > 1:
+            # backward moves each gradient into the reduce bucket and, once reduced, the rank's own into its
+            # partition; gradients larger than the bucket keep their storage until the step
+            grads = (oversized_trainable_elements(a, split, t.method) + split.trainable / n) * dense_bytes
+        optimizer = 0 if t.offload is not Offload.NONE else \
+            split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
+        step = optimizer_step_bytes(t, split.trainable, n)
     activations, logits, forward_end = activation_terms(
         a, replace(t, precision=Precision.FP32) if recipes.fp32_stream(t) else t, split)
     activations += recipes.head_copy_bytes(a, t)

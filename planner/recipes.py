@@ -27,6 +27,13 @@ HF_ADAPTER_BYTES = 4
 HF_ADAMW_STATE_BYTES = 8
 HF_ADAMW_STEP_BYTES = 4
 
+
+def trainer_state_bytes(adapter_params: int, trainable_params: int) -> tuple[int, int, int, int]:
+    """(adapters, their gradients, AdamW's states, its step's temporary) under transformers' Trainer: fp32 adapters
+    and gradients, two fp32 states and no master copy."""
+    return (adapter_params * HF_ADAPTER_BYTES, trainable_params * HF_ADAPTER_BYTES,
+            trainable_params * HF_ADAMW_STATE_BYTES, trainable_params * HF_ADAMW_STEP_BYTES)
+
 _FIELD = "training.recipe"
 
 

@@ -42,6 +42,19 @@ def _deepseek_v3(name: str, layers: int, hidden: int, dense_inter: int, expert_i
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
+def _glm4_moe(name: str, layers: int, hidden: int, dense_inter: int, expert_inter: int, experts: int,
+              dense_layers: int, qk_norm: bool) -> ModelSpec:
+    """GLM-4.5's layout (arXiv:2508.06471): 96 query and 8 key/value heads of 128, q/k/v biased, RoPE over half of
+    each head; `dense_layers` dense MLPs, then `experts` of `expert_inter` (8 a token) with one shared; vocabulary
+    151,552."""
+    arch = Architecture(family=Family.GLM4_MOE, num_layers=layers, hidden_size=hidden, intermediate_size=expert_inter,
+                        num_attention_heads=96, num_key_value_heads=8, vocab_size=151552, head_dim=128,
+                        rotary_dims=64, attention_bias=True, num_experts=experts, experts_per_token=8,
+                        max_position_embeddings=131072, shared_expert_intermediate_size=expert_inter,
+                        dense_layers=dense_layers, dense_intermediate_size=dense_inter, qk_norm=qk_norm)
+    return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
+
+
 def _qwen2_vl_vision(out_hidden: int) -> VisionTower:
     return VisionTower(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4, patch_size=14,
                        temporal_patch_size=2, in_channels=3, spatial_merge_size=2, out_hidden_size=out_hidden)
@@ -123,6 +136,9 @@ MODELS: tuple[ModelSpec, ...] = (
     _deepseek_v3("deepseek-ai/DeepSeek-V3", 61, 7168, 18432, 2048, 128, 129280, 256, 8, 1, 3, 1536, 163840),
     _deepseek_v3("moonshotai/Moonlight-16B-A3B", 27, 2048, 11264, 1408, 16, 163840, 64, 6, 2, 1, 0, 8192),
     _deepseek_v3("moonshotai/Kimi-K2-Instruct", 61, 7168, 18432, 2048, 64, 163840, 384, 8, 1, 1, 1536, 131072),
+    # GLM-4.5 (355B, 32B active: q/k norms, 3 dense layers) and GLM-4.5-Air (106B, 12B active)
+    _glm4_moe("zai-org/GLM-4.5", 92, 5120, 12288, 1536, 160, 3, qk_norm=True),
+    _glm4_moe("zai-org/GLM-4.5-Air", 46, 4096, 10944, 1408, 128, 1, qk_norm=False),
 )
 
 # Other names people use for the same weights (instruct variants share the base shape).
@@ -169,4 +185,6 @@ ALIASES: dict[str, str] = {
     "moonshotai/Moonlight-16B-A3B-Instruct": "moonshotai/Moonlight-16B-A3B",
     "moonshotai/Kimi-K2-Base": "moonshotai/Kimi-K2-Instruct",
     "moonshotai/Kimi-K2-Instruct-0905": "moonshotai/Kimi-K2-Instruct",
+    "zai-org/GLM-4.5-Base": "zai-org/GLM-4.5",
+    "zai-org/GLM-4.5-Air-Base": "zai-org/GLM-4.5-Air",
 }

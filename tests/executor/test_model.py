@@ -38,7 +38,7 @@ def test_freeze_keeps_the_frozen_layers_out_of_the_graph(checkpointing: bool) ->
     assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe", "deepseek_v3", "glm4_moe"])
 def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model_type: str) -> None:
     """PEFT would read all-linear on a mixture of experts as its 3-D expert tensors too (a ParamWrapper, which
     refuses the plan's dropout); the executor adapts the linear modules (Qwen2-MoE: its shared expert's too), as
@@ -51,9 +51,17 @@ def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model
 
     shape = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=64, num_experts_per_tok=2)
-    config = transformers.MixtralConfig(num_local_experts=4, **shape) if model_type == "mixtral" else \
-        transformers.Qwen2MoeConfig(num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=64,
-                                    **shape)
+    # DeepSeek-V3 and GLM-4.5 (a dense layer, then experts with a shared one): PEFT maps their MLP names onto the
+    # routed experts, so all-linear adapts their attention
+    shared_experts = dict(n_routed_experts=4, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                          n_group=1, topk_group=1)
+    config = {"mixtral": lambda: transformers.MixtralConfig(num_local_experts=4, **shape),
+              "qwen2_moe": lambda: transformers.Qwen2MoeConfig(num_experts=4, moe_intermediate_size=32,
+                                                               shared_expert_intermediate_size=64, **shape),
+              "deepseek_v3": lambda: transformers.DeepseekV3Config(
+                  **{**shape, "num_key_value_heads": 4}, **shared_experts, kv_lora_rank=16, q_lora_rank=24,
+                  qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8),
+              "glm4_moe": lambda: transformers.Glm4MoeConfig(**shape, **shared_experts)}[model_type]()
     lora = LoraSpec(target_modules=(ALL_LINEAR,))
     assert lora.dropout > 0
     model = prepare_model(transformers.AutoModelForCausalLM.from_config(config), TrainingSpec(method=Method.LORA,
@@ -61,6 +69,24 @@ def test_all_linear_on_a_mixture_of_experts_adapts_what_the_planner_counts(model
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     arch = architecture_from_config(json.dumps(config.to_dict()))
     assert trainable == lora_parameter_count(lora_targets(arch, (ALL_LINEAR,), "t"), lora.rank)
+
+
+def test_an_mlp_name_peft_maps_onto_the_experts_is_refused_naming_what_to_adapt() -> None:
+    """In DeepSeek-V3 PEFT would adapt the routed experts' fused tensors for gate_proj, not the dense or shared MLPs
+    the name reads as; the executor refuses it before loading anything, as the planner does."""
+    from contract.errors import PlanError
+    from contract.schema import LoraSpec
+    from executor.training.peft_config import lora_targets
+
+    config = transformers.DeepseekV3Config(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                                           num_attention_heads=4, num_key_value_heads=4, vocab_size=64,
+                                           n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                           first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16,
+                                           q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(PlanError, match=r"lora.target_modules: PEFT maps gate_proj .*adapt kv_a_proj_with_mqa"):
+        lora_targets(LoraSpec(target_modules=("q_proj", "gate_proj")), model)
+    assert lora_targets(LoraSpec(target_modules=("q_proj", "kv_b_proj")), model) == ["q_proj", "kv_b_proj"]
 
 
 def test_a_rank_that_does_not_quantise_hides_bitsandbytes_from_peft_and_transformers() -> None:

@@ -49,6 +49,12 @@ CONFIGS = {
         n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
         first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
         num_key_value_heads=kw["num_attention_heads"], **kw),
+    # GLM-4.5: grouped-query attention with biased q/k/v, half of each head turned, `-qknorm` q/k norms; DeepSeek-V3's
+    # experts
+    "glm4_moe": lambda num_hidden_layers, intermediate_size, **kw: transformers.Glm4MoeConfig(
+        num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
+        moe_intermediate_size=intermediate_size // 4, n_routed_experts=8, num_experts_per_tok=2, n_group=2,
+        topk_group=1, n_shared_experts=1, first_k_dense_replace=DEEPSEEK_DENSE, attention_bias=True, **kw),
 }
 DEEPSEEK_LAYERS, DEEPSEEK_DENSE = 4, 2
 
@@ -67,6 +73,8 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     own_dropout = dict(residual_dropout=0.1, attention_dropout=0.1, embedding_dropout=0.1) if "drop" in variant else {}
     if base == "deepseek_v3":
         own_dropout = dict(q_lora_rank=None if "noq" in variant else 24, rope_interleave="plain" not in variant)
+    if base == "glm4_moe":
+        own_dropout = dict(use_qk_norm="qknorm" in variant)
     config = CONFIGS[base](**own_dropout, num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128,
                            num_attention_heads=4, num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256,
                            tie_word_embeddings=False, attn_implementation=attention, pad_token_id=0)
@@ -79,7 +87,8 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
         # (Qwen2-MoE: and its shared expert with the expert's gate)
         moe_linears = {"mixtral": [], "qwen3_moe": [], "qwen2_moe": ["gate_proj", "up_proj", "down_proj",
                                                                      "shared_expert_gate"],
-                       "deepseek_v3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]}
+                       "deepseek_v3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"],
+                       "glm4_moe": []}
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", *moe_linears[base]] if base in moe_linears else \
             "all-linear"
         lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets)
@@ -152,6 +161,8 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         m = a.latent_attention
         if m is not None:  # DeepSeek-V3: the query and key/value latents read the input; the latents; o_proj
             qkv_adapters, widths = 2, 2 * h + m.q_lora_rank + m.kv_lora_rank + a.v_dim
+        elif base == "glm4_moe":  # its attention only
+            qkv_adapters, widths = 3, 3 * h + a.q_dim
         else:
             # Phi: q, k, v and fc1 read the layer's input norm; Qwen2-MoE: its shared expert's gate/up and gate
             qkv_adapters, gate_up_adapters = (1, 1) if family.startswith("phi3") else (3, 3) \
@@ -202,6 +213,9 @@ CASES += [("starcoder2-drop", "eager", m, p, d) for m, d in (("full", 0.0), ("lo
 # which CUDA's memory-efficient kernel does not (benchmarks/simulate.py sizes that)
 CASES += [(f, "eager", m, "bf16", d) for f in ("deepseek_v3", "deepseek_v3-noq", "deepseek_v3-plain")
           for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1))]
+# GLM-4.5 under eager attention: its partial-rotary cat makes q head-major, as Phi's
+CASES += [(f, "eager", m, "bf16", d) for f in ("glm4_moe", "glm4_moe-qknorm") for m, d in (("full", 0.0),
+                                                                                           ("lora", 0.1))]
 CASES += [("llama", attn, m, "fp32", 0.0) for attn in ("eager", "sdpa") for m in ("full", "lora")]
 # As many key/value heads as query heads: eager attention's matmul reads k and v themselves, not repeated copies; with
 # one sequence it folds the batch into a view, so Phi-3's v, a slice of the fused qkv output, keeps all of it alive

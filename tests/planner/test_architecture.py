@@ -24,6 +24,7 @@ CATALOG_MODELS = [
     "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B", "Qwen/Qwen3-30B-A3B",
     "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B", "bigcode/starcoder2-3b",
     "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
+    "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air",
 ]
 
 
@@ -77,6 +78,7 @@ def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_
     ("bigcode/starcoder2-3b", ("c_fc", "c_proj"), 8),
     ("moonshotai/Moonlight-16B-A3B", ("all-linear",), 16),
     ("deepseek-ai/DeepSeek-V3", ("q_a_proj", "kv_b_proj", "o_proj"), 8),
+    ("zai-org/GLM-4.5-Air", ("all-linear",), 8),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
@@ -118,3 +120,20 @@ def test_an_unknown_model_type_in_the_llama_layout_is_answered_as_llama_with_a_n
     for not_llama in ({"n_routed_experts": 256}, {"q_lora_rank": 1536}, {"num_experts": 128}):
         with pytest.raises(UnsupportedError, match="is not supported"):
             read_config(json.dumps({**qwen3_8b, "model_type": "something_new", **not_llama}))
+
+
+def test_kimi_k2s_config_json_reads_as_deepseek_v3s_layout() -> None:
+    """Kimi-K2 ships DeepSeek-V3's layout under model_type kimi_k2 (its config.json names DeepseekV3ForCausalLM)."""
+    kimi = default_catalog().model("moonshotai/Kimi-K2-Instruct").architecture
+    text = json.dumps({**hf_config(kimi).to_dict(), "model_type": "kimi_k2"})
+    assert parameter_counts(architecture_from_config(text)).total == parameter_counts(kimi).total
+
+
+@pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3", "zai-org/GLM-4.5-Air"])
+def test_an_mlp_name_peft_maps_onto_the_routed_experts_is_refused_naming_the_attention(name: str) -> None:
+    from planner.errors import UnsupportedError
+
+    arch = default_catalog().model(name).architecture
+    with pytest.raises(UnsupportedError, match=r"PEFT maps 'down_proj' .* adapt the attention \(.*o_proj"):
+        lora_targets(arch, ("o_proj", "down_proj"), "training.lora.target_modules")
+    assert {layer.name for layer in lora_targets(arch, ("all-linear",), "t")} & {"gate_proj", "down_proj"} == set()
