@@ -28,13 +28,14 @@ class Family(enum.Enum):
     STARCODER2 = "starcoder2"
     DEEPSEEK_V3 = "deepseek_v3"
     GLM4_MOE = "glm4_moe"
+    DEEPSEEK_V2 = "deepseek_v2"
 
 
 # Module names PEFT (0.18: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
 # Qwen2-MoE) maps onto a mixture of experts' fused 3-D expert tensors whatever module they name: in DeepSeek-V3 its
 # dense layers' and shared experts' MLP linears cannot be adapted by name, so all-linear adapts the attention only
 PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {
-    model_type: ("gate_proj", "up_proj", "down_proj") for model_type in ("deepseek_v3", "glm4_moe")}
+    model_type: ("gate_proj", "up_proj", "down_proj") for model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe")}
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ class Architecture:
     dense_layers: int = 0  # leading layers with a dense MLP of dense_intermediate_size (first_k_dense_replace)
     dense_intermediate_size: int = 0
     qk_norm: bool = False  # an RMSNorm over each query and key head where the family makes it a choice (GLM-4.5)
+    # the router masks its softmax to the best expert groups before its top-k (DeepSeek-V2's group_limited_greedy)
+    group_limited_routing: bool = False
 
     __hash__ = hash_once
     __getstate__ = without_hash

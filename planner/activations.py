@@ -189,10 +189,14 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         # (which a shared expert's group counts; DeepSeek-V3's router reads an fp32 copy).
         e, top_k = a.num_experts, a.experts_per_token
         weight = b if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE) else 4
-        normalised = top_k * 4 + 4 if a.family is not Family.QWEN2_MOE else 0
-        mlp = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised
+        normalised = top_k * 4 + 4 if a.family not in (Family.QWEN2_MOE, Family.DEEPSEEK_V2) else 0
+        # DeepSeek-V2's group-limited choice masks the softmax it takes the weights from: the mask stays
+        group_mask = e if a.group_limited_routing else 0
+        mlp = top_k * (3 * b * i + b * h + 3 * 8 + weight) + 4 * e + top_k * 8 + normalised + group_mask
         if full:
-            router_input = 4 * h if shared_experts_moe else 0 if a.shared_expert_intermediate_size else b * h
+            # (DeepSeek's fp32 copy of its input is the input itself in fp32, which the shared experts save)
+            router_input = (4 * h if b != 4 else 0) if shared_experts_moe else \
+                0 if a.shared_expert_intermediate_size else b * h
             mlp += top_k * (b * h + b * i) + router_input
         if shared_experts_moe:
             mlp += 3 * b * a.shared_expert_intermediate_size  # the shared experts: a Llama MLP's
@@ -308,9 +312,11 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
         # single sequence, whose slice is contiguous already: the padded tensor is what stays
         ids += k.TOKEN_ID_BYTES
-    # RoPE's cos and sin, in the activations' dtype (OLMo 2 keeps them in fp32)
+    # RoPE's cos and sin, in the activations' dtype (OLMo 2 keeps them in fp32); DeepSeek-V2 turns q and k by one
+    # complex64 factor per pair of dimensions (apply_rotary_emb: the multiply saves it)
     rope_bytes = 4 if a.family is Family.OLMO2 else b
-    rope = 0 if a.family is Family.GPT2 else 2 * rope_bytes * a.resolved_rotary_dims * t.sequence_length
+    rope = 0 if a.family is Family.GPT2 else 4 * a.resolved_rotary_dims * t.sequence_length \
+        if a.family is Family.DEEPSEEK_V2 else 2 * rope_bytes * a.resolved_rotary_dims * t.sequence_length
     final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0

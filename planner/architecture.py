@@ -48,7 +48,7 @@ def _attention_linears(a: Architecture) -> list[tuple[str, int, int, bool]]:
 
 # Families with DeepSeek-V3's mixture of experts: leading dense layers, a sigmoid router that multiplies in fp32,
 # routed experts and always-on shared_experts (an MLP); PEFT maps their MLP names onto the routed experts
-SHARED_EXPERTS_MOE = (Family.DEEPSEEK_V3, Family.GLM4_MOE)
+SHARED_EXPERTS_MOE = (Family.DEEPSEEK_V2, Family.DEEPSEEK_V3, Family.GLM4_MOE)
 DEEPSEEK_MLP_NAMES = PEFT_EXPERT_MAPPED_NAMES[Family.DEEPSEEK_V3.value]
 
 
@@ -66,7 +66,7 @@ def _shared_experts_moe_linears(a: Architecture) -> list[tuple[str, int, int, bo
 def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
     """Each decoder linear with the number of layers that have it."""
     h, q, kv, i, n = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size, a.num_layers
-    if a.family is Family.DEEPSEEK_V3:  # latent attention; dense MLPs lead, then experts with a shared expert
+    if a.latent_attention is not None:  # DeepSeek-V2/V3: dense MLPs lead, then experts with a shared expert
         return [(name, i_, o, b, n) for name, i_, o, b in _attention_linears(a)] + _shared_experts_moe_linears(a)
     if a.family is Family.GLM4_MOE:  # q/k/v biased by attention_bias, the output never
         return [("q_proj", h, q, a.attention_bias, n), ("k_proj", h, kv, a.attention_bias, n),

@@ -54,7 +54,7 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
         shared_expert_intermediate_size=p.shared_expert_intermediate_size,
         attention_dropout=round(p.attention_dropout, 6), embedding_dropout=round(p.embedding_dropout, 6),
         latent_attention=latent, dense_layers=p.dense_layers, dense_intermediate_size=p.dense_intermediate_size,
-        qk_norm=p.qk_norm,
+        qk_norm=p.qk_norm, group_limited_routing=p.group_limited_routing,
     )
 
 
@@ -106,7 +106,8 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
         max_position_embeddings=a.max_position_embeddings, rotary_dims=a.rotary_dims,
         residual_dropout=a.residual_dropout, shared_expert_intermediate_size=a.shared_expert_intermediate_size,
         attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout, dense_layers=a.dense_layers,
-        dense_intermediate_size=a.dense_intermediate_size, qk_norm=a.qk_norm)
+        dense_intermediate_size=a.dense_intermediate_size, qk_norm=a.qk_norm,
+        group_limited_routing=a.group_limited_routing)
     if a.latent_attention:
         m = a.latent_attention
         p.latent_attention.CopyFrom(model_pb2.LatentAttention(

@@ -23,6 +23,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "qwen2_moe": Family.QWEN2_MOE, "starcoder2": Family.STARCODER2,
     # Kimi-K2 ships DeepSeek-V3's layout under its own model_type (its config.json: DeepseekV3ForCausalLM)
     "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3, "glm4_moe": Family.GLM4_MOE,
+    "deepseek_v2": Family.DEEPSEEK_V2,
 }
 
 
@@ -46,7 +47,7 @@ def config_json(a: Architecture) -> dict[str, Any]:
     if a.family is Family.PHI:
         text.update(partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim,
                     resid_pdrop=a.residual_dropout)
-    if a.family is Family.DEEPSEEK_V3:
+    if a.family in (Family.DEEPSEEK_V2, Family.DEEPSEEK_V3):
         m = a.latent_attention
         assert m is not None
         text.update(q_lora_rank=m.q_lora_rank or None, kv_lora_rank=m.kv_lora_rank,
@@ -55,6 +56,9 @@ def config_json(a: Architecture) -> dict[str, Any]:
                     moe_intermediate_size=a.intermediate_size, intermediate_size=a.dense_intermediate_size,
                     n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
                     first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1)
+        if a.family is Family.DEEPSEEK_V2:  # its router does not normalise; group-limited over 2 groups or greedy
+            text.update(norm_topk_prob=False, topk_method="group_limited_greedy" if a.group_limited_routing else
+                        "greedy", n_group=2 if a.group_limited_routing else None)
         del text["head_dim"]  # transformers derives it (qk_rope_head_dim); the config's head_dim is not the query's
         return {"model_type": a.family.value, **text}
     if a.family is Family.GLM4_MOE:
@@ -210,8 +214,8 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
                            ("embedding_dropout", embedding_dropout)):
             if value >= 1.0:
                 raise InvalidFieldError(_CONFIG, f"'{key}' must be below 1, got {value}")
-    if family is Family.DEEPSEEK_V3:
-        return _deepseek_v3(cfg)
+    if family in (Family.DEEPSEEK_V2, Family.DEEPSEEK_V3):
+        return _deepseek(cfg, family)
     if family is Family.GLM4_MOE:
         return _glm4_moe(cfg)
     intermediate = _int(text_cfg, "intermediate_size")
@@ -245,12 +249,12 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
     )
 
 
-def _shared_experts_moe(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _shared_experts_moe(cfg: Mapping[str, Any], normalises: bool = True) -> dict[str, Any]:
     """The mixture-of-experts keys DeepSeek-V3 and GLM-4.5 share: first_k_dense_replace dense layers of
     intermediate_size, then n_routed_experts of moe_intermediate_size with n_shared_experts always on. Only the
-    routing as shipped (top-k weights normalised) is modelled; a next-token-prediction layer
-    (num_nextn_predict_layers) is not loaded by transformers and so not counted."""
-    if not _bool(cfg, "norm_topk_prob", True):
+    routing as shipped (top-k weights normalised, where the router reads norm_topk_prob) is modelled; a
+    next-token-prediction layer (num_nextn_predict_layers) is not loaded by transformers and so not counted."""
+    if normalises and not _bool(cfg, "norm_topk_prob", True):
         raise UnsupportedError(_CONFIG, "norm_topk_prob false is not modelled; DeepSeek-V3, Moonlight, Kimi-K2 and "
                                         "GLM-4.5 ship it true")
     expert_width = _int(cfg, "moe_intermediate_size")
@@ -277,17 +281,25 @@ def _glm4_moe(cfg: Mapping[str, Any]) -> Architecture:
         max_position_embeddings=_int(cfg, "max_position_embeddings", default=0), **_shared_experts_moe(cfg))
 
 
-def _deepseek_v3(cfg: Mapping[str, Any]) -> Architecture:
-    """DeepSeek-V3's config (transformers' DeepseekV3Config): latent attention and its experts
-    (_shared_experts_moe)."""
+def _deepseek(cfg: Mapping[str, Any], family: Family) -> Architecture:
+    """DeepSeek-V2's and V3's configs (transformers' DeepseekV2Config, DeepseekV3Config): latent attention and their
+    experts (_shared_experts_moe); V2's router (softmax, top-k weights not normalised) may first keep the best expert
+    groups (topk_method group_limited_greedy)."""
+    v2 = family is Family.DEEPSEEK_V2
+    method = cfg.get("topk_method", "greedy") if v2 else "greedy"
+    if method not in ("greedy", "group_limited_greedy"):
+        raise UnsupportedError(_CONFIG, f"topk_method {echo(method)} is not modelled; choose greedy or "
+                                        "group_limited_greedy")
     heads = _int(cfg, "num_attention_heads")
     latent = LatentAttention(q_lora_rank=_int(cfg, "q_lora_rank", default=0), kv_lora_rank=_int(cfg, "kv_lora_rank"),
                              qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
                              qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), v_head_dim=_int(cfg, "v_head_dim"))
     return Architecture(
-        family=Family.DEEPSEEK_V3, num_layers=_int(cfg, "num_hidden_layers"), hidden_size=_int(cfg, "hidden_size"),
+        family=family, num_layers=_int(cfg, "num_hidden_layers"), hidden_size=_int(cfg, "hidden_size"),
         num_attention_heads=heads, num_key_value_heads=heads, head_dim=latent.qk_head_dim,
         rotary_dims=latent.qk_rope_head_dim, vocab_size=_int(cfg, "vocab_size"),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
         attention_bias=_bool(cfg, "attention_bias", False), latent_attention=latent,
-        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0), **_shared_experts_moe(cfg))
+        group_limited_routing=method == "group_limited_greedy",
+        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0),
+        **_shared_experts_moe(cfg, normalises=not v2))

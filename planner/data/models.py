@@ -26,14 +26,15 @@ def _m(name: str, family: Family, layers: int, hidden: int, inter: int, heads: i
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
-def _deepseek_v3(name: str, layers: int, hidden: int, dense_inter: int, expert_inter: int, heads: int, vocab: int,
-                 experts: int, top_k: int, shared: int, dense_layers: int, q_lora_rank: int,
-                 positions: int) -> ModelSpec:
-    """DeepSeek-V3's layout: latent attention (kv_lora_rank 512, 128 + 64 query/key head dims, 128 value head dims in
-    every released model), `dense_layers` dense MLPs, then `experts` of `expert_inter` with `shared` always on."""
+def _deepseek(name: str, layers: int, hidden: int, dense_inter: int, expert_inter: int, heads: int, vocab: int,
+              experts: int, top_k: int, shared: int, dense_layers: int, q_lora_rank: int,
+              positions: int, family: Family = Family.DEEPSEEK_V3, group_limited: bool = False) -> ModelSpec:
+    """DeepSeek-V3's layout (or V2's, `family`): latent attention (kv_lora_rank 512, 128 + 64 query/key head dims,
+    128 value head dims in every released model), `dense_layers` dense MLPs, then `experts` of `expert_inter` with
+    `shared` always on."""
     latent = LatentAttention(q_lora_rank=q_lora_rank, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
                              v_head_dim=128)
-    arch = Architecture(family=Family.DEEPSEEK_V3, num_layers=layers, hidden_size=hidden,
+    arch = Architecture(family=family, num_layers=layers, hidden_size=hidden, group_limited_routing=group_limited,
                         intermediate_size=expert_inter, num_attention_heads=heads, num_key_value_heads=heads,
                         vocab_size=vocab, head_dim=latent.qk_head_dim, rotary_dims=latent.qk_rope_head_dim,
                         num_experts=experts, experts_per_token=top_k, max_position_embeddings=positions,
@@ -133,9 +134,14 @@ MODELS: tuple[ModelSpec, ...] = (
                                                    ("15b", 40, 6144, 48, 4, False))),
     # DeepSeek-V3's layout (transformers' deepseek_v3; Kimi-K2 ships it as model_type kimi_k2). Counts are what
     # transformers builds: DeepSeek-V3's next-token-prediction layer (its 62nd, ~11.5B) is not loaded, so 671.0B
-    _deepseek_v3("deepseek-ai/DeepSeek-V3", 61, 7168, 18432, 2048, 128, 129280, 256, 8, 1, 3, 1536, 163840),
-    _deepseek_v3("moonshotai/Moonlight-16B-A3B", 27, 2048, 11264, 1408, 16, 163840, 64, 6, 2, 1, 0, 8192),
-    _deepseek_v3("moonshotai/Kimi-K2-Instruct", 61, 7168, 18432, 2048, 64, 163840, 384, 8, 1, 1, 1536, 131072),
+    _deepseek("deepseek-ai/DeepSeek-V3", 61, 7168, 18432, 2048, 128, 129280, 256, 8, 1, 3, 1536, 163840),
+    _deepseek("moonshotai/Moonlight-16B-A3B", 27, 2048, 11264, 1408, 16, 163840, 64, 6, 2, 1, 0, 8192),
+    _deepseek("moonshotai/Kimi-K2-Instruct", 61, 7168, 18432, 2048, 64, 163840, 384, 8, 1, 1, 1536, 131072),
+    # DeepSeek-V2 (236B, group-limited routing over 8 groups; V2.5 and Coder-V2 share it) and V2-Lite (15.7B)
+    _deepseek("deepseek-ai/DeepSeek-V2", 60, 5120, 12288, 1536, 128, 102400, 160, 6, 2, 1, 1536, 163840,
+              family=Family.DEEPSEEK_V2, group_limited=True),
+    _deepseek("deepseek-ai/DeepSeek-V2-Lite", 27, 2048, 10944, 1408, 16, 102400, 64, 6, 2, 1, 0, 163840,
+              family=Family.DEEPSEEK_V2),
     # GLM-4.5 (355B, 32B active: q/k norms, 3 dense layers) and GLM-4.5-Air (106B, 12B active)
     _glm4_moe("zai-org/GLM-4.5", 92, 5120, 12288, 1536, 160, 3, qk_norm=True),
     _glm4_moe("zai-org/GLM-4.5-Air", 46, 4096, 10944, 1408, 128, 1, qk_norm=False),
@@ -186,5 +192,10 @@ ALIASES: dict[str, str] = {
     "moonshotai/Kimi-K2-Base": "moonshotai/Kimi-K2-Instruct",
     "moonshotai/Kimi-K2-Instruct-0905": "moonshotai/Kimi-K2-Instruct",
     "zai-org/GLM-4.5-Base": "zai-org/GLM-4.5",
+    "deepseek-ai/DeepSeek-V2-Chat": "deepseek-ai/DeepSeek-V2",
+    "deepseek-ai/DeepSeek-V2.5": "deepseek-ai/DeepSeek-V2",
+    "deepseek-ai/DeepSeek-Coder-V2-Instruct": "deepseek-ai/DeepSeek-V2",
+    "deepseek-ai/DeepSeek-V2-Lite-Chat": "deepseek-ai/DeepSeek-V2-Lite",
+    "deepseek-ai/DeepSeek-Coder-V2-Lite-Instruct": "deepseek-ai/DeepSeek-V2-Lite",
     "zai-org/GLM-4.5-Air-Base": "zai-org/GLM-4.5-Air",
 }

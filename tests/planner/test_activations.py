@@ -49,6 +49,13 @@ CONFIGS = {
         n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
         first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
         num_key_value_heads=kw["num_attention_heads"], **kw),
+    # DeepSeek-V2: V3's layout with a softmax router (`-groups`: group-limited, whose mask stays) and complex RoPE
+    "deepseek_v2": lambda num_hidden_layers, intermediate_size, num_key_value_heads, **kw:
+    transformers.DeepseekV2Config(
+        num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
+        moe_intermediate_size=intermediate_size // 4, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+        first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
+        num_key_value_heads=kw["num_attention_heads"], **kw),
     # GLM-4.5: grouped-query attention with biased q/k/v, half of each head turned, `-qknorm` q/k norms; DeepSeek-V3's
     # experts
     "glm4_moe": lambda num_hidden_layers, intermediate_size, **kw: transformers.Glm4MoeConfig(
@@ -75,6 +82,9 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
         own_dropout = dict(q_lora_rank=None if "noq" in variant else 24, rope_interleave="plain" not in variant)
     if base == "glm4_moe":
         own_dropout = dict(use_qk_norm="qknorm" in variant)
+    if base == "deepseek_v2":
+        own_dropout = dict(q_lora_rank=None if "noq" in variant else 24, n_group=2, topk_group=1,
+                           topk_method="group_limited_greedy" if "groups" in variant else "greedy")
     config = CONFIGS[base](**own_dropout, num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128,
                            num_attention_heads=4, num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256,
                            tie_word_embeddings=False, attn_implementation=attention, pad_token_id=0)
@@ -88,6 +98,7 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
         moe_linears = {"mixtral": [], "qwen3_moe": [], "qwen2_moe": ["gate_proj", "up_proj", "down_proj",
                                                                      "shared_expert_gate"],
                        "deepseek_v3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"],
+                       "deepseek_v2": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"],
                        "glm4_moe": []}
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", *moe_linears[base]] if base in moe_linears else \
             "all-linear"
@@ -213,6 +224,8 @@ CASES += [("starcoder2-drop", "eager", m, p, d) for m, d in (("full", 0.0), ("lo
 # which CUDA's memory-efficient kernel does not (benchmarks/simulate.py sizes that)
 CASES += [(f, "eager", m, "bf16", d) for f in ("deepseek_v3", "deepseek_v3-noq", "deepseek_v3-plain")
           for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1))]
+CASES += [(f, "eager", m, "bf16", d) for f in ("deepseek_v2", "deepseek_v2-noq-groups")
+          for m, d in (("full", 0.0), ("lora", 0.1))]
 # GLM-4.5 under eager attention: its partial-rotary cat makes q head-major, as Phi's
 CASES += [(f, "eager", m, "bf16", d) for f in ("glm4_moe", "glm4_moe-qknorm") for m, d in (("full", 0.0),
                                                                                            ("lora", 0.1))]

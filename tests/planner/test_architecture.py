@@ -24,7 +24,7 @@ CATALOG_MODELS = [
     "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B", "Qwen/Qwen3-30B-A3B",
     "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B", "bigcode/starcoder2-3b",
     "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
-    "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air",
+    "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air", "deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Lite",
 ]
 
 
