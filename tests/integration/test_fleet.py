@@ -301,7 +301,7 @@ def test_a_stopping_worker_requeues_its_job_and_another_resumes_it(executor_serv
                                                                   counting_data, tmp_path):
     first = start_worker("host-a")
     out = tmp_path / "shared" / "fleet-requeue"  # storage both hosts see
-    plan = _plan(tiny_model, counting_data, "fleet-requeue", max_steps=200)  # no periodic checkpoints
+    plan = _plan(tiny_model, counting_data, "fleet-requeue", max_steps=60)  # no periodic checkpoints
     plan.output_uri = str(out)
     with ExecutorClient(executor_service.address, timeout_s=60) as client:
         client.submit(plan)
@@ -318,7 +318,7 @@ def test_a_stopping_worker_requeues_its_job_and_another_resumes_it(executor_serv
         rest = _events(client.watch("fleet-requeue", after_sequence=job.last_event.sequence))
         assert client.get("fleet-requeue").host_id == "host-b"
     resumed = [e for e in rest if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message]
-    assert rest[-1].phase == progress_pb2.PHASE_DONE and rest[-1].step == 200, rest[-1].message
+    assert rest[-1].phase == progress_pb2.PHASE_DONE and rest[-1].step == 60, rest[-1].message
     assert resumed and resumed[0].step >= saved[0].step
 
 

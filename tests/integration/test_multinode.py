@@ -131,7 +131,7 @@ def test_losing_a_node_stops_every_node_and_the_job_resumes_from_its_last_checkp
     lease = ("--lease-ttl-s", "10")  # a lost leader's lease lapses sooner than the default 30 s
     workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared, extra=lease),
                                       start_worker("host-b", shared_dir=shared, extra=lease))}
-    total, job_id = 150, f"gang-lost-{lost}"
+    total, job_id = 60, f"gang-lost-{lost}"  # a lost node stops the gang's steps
     out = shared / job_id
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")

@@ -48,7 +48,7 @@ def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
     lease = ("--lease-ttl-s", "10")  # the lost host's lease lapses sooner than the default 30 s
     workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared, extra=lease),
                                       start_worker("host-b", shared_dir=shared, extra=lease))}
-    total = 150
+    total = 60  # a killed or paused host's ranks make no step until the run resumes
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
         client.submit(fleet_plan(tiny_model, counting_data, "killed", max_steps=total, checkpoint_every=10))
@@ -90,7 +90,7 @@ def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
     lease = ("--lease-ttl-s", "10")
     workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared, extra=lease),
                                       start_worker("host-b", shared_dir=shared, extra=lease))}
-    total = 150
+    total = 60  # a killed or paused host's ranks make no step until the run resumes
     out = shared / "paused"
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")

@@ -145,7 +145,7 @@ def _losses(events: list[progress_pb2.ProgressEvent]) -> dict[int, float]:
 def test_sigkill_after_a_checkpoint_resumes_to_the_same_end_bit_for_bit(
         tiny_model: Path, tmp_path: Path, method: int, zero_stage: int, dropout: float, packing: bool) -> None:
     data = counting_text(tmp_path / "data.jsonl", records=96)
-    steps, every = 60, 20
+    steps, every = 30, 10
     kill_after = random.Random().randint(every, 2 * every - 1)  # any step between two checkpoints
 
     def plan_for(out: Path) -> Path:
