@@ -491,6 +491,9 @@ def _rows() -> list[Row]:
              Row("moonshotai/Moonlight-16B-A3B", spec(lora, 2, 1024, ckpt=False, attn=Attention.EAGER)),
              Row("moonshotai/Moonlight-16B-A3B", spec(full, 1, 2048, zero=3), 8),
              Row("deepseek-ai/DeepSeek-V2-Lite", spec(lora, 2, 2048)),
+             # gpt-oss (eager attention only: its sinks), bf16 experts as training dequantises its MXFP4 ones
+             Row("openai/gpt-oss-20b", spec(lora, 1, 2048, attn=Attention.EAGER)),
+             Row("openai/gpt-oss-20b", spec(lora, 2, 1024, ckpt=False, attn=Attention.EAGER)),
              # GLM-4.5's layout (eager: SDPA after its partial-rotary cat is the CPU's head-major case, as Phi's)
              Row("zai-org/GLM-4.5-Air", spec(lora, 1, 2048, zero=3, attn=Attention.EAGER), 8),
              Row("zai-org/GLM-4.5-Air", spec(full, 1, 1024, zero=3, attn=Attention.EAGER), 8)]

@@ -29,6 +29,7 @@ class Family(enum.Enum):
     DEEPSEEK_V3 = "deepseek_v3"
     GLM4_MOE = "glm4_moe"
     DEEPSEEK_V2 = "deepseek_v2"
+    GPT_OSS = "gpt_oss"
 
 
 # Module names PEFT (0.18: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like

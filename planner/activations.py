@@ -14,7 +14,7 @@ from planner.architecture import LAYER_NORM_FAMILIES, SHARED_EXPERTS_MOE, norms_
 from planner.parameters import ParameterSplit
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
-_FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO2)
+_FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO2, Family.GPT_OSS)
 # Norms that multiply by (1 + weight), a new fp32 vector each call that the multiply saves
 _GEMMA_NORMS = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
 
@@ -173,9 +173,22 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         # of the cast (a new tensor in fp32 too)
         probs = b + k.DROPOUT_MASK_BYTES if a.attention_dropout else cast
         core = b * (2 * q + v_storage) + (4 + probs + softcap) * heads * seq_len
+        if a.family is Family.GPT_OSS:
+            # gpt-oss appends a sink column and subtracts the row maximum (its int64 index saved) before a softmax
+            # in the activations' dtype, which keeps its output; the weights are a view of it
+            core = b * (2 * q + v_storage) + 8 * heads + b * heads * (seq_len + 1)
 
     mlp: float
-    if dense:
+    if a.family is Family.GPT_OSS:
+        # per routed token-expert pair: the biased gate/up output, its clamped gate, the sigmoid, up + 1 and their
+        # product (modeling_gpt_oss: _apply_gate), the biased down output, the routing weight (the activations' dtype,
+        # softmax over the top-k logits) and three int64 permutations; trained experts save their inputs and the
+        # gather index of their biases. Per token the top-k indices and the softmax; a trained router its input.
+        top_k = a.experts_per_token
+        mlp = top_k * (2 * b * i + 4 * b * i + b * h + b + 3 * 8) + top_k * 8 + b * top_k
+        if full:
+            mlp += top_k * (b * h + b * i + 8) + b * h
+    elif dense:
         mlp = 3 * b * a.dense_intermediate_size  # as a Llama MLP's
     elif a.num_experts:
         # transformers' grouped_mm experts (integrations/moe.py): per routed token-expert pair the gate/up output
@@ -315,8 +328,10 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     # RoPE's cos and sin, in the activations' dtype (OLMo 2 keeps them in fp32); DeepSeek-V2 turns q and k by one
     # complex64 factor per pair of dimensions (apply_rotary_emb: the multiply saves it)
     rope_bytes = 4 if a.family is Family.OLMO2 else b
-    rope = 0 if a.family is Family.GPT2 else 4 * a.resolved_rotary_dims * t.sequence_length \
-        if a.family is Family.DEEPSEEK_V2 else 2 * rope_bytes * a.resolved_rotary_dims * t.sequence_length
+    # gpt-oss's cos and sin cover half a head (each turns one half against the other)
+    rotary = a.resolved_rotary_dims // 2 if a.family is Family.GPT_OSS else a.resolved_rotary_dims
+    rope = 0 if a.family is Family.GPT2 else 4 * rotary * t.sequence_length \
+        if a.family is Family.DEEPSEEK_V2 else 2 * rope_bytes * rotary * t.sequence_length
     final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0

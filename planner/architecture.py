@@ -68,6 +68,9 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
     h, q, kv, i, n = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size, a.num_layers
     if a.latent_attention is not None:  # DeepSeek-V2/V3: dense MLPs lead, then experts with a shared expert
         return [(name, i_, o, b, n) for name, i_, o, b in _attention_linears(a)] + _shared_experts_moe_linears(a)
+    if a.family is Family.GPT_OSS:  # every attention projection biased; the experts are 3-D tensors
+        return [("q_proj", h, q, a.attention_bias, n), ("k_proj", h, kv, a.attention_bias, n),
+                ("v_proj", h, kv, a.attention_bias, n), ("o_proj", q, h, a.attention_bias, n)]
     if a.family is Family.GLM4_MOE:  # q/k/v biased by attention_bias, the output never
         return [("q_proj", h, q, a.attention_bias, n), ("k_proj", h, kv, a.attention_bias, n),
                 ("v_proj", h, kv, a.attention_bias, n), ("o_proj", q, h, False, n), *_shared_experts_moe_linears(a)]
@@ -154,7 +157,15 @@ def _expert_params(a: Architecture) -> int:
         return 0
     router = a.num_experts * a.hidden_size
     experts = a.num_experts * 3 * a.hidden_size * a.intermediate_size  # gate, up, down per expert
-    return a.sparse_layers * (router + experts)
+    return a.sparse_layers * (router + experts + _expert_extras(a))
+
+
+def _expert_extras(a: Architecture) -> int:
+    """gpt-oss's per-layer extras: the router's bias, each expert's gate/up and down biases, and one attention sink
+    per head (modeling_gpt_oss: GptOssTopKRouter, GptOssExperts, GptOssAttention.sinks)."""
+    if a.family is not Family.GPT_OSS:
+        return 0
+    return a.num_experts * (1 + 2 * a.intermediate_size + a.hidden_size) + a.num_attention_heads
 
 
 def _vision_params(v: VisionTower) -> int:
@@ -196,6 +207,8 @@ def parameter_counts(a: Architecture) -> ParameterCounts:
     if a.num_experts:
         idle = a.num_experts - a.experts_per_token
         active -= a.sparse_layers * idle * 3 * a.hidden_size * a.intermediate_size
+        if a.family is Family.GPT_OSS:  # the idle experts' biases
+            active -= a.sparse_layers * idle * (2 * a.intermediate_size + a.hidden_size)
     return ParameterCounts(total, embedding, per_layer, vision, lm_head, active)
 
 

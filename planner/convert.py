@@ -12,7 +12,7 @@ from contract.enums import from_proto, proto_table
 from contract.errors import InvalidFieldError
 from contract.limits import ARCHITECTURE_RANGES, MAX_PARAMETERS
 from contract.model import Architecture, Family, LatentAttention, ModelSpec, VisionTower
-from contract.schema import Flavor, GpuSpec, Hardware, Interconnect, Method, TrainingSpec, Workload
+from contract.schema import Attention, Flavor, GpuSpec, Hardware, Interconnect, Method, TrainingSpec, Workload
 from contract.training import METHOD, training_to_proto
 from planner.architecture import parameter_counts
 from planner.catalog import Catalog, did_you_mean
@@ -140,6 +140,10 @@ def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
     if t.method is Method.FREEZE and t.freeze_trainable_layers > a.num_layers:
         raise InvalidFieldError("training.freeze_trainable_layers",
                                 f"the model has {a.num_layers} layers, asked to train {t.freeze_trainable_layers}")
+    if a.family is Family.GPT_OSS and t.attention is not Attention.EAGER:
+        raise UnsupportedError("training.attention", "gpt-oss trains with eager attention: transformers 5 has no SDPA "
+                                                     "for its attention sinks, and flash-attention 2 drops them; set "
+                                                     "attention eager (--attention eager)")
     if (t.image_tokens or t.train_vision_tower) and a.vision is None:
         raise InvalidFieldError("training.image_tokens", f"{echo(m.name)} has no vision tower")
     if a.max_position_embeddings and t.sequence_length > a.max_position_embeddings:

@@ -23,7 +23,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "qwen2_moe": Family.QWEN2_MOE, "starcoder2": Family.STARCODER2,
     # Kimi-K2 ships DeepSeek-V3's layout under its own model_type (its config.json: DeepseekV3ForCausalLM)
     "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3, "glm4_moe": Family.GLM4_MOE,
-    "deepseek_v2": Family.DEEPSEEK_V2,
+    "deepseek_v2": Family.DEEPSEEK_V2, "gpt_oss": Family.GPT_OSS,
 }
 
 
@@ -68,6 +68,10 @@ def config_json(a: Architecture) -> dict[str, Any]:
                     first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1,
                     attention_bias=a.attention_bias, use_qk_norm=a.qk_norm,
                     partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim)
+        return {"model_type": a.family.value, **text}
+    if a.family is Family.GPT_OSS:  # its attention biased; sliding-window layers alternate with full ones
+        text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                    attention_bias=a.attention_bias)
         return {"model_type": a.family.value, **text}
     if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
         # every layer sparse, the routing weights normalised as each ships (Qwen3-MoE yes, Qwen2-MoE no)

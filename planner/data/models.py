@@ -142,6 +142,11 @@ MODELS: tuple[ModelSpec, ...] = (
               family=Family.DEEPSEEK_V2, group_limited=True),
     _deepseek("deepseek-ai/DeepSeek-V2-Lite", 27, 2048, 10944, 1408, 16, 102400, 64, 6, 2, 1, 0, 163840,
               family=Family.DEEPSEEK_V2),
+    # gpt-oss (its model card: 24 / 36 layers of 32 / 128 experts, 4 a token, every projection biased, attention
+    # sinks, sliding-window layers of 128 tokens alternating with full ones); its MXFP4 expert weights load as bf16 for
+    # training (Mxfp4Config(dequantize=True)), which these counts and bytes are
+    *(_m(f"openai/gpt-oss-{size}", F.GPT_OSS, layers, 2880, 2880, 64, 8, 201088, head_dim=64, experts=experts,
+         top_k=4, positions=131072, bias=True) for size, layers, experts in (("20b", 24, 32), ("120b", 36, 128))),
     # GLM-4.5 (355B, 32B active: q/k norms, 3 dense layers) and GLM-4.5-Air (106B, 12B active)
     _glm4_moe("zai-org/GLM-4.5", 92, 5120, 12288, 1536, 160, 3, qk_norm=True),
     _glm4_moe("zai-org/GLM-4.5-Air", 46, 4096, 10944, 1408, 128, 1, qk_norm=False),

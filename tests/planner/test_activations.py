@@ -56,6 +56,11 @@ CONFIGS = {
         moe_intermediate_size=intermediate_size // 4, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
         first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
         num_key_value_heads=kw["num_attention_heads"], **kw),
+    # gpt-oss: attention sinks, biased projections, experts with biases and a clamped SwiGLU; sliding-window layers
+    # around the measured full-attention one
+    "gpt_oss": lambda intermediate_size, **kw: transformers.GptOssConfig(
+        num_local_experts=8, num_experts_per_tok=2, intermediate_size=intermediate_size // 4, head_dim=16,
+        sliding_window=8, **kw),
     # GLM-4.5: grouped-query attention with biased q/k/v, half of each head turned, `-qknorm` q/k norms; DeepSeek-V3's
     # experts
     "glm4_moe": lambda num_hidden_layers, intermediate_size, **kw: transformers.Glm4MoeConfig(
@@ -99,7 +104,7 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
                                                                      "shared_expert_gate"],
                        "deepseek_v3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"],
                        "deepseek_v2": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"],
-                       "glm4_moe": []}
+                       "glm4_moe": [], "gpt_oss": []}
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", *moe_linears[base]] if base in moe_linears else \
             "all-linear"
         lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets)
@@ -172,7 +177,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         m = a.latent_attention
         if m is not None:  # DeepSeek-V3: the query and key/value latents read the input; the latents; o_proj
             qkv_adapters, widths = 2, 2 * h + m.q_lora_rank + m.kv_lora_rank + a.v_dim
-        elif base == "glm4_moe":  # its attention only
+        elif base in ("glm4_moe", "gpt_oss"):  # their attention only
             qkv_adapters, widths = 3, 3 * h + a.q_dim
         else:
             # Phi: q, k, v and fc1 read the layer's input norm; Qwen2-MoE: its shared expert's gate/up and gate
@@ -226,6 +231,8 @@ CASES += [(f, "eager", m, "bf16", d) for f in ("deepseek_v3", "deepseek_v3-noq",
           for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1))]
 CASES += [(f, "eager", m, "bf16", d) for f in ("deepseek_v2", "deepseek_v2-noq-groups")
           for m, d in (("full", 0.0), ("lora", 0.1))]
+# gpt-oss runs eager attention only (transformers 5: no SDPA for its sinks)
+CASES += [("gpt_oss", "eager", m, "bf16", d) for m, d in (("full", 0.0), ("lora", 0.0), ("lora", 0.1))]
 # GLM-4.5 under eager attention: its partial-rotary cat makes q head-major, as Phi's
 CASES += [(f, "eager", m, "bf16", d) for f in ("glm4_moe", "glm4_moe-qknorm") for m, d in (("full", 0.0),
                                                                                            ("lora", 0.1))]

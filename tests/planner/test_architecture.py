@@ -25,6 +25,7 @@ CATALOG_MODELS = [
     "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B", "bigcode/starcoder2-3b",
     "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
     "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air", "deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Lite",
+    "openai/gpt-oss-20b", "openai/gpt-oss-120b",
 ]
 
 
@@ -79,6 +80,7 @@ def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_
     ("moonshotai/Moonlight-16B-A3B", ("all-linear",), 16),
     ("deepseek-ai/DeepSeek-V3", ("q_a_proj", "kv_b_proj", "o_proj"), 8),
     ("zai-org/GLM-4.5-Air", ("all-linear",), 8),
+    ("openai/gpt-oss-20b", ("all-linear",), 16),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
@@ -137,3 +139,16 @@ def test_an_mlp_name_peft_maps_onto_the_routed_experts_is_refused_naming_the_att
     with pytest.raises(UnsupportedError, match=r"PEFT maps 'down_proj' .* adapt the attention \(.*o_proj"):
         lora_targets(arch, ("o_proj", "down_proj"), "training.lora.target_modules")
     assert {layer.name for layer in lora_targets(arch, ("all-linear",), "t")} & {"gate_proj", "down_proj"} == set()
+
+
+def test_gpt_oss_is_planned_with_eager_attention_and_refused_with_another_naming_the_field() -> None:
+    from contract.schema import Attention, TrainingSpec
+    from planner.convert import validate_against_model
+    from planner.errors import UnsupportedError
+
+    model = default_catalog().model("openai/gpt-oss-20b")
+    validate_against_model(TrainingSpec(attention=Attention.EAGER), model)
+    for attention in (Attention.SDPA, Attention.FLASH):
+        with pytest.raises(UnsupportedError, match="set attention eager") as e:
+            validate_against_model(TrainingSpec(attention=attention), model)
+        assert e.value.field == "training.attention"

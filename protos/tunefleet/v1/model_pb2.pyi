@@ -28,6 +28,7 @@ class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_FAMILY_DEEPSEEK_V3: _ClassVar[ModelFamily]
     MODEL_FAMILY_GLM4_MOE: _ClassVar[ModelFamily]
     MODEL_FAMILY_DEEPSEEK_V2: _ClassVar[ModelFamily]
+    MODEL_FAMILY_GPT_OSS: _ClassVar[ModelFamily]
 MODEL_FAMILY_UNSPECIFIED: ModelFamily
 MODEL_FAMILY_LLAMA: ModelFamily
 MODEL_FAMILY_MISTRAL: ModelFamily
@@ -48,6 +49,7 @@ MODEL_FAMILY_STARCODER2: ModelFamily
 MODEL_FAMILY_DEEPSEEK_V3: ModelFamily
 MODEL_FAMILY_GLM4_MOE: ModelFamily
 MODEL_FAMILY_DEEPSEEK_V2: ModelFamily
+MODEL_FAMILY_GPT_OSS: ModelFamily
 
 class VisionTower(_message.Message):
     __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size")
