@@ -30,6 +30,7 @@ class Family(enum.Enum):
     GLM4_MOE = "glm4_moe"
     DEEPSEEK_V2 = "deepseek_v2"
     GPT_OSS = "gpt_oss"
+    QWEN2_5_VL = "qwen2_5_vl"
 
 
 # Module names PEFT (0.18: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
@@ -41,7 +42,8 @@ PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class VisionTower:
-    """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger."""
+    """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger. Qwen2.5-VL's blocks have RMSNorms
+    and a gated MLP of `intermediate_size` (0: Qwen2-VL's LayerNorms and fc1/fc2 of mlp_ratio x embed_dim)."""
 
     depth: int
     embed_dim: int
@@ -52,6 +54,7 @@ class VisionTower:
     in_channels: int
     spatial_merge_size: int
     out_hidden_size: int
+    intermediate_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size",

@@ -267,6 +267,10 @@ def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
     v = a.vision
     assert v is not None
     e, m = v.embed_dim, v.embed_dim * v.mlp_ratio
+    if v.intermediate_size:
+        # Qwen2.5-VL: two RMSNorms (the fp32 input and rstd, the normalised input to the weight), their outputs, q/k/v,
+        # the attention output and the proj input; the gated MLP as a Llama MLP's with its down input
+        return 2 * (4 * e + 4 + b * e) + 7 * b * e + 4 * b * v.intermediate_size
     # Two LayerNorms (input, mean, rstd), their outputs, q/k/v, attention output and the proj
     # input, then fc1 output, QuickGELU's sigmoid and the fc2 input.
     return 10 * b * e + 16 + 3 * b * m

@@ -87,7 +87,7 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
         layers = [("qkv_proj", h, q + 2 * kv, False), ("o_proj", q, h, False),
                   ("gate_up_proj", h, 2 * i, False), ("down_proj", i, h, False)]
     else:
-        qwen2 = a.family in (Family.QWEN2, Family.QWEN2_VL, Family.QWEN2_MOE)
+        qwen2 = a.family in (Family.QWEN2, Family.QWEN2_VL, Family.QWEN2_5_VL, Family.QWEN2_MOE)
         qkv_bias = a.attention_bias or qwen2
         o_bias = a.attention_bias and not qwen2
         layers = [("q_proj", h, q, qkv_bias), ("k_proj", h, kv, qkv_bias),
@@ -104,8 +104,10 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
 
 def _vision_linears(v: VisionTower) -> list[tuple[str, int, int, bool, int]]:
     e, mlp, merged = v.embed_dim, v.embed_dim * v.mlp_ratio, v.embed_dim * v.spatial_merge_size ** 2
-    return [("qkv", e, 3 * e, True, v.depth), ("proj", e, e, True, v.depth),
-            ("fc1", e, mlp, True, v.depth), ("fc2", mlp, e, True, v.depth),
+    i = v.intermediate_size
+    block = [("gate_proj", e, i, True, v.depth), ("up_proj", e, i, True, v.depth), ("down_proj", i, e, True, v.depth)] \
+        if i else [("fc1", e, mlp, True, v.depth), ("fc2", mlp, e, True, v.depth)]
+    return [("qkv", e, 3 * e, True, v.depth), ("proj", e, e, True, v.depth), *block,
             ("merger.mlp.0", merged, merged, True, 1), ("merger.mlp.2", merged, v.out_hidden_size, True, 1)]
 
 
@@ -170,7 +172,8 @@ def _expert_extras(a: Architecture) -> int:
 
 def _vision_params(v: VisionTower) -> int:
     patch = v.embed_dim * v.in_channels * v.temporal_patch_size * v.patch_size ** 2  # Conv3d, no bias
-    norms = v.depth * 2 * 2 * v.embed_dim + 2 * v.embed_dim  # norm1, norm2 per block; merger ln_q
+    per_norm = 1 if v.intermediate_size else 2  # RMSNorm (Qwen2.5-VL) or LayerNorm, with its bias (Qwen2-VL)
+    norms = per_norm * (v.depth * 2 * v.embed_dim + v.embed_dim)  # norm1, norm2 per block; merger ln_q
     return patch + norms + sum(
         c * (i * o + (o if b else 0)) for _, i, o, b, c in _vision_linears(v))
 

@@ -38,7 +38,7 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
     if p.HasField("vision"):
         v = p.vision
         vision = VisionTower(v.depth, v.embed_dim, v.num_heads, v.mlp_ratio, v.patch_size, v.temporal_patch_size,
-                             v.in_channels, v.spatial_merge_size, v.out_hidden_size)
+                             v.in_channels, v.spatial_merge_size, v.out_hidden_size, v.intermediate_size)
     latent = None
     if p.HasField("latent_attention"):
         m = p.latent_attention
@@ -118,7 +118,8 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
         p.vision.CopyFrom(model_pb2.VisionTower(
             depth=v.depth, embed_dim=v.embed_dim, num_heads=v.num_heads, mlp_ratio=v.mlp_ratio,
             patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size, in_channels=v.in_channels,
-            spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size))
+            spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size,
+            intermediate_size=v.intermediate_size))
     return p
 
 

@@ -23,7 +23,7 @@ _FAMILY_BY_MODEL_TYPE = {
     "qwen2_moe": Family.QWEN2_MOE, "starcoder2": Family.STARCODER2,
     # Kimi-K2 ships DeepSeek-V3's layout under its own model_type (its config.json: DeepseekV3ForCausalLM)
     "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3, "glm4_moe": Family.GLM4_MOE,
-    "deepseek_v2": Family.DEEPSEEK_V2, "gpt_oss": Family.GPT_OSS,
+    "deepseek_v2": Family.DEEPSEEK_V2, "gpt_oss": Family.GPT_OSS, "qwen2_5_vl": Family.QWEN2_5_VL,
 }
 
 
@@ -82,6 +82,14 @@ def config_json(a: Architecture) -> dict[str, Any]:
             text.update(shared_expert_intermediate_size=a.shared_expert_intermediate_size)
     elif a.num_experts:
         text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
+    if a.vision is not None and a.family is Family.QWEN2_5_VL:  # its vision_config's hidden_size is the tower's
+        v = a.vision
+        return {"model_type": a.family.value, "tie_word_embeddings": a.tie_word_embeddings, "text_config": text,
+                "vision_config": {"depth": v.depth, "hidden_size": v.embed_dim, "num_heads": v.num_heads,
+                                  "intermediate_size": v.intermediate_size, "out_hidden_size": v.out_hidden_size,
+                                  "in_channels": v.in_channels, "patch_size": v.patch_size,
+                                  "spatial_merge_size": v.spatial_merge_size,
+                                  "temporal_patch_size": v.temporal_patch_size}}
     if a.vision is not None:
         v = a.vision
         return {"model_type": a.family.value, "tie_word_embeddings": a.tie_word_embeddings, "text_config": text,
@@ -189,6 +197,17 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
             spatial_merge_size=_int(vc, "spatial_merge_size", default=2),
             out_hidden_size=_int(vc, "hidden_size", default=_int(text_cfg, "hidden_size")),
         )
+    if family is Family.QWEN2_5_VL:  # its vision_config names the tower's width hidden_size, the text's out_hidden_size
+        text_cfg = {**cfg, **_object(cfg, "text_config")}
+        vc = _object(cfg, "vision_config")
+        vision = VisionTower(
+            depth=_int(vc, "depth"), embed_dim=_int(vc, "hidden_size"), num_heads=_int(vc, "num_heads"),
+            mlp_ratio=4, patch_size=_int(vc, "patch_size", "spatial_patch_size"),
+            temporal_patch_size=_int(vc, "temporal_patch_size", default=2),
+            in_channels=_int(vc, "in_chans", "in_channels", default=3),
+            spatial_merge_size=_int(vc, "spatial_merge_size", default=2),
+            out_hidden_size=_int(vc, "out_hidden_size", default=_int(text_cfg, "hidden_size")),
+            intermediate_size=_int(vc, "intermediate_size"))
     if family is Family.GPT2:
         hidden = _int(cfg, "n_embd")
         return Architecture(

@@ -61,6 +61,12 @@ def _qwen2_vl_vision(out_hidden: int) -> VisionTower:
                        temporal_patch_size=2, in_channels=3, spatial_merge_size=2, out_hidden_size=out_hidden)
 
 
+def _qwen2_5_vl_vision(out_hidden: int) -> VisionTower:
+    """Qwen2.5-VL's vision tower in every size: 32 blocks of 1280 with RMSNorms and a gated MLP of 3420."""
+    return VisionTower(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4, patch_size=14, temporal_patch_size=2,
+                       in_channels=3, spatial_merge_size=2, out_hidden_size=out_hidden, intermediate_size=3420)
+
+
 MODELS: tuple[ModelSpec, ...] = (
     _m("meta-llama/Llama-2-7b-hf", F.LLAMA, 32, 4096, 11008, 32, 32, 32000, positions=4096),
     _m("meta-llama/Llama-2-13b-hf", F.LLAMA, 40, 5120, 13824, 40, 40, 32000, positions=4096),
@@ -91,6 +97,10 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("Qwen/Qwen2-VL-2B-Instruct", F.QWEN2_VL, 28, 1536, 8960, 12, 2, 151936, tie=True,
        vision=_qwen2_vl_vision(1536)),
     _m("Qwen/Qwen2-VL-7B-Instruct", F.QWEN2_VL, 28, 3584, 18944, 28, 4, 152064, vision=_qwen2_vl_vision(3584)),
+    _m("Qwen/Qwen2.5-VL-3B-Instruct", F.QWEN2_5_VL, 36, 2048, 11008, 16, 2, 151936, tie=True,
+       vision=_qwen2_5_vl_vision(2048)),
+    _m("Qwen/Qwen2.5-VL-7B-Instruct", F.QWEN2_5_VL, 28, 3584, 18944, 28, 4, 152064, vision=_qwen2_5_vl_vision(3584)),
+    _m("Qwen/Qwen2.5-VL-72B-Instruct", F.QWEN2_5_VL, 80, 8192, 29568, 64, 8, 152064, vision=_qwen2_5_vl_vision(8192)),
     _m("Qwen/Qwen3-0.6B", F.QWEN3, 28, 1024, 3072, 16, 8, 151936, tie=True, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-1.7B", F.QWEN3, 28, 2048, 6144, 16, 8, 151936, tie=True, head_dim=128, positions=40960),
     _m("Qwen/Qwen3-4B", F.QWEN3, 36, 2560, 9728, 32, 8, 151936, tie=True, head_dim=128, positions=40960),

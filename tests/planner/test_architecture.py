@@ -25,13 +25,13 @@ CATALOG_MODELS = [
     "google/gemma-3-1b-pt", "microsoft/phi-2", "Qwen/Qwen1.5-MoE-A2.7B", "bigcode/starcoder2-3b",
     "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
     "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air", "deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Lite",
-    "openai/gpt-oss-20b", "openai/gpt-oss-120b",
+    "openai/gpt-oss-20b", "openai/gpt-oss-120b", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
 ]
 
 
 def meta_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     with torch.device("meta"):
-        if isinstance(config, transformers.Qwen2VLConfig):
+        if isinstance(config, transformers.Qwen2VLConfig | transformers.Qwen2_5_VLConfig):
             return transformers.AutoModelForImageTextToText.from_config(config)
         return transformers.AutoModelForCausalLM.from_config(config)
 

@@ -29,6 +29,7 @@ class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_FAMILY_GLM4_MOE: _ClassVar[ModelFamily]
     MODEL_FAMILY_DEEPSEEK_V2: _ClassVar[ModelFamily]
     MODEL_FAMILY_GPT_OSS: _ClassVar[ModelFamily]
+    MODEL_FAMILY_QWEN2_5_VL: _ClassVar[ModelFamily]
 MODEL_FAMILY_UNSPECIFIED: ModelFamily
 MODEL_FAMILY_LLAMA: ModelFamily
 MODEL_FAMILY_MISTRAL: ModelFamily
@@ -50,9 +51,10 @@ MODEL_FAMILY_DEEPSEEK_V3: ModelFamily
 MODEL_FAMILY_GLM4_MOE: ModelFamily
 MODEL_FAMILY_DEEPSEEK_V2: ModelFamily
 MODEL_FAMILY_GPT_OSS: ModelFamily
+MODEL_FAMILY_QWEN2_5_VL: ModelFamily
 
 class VisionTower(_message.Message):
-    __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size")
+    __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size", "intermediate_size")
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     EMBED_DIM_FIELD_NUMBER: _ClassVar[int]
     NUM_HEADS_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +64,7 @@ class VisionTower(_message.Message):
     IN_CHANNELS_FIELD_NUMBER: _ClassVar[int]
     SPATIAL_MERGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     OUT_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    INTERMEDIATE_SIZE_FIELD_NUMBER: _ClassVar[int]
     depth: int
     embed_dim: int
     num_heads: int
@@ -71,7 +74,8 @@ class VisionTower(_message.Message):
     in_channels: int
     spatial_merge_size: int
     out_hidden_size: int
-    def __init__(self, depth: _Optional[int] = ..., embed_dim: _Optional[int] = ..., num_heads: _Optional[int] = ..., mlp_ratio: _Optional[int] = ..., patch_size: _Optional[int] = ..., temporal_patch_size: _Optional[int] = ..., in_channels: _Optional[int] = ..., spatial_merge_size: _Optional[int] = ..., out_hidden_size: _Optional[int] = ...) -> None: ...
+    intermediate_size: int
+    def __init__(self, depth: _Optional[int] = ..., embed_dim: _Optional[int] = ..., num_heads: _Optional[int] = ..., mlp_ratio: _Optional[int] = ..., patch_size: _Optional[int] = ..., temporal_patch_size: _Optional[int] = ..., in_channels: _Optional[int] = ..., spatial_merge_size: _Optional[int] = ..., out_hidden_size: _Optional[int] = ..., intermediate_size: _Optional[int] = ...) -> None: ...
 
 class LatentAttention(_message.Message):
     __slots__ = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
