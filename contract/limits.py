@@ -47,6 +47,7 @@ _architecture = {
     "vision.patch_size": Range(0, 1024, _ARCH), "vision.temporal_patch_size": Range(0, 64, _ARCH),
     "vision.in_channels": Range(0, 64, _ARCH), "vision.spatial_merge_size": Range(0, 64, _ARCH),
     "vision.out_hidden_size": Range(0, 131072, _ARCH), "vision.intermediate_size": Range(0, 1048576, _ARCH),
+    "vision.image_size": Range(0, 65536, _ARCH),
     "dense_layers": Range(0, 1024, _ARCH), "dense_intermediate_size": Range(0, 1048576, _ARCH),
     "latent_attention.q_lora_rank": Range(0, 131072, _ARCH), "latent_attention.kv_lora_rank": Range(0, 131072, _ARCH),
     "latent_attention.qk_rope_head_dim": Range(0, 1024, _ARCH),

@@ -42,8 +42,11 @@ PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class VisionTower:
-    """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger. Qwen2.5-VL's blocks have RMSNorms
-    and a gated MLP of `intermediate_size` (0: Qwen2-VL's LayerNorms and fc1/fc2 of mlp_ratio x embed_dim)."""
+    """Qwen2-VL style vision encoder: patch embed, `depth` ViT blocks, a patch merger. Qwen2.5-VL's blocks have
+    RMSNorms and a gated MLP of `intermediate_size` (0: Qwen2-VL's LayerNorms and fc1/fc2 of mlp_ratio x embed_dim).
+    With an `image_size`, a SigLIP encoder (Gemma 3): learned positions for (image_size / patch_size)^2 patches,
+    LayerNorm blocks with an fc1/fc2 MLP of `intermediate_size`, each spatial_merge_size^2 patches pooled into one
+    image token, and a projection into the language model."""
 
     depth: int
     embed_dim: int
@@ -55,6 +58,7 @@ class VisionTower:
     spatial_merge_size: int
     out_hidden_size: int
     intermediate_size: int = 0
+    image_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size",

@@ -267,6 +267,10 @@ def _vision_block_bytes_per_patch(a: Architecture, b: int) -> float:
     v = a.vision
     assert v is not None
     e, m = v.embed_dim, v.embed_dim * v.mlp_ratio
+    if v.image_size:
+        # SigLIP: two LayerNorms (their input, mean and rstd), q/k/v's shared input, q, k, v, the attention output
+        # and out_proj's input, fc1's input, gelu_pytorch_tanh's input and fc2's input
+        return 2 * (b * e + 8) + 7 * b * e + 2 * b * v.intermediate_size
     if v.intermediate_size:
         # Qwen2.5-VL: two RMSNorms (the fp32 input and rstd, the normalised input to the weight), their outputs, q/k/v,
         # the attention output and the proj input; the gated MLP as a Llama MLP's with its down input

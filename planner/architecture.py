@@ -105,6 +105,9 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
 def _vision_linears(v: VisionTower) -> list[tuple[str, int, int, bool, int]]:
     e, mlp, merged = v.embed_dim, v.embed_dim * v.mlp_ratio, v.embed_dim * v.spatial_merge_size ** 2
     i = v.intermediate_size
+    if v.image_size:  # SigLIP (modeling_siglip: SiglipAttention, SiglipMLP), every linear biased
+        return [(name, e, e, True, v.depth) for name in ("q_proj", "k_proj", "v_proj", "out_proj")] + \
+            [("fc1", e, i, True, v.depth), ("fc2", i, e, True, v.depth)]
     block = [("gate_proj", e, i, True, v.depth), ("up_proj", e, i, True, v.depth), ("down_proj", i, e, True, v.depth)] \
         if i else [("fc1", e, mlp, True, v.depth), ("fc2", mlp, e, True, v.depth)]
     return [("qkv", e, 3 * e, True, v.depth), ("proj", e, e, True, v.depth), *block,
@@ -170,7 +173,22 @@ def _expert_extras(a: Architecture) -> int:
     return a.num_experts * (1 + 2 * a.intermediate_size + a.hidden_size) + a.num_attention_heads
 
 
+def _siglip_params(v: VisionTower) -> int:
+    """SigLIP's patch Conv2d (biased) and learned positions, two LayerNorms a block and the post-layernorm; Gemma 3's
+    projector: an RMSNorm and a projection weight into the language model (modeling_gemma3:
+    Gemma3MultiModalProjector)."""
+    e = v.embed_dim
+    patch = e * v.in_channels * v.patch_size ** 2 + e
+    positions = (v.image_size // v.patch_size) ** 2 * e
+    norms = (v.depth * 2 + 1) * 2 * e
+    projector = e + e * v.out_hidden_size
+    return patch + positions + norms + projector + sum(
+        c * (i * o + (o if b else 0)) for _, i, o, b, c in _vision_linears(v))
+
+
 def _vision_params(v: VisionTower) -> int:
+    if v.image_size:
+        return _siglip_params(v)
     patch = v.embed_dim * v.in_channels * v.temporal_patch_size * v.patch_size ** 2  # Conv3d, no bias
     per_norm = 1 if v.intermediate_size else 2  # RMSNorm (Qwen2.5-VL) or LayerNorm, with its bias (Qwen2-VL)
     norms = per_norm * (v.depth * 2 * v.embed_dim + v.embed_dim)  # norm1, norm2 per block; merger ln_q

@@ -38,7 +38,8 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
     if p.HasField("vision"):
         v = p.vision
         vision = VisionTower(v.depth, v.embed_dim, v.num_heads, v.mlp_ratio, v.patch_size, v.temporal_patch_size,
-                             v.in_channels, v.spatial_merge_size, v.out_hidden_size, v.intermediate_size)
+                             v.in_channels, v.spatial_merge_size, v.out_hidden_size, v.intermediate_size,
+                             v.image_size)
     latent = None
     if p.HasField("latent_attention"):
         m = p.latent_attention
@@ -119,7 +120,7 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
             depth=v.depth, embed_dim=v.embed_dim, num_heads=v.num_heads, mlp_ratio=v.mlp_ratio,
             patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size, in_channels=v.in_channels,
             spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size,
-            intermediate_size=v.intermediate_size))
+            intermediate_size=v.intermediate_size, image_size=v.image_size))
     return p
 
 

@@ -24,6 +24,8 @@ _FAMILY_BY_MODEL_TYPE = {
     # Kimi-K2 ships DeepSeek-V3's layout under its own model_type (its config.json: DeepseekV3ForCausalLM)
     "deepseek_v3": Family.DEEPSEEK_V3, "kimi_k2": Family.DEEPSEEK_V3, "glm4_moe": Family.GLM4_MOE,
     "deepseek_v2": Family.DEEPSEEK_V2, "gpt_oss": Family.GPT_OSS, "qwen2_5_vl": Family.QWEN2_5_VL,
+    # Gemma 3's image-text models: the gemma3_text layout with a SigLIP encoder (text_config, vision_config)
+    "gemma3": Family.GEMMA3,
 }
 
 
@@ -82,6 +84,15 @@ def config_json(a: Architecture) -> dict[str, Any]:
             text.update(shared_expert_intermediate_size=a.shared_expert_intermediate_size)
     elif a.num_experts:
         text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
+    if a.vision is not None and a.vision.image_size:  # Gemma 3: a SigLIP encoder without its pooling head
+        v = a.vision
+        tokens_per_side = v.image_size // v.patch_size // v.spatial_merge_size
+        return {"model_type": "gemma3", "tie_word_embeddings": a.tie_word_embeddings, "text_config": text,
+                "mm_tokens_per_image": tokens_per_side ** 2,
+                "vision_config": {"model_type": "siglip_vision_model", "hidden_size": v.embed_dim,
+                                  "intermediate_size": v.intermediate_size, "num_hidden_layers": v.depth,
+                                  "num_attention_heads": v.num_heads, "num_channels": v.in_channels,
+                                  "image_size": v.image_size, "patch_size": v.patch_size, "vision_use_head": False}}
     if a.vision is not None and a.family is Family.QWEN2_5_VL:  # its vision_config's hidden_size is the tower's
         v = a.vision
         return {"model_type": a.family.value, "tie_word_embeddings": a.tie_word_embeddings, "text_config": text,
@@ -197,6 +208,10 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
             spatial_merge_size=_int(vc, "spatial_merge_size", default=2),
             out_hidden_size=_int(vc, "hidden_size", default=_int(text_cfg, "hidden_size")),
         )
+    if family is Family.GEMMA3 and "vision_config" in cfg:
+        text_cfg = {**cfg, **_object(cfg, "text_config")}
+        vision = _siglip(_object(cfg, "vision_config"), _int(cfg, "mm_tokens_per_image", default=256),
+                         _int(text_cfg, "hidden_size"))
     if family is Family.QWEN2_5_VL:  # its vision_config names the tower's width hidden_size, the text's out_hidden_size
         text_cfg = {**cfg, **_object(cfg, "text_config")}
         vc = _object(cfg, "vision_config")
@@ -270,6 +285,25 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         shared_expert_intermediate_size=shared, attention_dropout=attention_dropout,
         embedding_dropout=embedding_dropout,
     )
+
+
+def _siglip(vc: Mapping[str, Any], image_tokens: int, text_hidden: int) -> VisionTower:
+    """Gemma 3's SigLIP encoder (transformers' SiglipVisionConfig defaults where a key is absent); its patches per side
+    pooled to the image tokens' side (Gemma3MultiModalProjector: AvgPool2d)."""
+    if _bool(vc, "vision_use_head", True):
+        raise UnsupportedError(_CONFIG, "'vision_config.vision_use_head' true (a pooling head) is not modelled; "
+                                        "Gemma 3 ships it false")
+    image, patch = _int(vc, "image_size", default=224), _int(vc, "patch_size", default=16)
+    side, tokens_side = image // patch, int(image_tokens ** 0.5)
+    if tokens_side == 0 or tokens_side ** 2 != image_tokens or side % tokens_side:
+        raise InvalidFieldError(_CONFIG, f"'mm_tokens_per_image' {image_tokens} must be a square whose side divides "
+                                         f"the {side} patches per side")
+    return VisionTower(depth=_int(vc, "num_hidden_layers", default=12),
+                       embed_dim=_int(vc, "hidden_size", default=768),
+                       num_heads=_int(vc, "num_attention_heads", default=12), mlp_ratio=4, patch_size=patch,
+                       temporal_patch_size=1, in_channels=_int(vc, "num_channels", default=3),
+                       spatial_merge_size=side // tokens_side, out_hidden_size=text_hidden,
+                       intermediate_size=_int(vc, "intermediate_size", default=3072), image_size=image)
 
 
 def _shared_experts_moe(cfg: Mapping[str, Any], normalises: bool = True) -> dict[str, Any]:

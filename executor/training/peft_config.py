@@ -26,8 +26,9 @@ def _has_experts(model: Any) -> bool:
     return bool(getattr(config, "num_local_experts", 0) or getattr(config, "num_experts", 0))
 
 
-# A vision-language model's vision tower and merger (Qwen2-VL: model.visual), left out of LoRA while it is frozen.
-VISION_MODULES = r".*\bvisual\..*"
+# A vision-language model's vision tower and merger (Qwen2-VL, Qwen2.5-VL: model.visual; Gemma 3: its vision_tower and
+# multi_modal_projector), left out of LoRA while it is frozen.
+VISION_MODULES = r".*\b(visual|vision_tower|multi_modal_projector)\..*"
 
 
 def lora_targets(spec: LoraSpec, model: Any) -> str | list[str]:

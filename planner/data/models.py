@@ -61,6 +61,14 @@ def _qwen2_vl_vision(out_hidden: int) -> VisionTower:
                        temporal_patch_size=2, in_channels=3, spatial_merge_size=2, out_hidden_size=out_hidden)
 
 
+def _gemma3_vision(out_hidden: int) -> VisionTower:
+    """Gemma 3's SigLIP-So400m encoder: 27 blocks of 1152 (MLP 4304), 896-pixel images in 14-pixel patches, 64 x 64
+    patches pooled 4 x 4 into 256 image tokens."""
+    return VisionTower(depth=27, embed_dim=1152, num_heads=16, mlp_ratio=4, patch_size=14, temporal_patch_size=1,
+                       in_channels=3, spatial_merge_size=4, out_hidden_size=out_hidden, intermediate_size=4304,
+                       image_size=896)
+
+
 def _qwen2_5_vl_vision(out_hidden: int) -> VisionTower:
     """Qwen2.5-VL's vision tower in every size: 32 blocks of 1280 with RMSNorms and a gated MLP of 3420."""
     return VisionTower(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4, patch_size=14, temporal_patch_size=2,
@@ -122,6 +130,12 @@ MODELS: tuple[ModelSpec, ...] = (
     _m("HuggingFaceTB/SmolLM3-3B", F.LLAMA, 36, 2048, 11008, 16, 4, 128256, tie=True, positions=65536),
     # the text-only Gemma 3 (gemma3_text); the larger sizes are vision-language models (gemma3)
     _m("google/gemma-3-1b-pt", F.GEMMA3, 26, 1152, 6912, 4, 1, 262144, tie=True, head_dim=256, positions=32768),
+    # Gemma 3's image-text models (model_type gemma3: the gemma3_text layout, 262,208 tokens, with the SigLIP encoder)
+    *(_m(f"google/gemma-3-{size}-pt", F.GEMMA3, layers, hidden, inter, heads, kv, 262208, tie=True, head_dim=head_dim,
+         positions=131072, vision=_gemma3_vision(hidden))
+      for size, layers, hidden, inter, heads, kv, head_dim in (("4b", 34, 2560, 10240, 8, 4, 256),
+                                                               ("12b", 48, 3840, 15360, 16, 8, 256),
+                                                               ("27b", 62, 5376, 21504, 32, 16, 128))),
     _m("google/gemma-2-2b", F.GEMMA2, 26, 2304, 9216, 8, 4, 256000, tie=True, head_dim=256, positions=8192),
     _m("google/gemma-2-9b", F.GEMMA2, 42, 3584, 14336, 16, 8, 256000, tie=True, head_dim=256, positions=8192),
     _m("google/gemma-2-27b", F.GEMMA2, 46, 4608, 36864, 32, 16, 256000, tie=True, head_dim=128, positions=8192),
@@ -196,6 +210,7 @@ ALIASES: dict[str, str] = {
     "Qwen/Qwen2-VL-7B": "Qwen/Qwen2-VL-7B-Instruct",
     "google/gemma-2-2b-it": "google/gemma-2-2b",
     "google/gemma-3-1b-it": "google/gemma-3-1b-pt",
+    **{f"google/gemma-3-{size}-it": f"google/gemma-3-{size}-pt" for size in ("4b", "12b", "27b")},
     "google/gemma-2-9b-it": "google/gemma-2-9b",
     "google/gemma-2-27b-it": "google/gemma-2-27b",
     "gpt2": "openai-community/gpt2",

@@ -26,12 +26,13 @@ CATALOG_MODELS = [
     "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
     "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air", "deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Lite",
     "openai/gpt-oss-20b", "openai/gpt-oss-120b", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
+    "google/gemma-3-4b-pt", "google/gemma-3-27b-pt",
 ]
 
 
 def meta_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     with torch.device("meta"):
-        if isinstance(config, transformers.Qwen2VLConfig | transformers.Qwen2_5_VLConfig):
+        if isinstance(config, transformers.Qwen2VLConfig | transformers.Qwen2_5_VLConfig | transformers.Gemma3Config):
             return transformers.AutoModelForImageTextToText.from_config(config)
         return transformers.AutoModelForCausalLM.from_config(config)
 

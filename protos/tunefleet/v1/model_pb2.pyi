@@ -54,7 +54,7 @@ MODEL_FAMILY_GPT_OSS: ModelFamily
 MODEL_FAMILY_QWEN2_5_VL: ModelFamily
 
 class VisionTower(_message.Message):
-    __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size", "intermediate_size")
+    __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size", "intermediate_size", "image_size")
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     EMBED_DIM_FIELD_NUMBER: _ClassVar[int]
     NUM_HEADS_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class VisionTower(_message.Message):
     SPATIAL_MERGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     OUT_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
     INTERMEDIATE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     depth: int
     embed_dim: int
     num_heads: int
@@ -75,7 +76,8 @@ class VisionTower(_message.Message):
     spatial_merge_size: int
     out_hidden_size: int
     intermediate_size: int
-    def __init__(self, depth: _Optional[int] = ..., embed_dim: _Optional[int] = ..., num_heads: _Optional[int] = ..., mlp_ratio: _Optional[int] = ..., patch_size: _Optional[int] = ..., temporal_patch_size: _Optional[int] = ..., in_channels: _Optional[int] = ..., spatial_merge_size: _Optional[int] = ..., out_hidden_size: _Optional[int] = ..., intermediate_size: _Optional[int] = ...) -> None: ...
+    image_size: int
+    def __init__(self, depth: _Optional[int] = ..., embed_dim: _Optional[int] = ..., num_heads: _Optional[int] = ..., mlp_ratio: _Optional[int] = ..., patch_size: _Optional[int] = ..., temporal_patch_size: _Optional[int] = ..., in_channels: _Optional[int] = ..., spatial_merge_size: _Optional[int] = ..., out_hidden_size: _Optional[int] = ..., intermediate_size: _Optional[int] = ..., image_size: _Optional[int] = ...) -> None: ...
 
 class LatentAttention(_message.Message):
     __slots__ = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
