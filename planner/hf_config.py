@@ -54,21 +54,14 @@ def config_json(a: Architecture) -> dict[str, Any]:
         assert m is not None
         text.update(q_lora_rank=m.q_lora_rank or None, kv_lora_rank=m.kv_lora_rank,
                     qk_rope_head_dim=m.qk_rope_head_dim, qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim,
-                    n_routed_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
-                    moe_intermediate_size=a.intermediate_size, intermediate_size=a.dense_intermediate_size,
-                    n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
-                    first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1)
+                    **_shared_experts_keys(a))
         if a.family is Family.DEEPSEEK_V2:  # its router does not normalise; group-limited over 2 groups or greedy
             text.update(norm_topk_prob=False, topk_method="group_limited_greedy" if a.group_limited_routing else
                         "greedy", n_group=2 if a.group_limited_routing else None)
         del text["head_dim"]  # transformers derives it (qk_rope_head_dim); the config's head_dim is not the query's
         return {"model_type": a.family.value, **text}
     if a.family is Family.GLM4_MOE:
-        text.update(n_routed_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
-                    moe_intermediate_size=a.intermediate_size, intermediate_size=a.dense_intermediate_size,
-                    n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
-                    first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1,
-                    attention_bias=a.attention_bias, use_qk_norm=a.qk_norm,
+        text.update(**_shared_experts_keys(a), attention_bias=a.attention_bias, use_qk_norm=a.qk_norm,
                     partial_rotary_factor=a.resolved_rotary_dims / a.resolved_head_dim)
         return {"model_type": a.family.value, **text}
     if a.family is Family.GPT_OSS:  # its attention biased; sliding-window layers alternate with full ones
@@ -110,6 +103,14 @@ def config_json(a: Architecture) -> dict[str, Any]:
                                   "spatial_merge_size": v.spatial_merge_size,
                                   "temporal_patch_size": v.temporal_patch_size}}
     return {"model_type": a.family.value, **text}
+
+
+def _shared_experts_keys(a: Architecture) -> dict[str, Any]:
+    """DeepSeek-V3's mixture-of-experts keys (GLM-4.5 and DeepSeek-V2 share them), one expert group."""
+    return dict(n_routed_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                moe_intermediate_size=a.intermediate_size, intermediate_size=a.dense_intermediate_size,
+                n_shared_experts=a.shared_expert_intermediate_size // a.intermediate_size,
+                first_k_dense_replace=a.dense_layers, norm_topk_prob=True, n_group=1, topk_group=1)
 
 
 _CONFIG = "model.config_json"

@@ -42,20 +42,9 @@ CONFIGS = {
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=intermediate_size, norm_topk_prob=True, **kw),
     # DeepSeek-V3: latent attention (a query latent, or `-noq` one q_proj), two dense layers lead (the middle one of
     # each kind is measured), group-limited routing over 8 experts with a shared one; `-plain` RoPE not interleaved
-    "deepseek_v3": lambda num_hidden_layers, intermediate_size, num_key_value_heads, **kw:
-    transformers.DeepseekV3Config(
-        num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
-        moe_intermediate_size=intermediate_size // 4,
-        n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
-        first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
-        num_key_value_heads=kw["num_attention_heads"], **kw),
+    "deepseek_v3": lambda **kw: _shared_experts(transformers.DeepseekV3Config, latent=True, **kw),
     # DeepSeek-V2: V3's layout with a softmax router (`-groups`: group-limited, whose mask stays) and complex RoPE
-    "deepseek_v2": lambda num_hidden_layers, intermediate_size, num_key_value_heads, **kw:
-    transformers.DeepseekV2Config(
-        num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
-        moe_intermediate_size=intermediate_size // 4, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
-        first_k_dense_replace=DEEPSEEK_DENSE, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
-        num_key_value_heads=kw["num_attention_heads"], **kw),
+    "deepseek_v2": lambda **kw: _shared_experts(transformers.DeepseekV2Config, latent=True, **kw),
     # gpt-oss: attention sinks, biased projections, experts with biases and a clamped SwiGLU; sliding-window layers
     # around the measured full-attention one
     "gpt_oss": lambda intermediate_size, **kw: transformers.GptOssConfig(
@@ -63,12 +52,21 @@ CONFIGS = {
         sliding_window=8, **kw),
     # GLM-4.5: grouped-query attention with biased q/k/v, half of each head turned, `-qknorm` q/k norms; DeepSeek-V3's
     # experts
-    "glm4_moe": lambda num_hidden_layers, intermediate_size, **kw: transformers.Glm4MoeConfig(
-        num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
-        moe_intermediate_size=intermediate_size // 4, n_routed_experts=8, num_experts_per_tok=2, n_group=2,
-        topk_group=1, n_shared_experts=1, first_k_dense_replace=DEEPSEEK_DENSE, attention_bias=True, **kw),
+    "glm4_moe": lambda **kw: _shared_experts(transformers.Glm4MoeConfig, latent=False, attention_bias=True, **kw),
 }
 DEEPSEEK_LAYERS, DEEPSEEK_DENSE = 4, 2
+
+
+def _shared_experts(config_class: type, latent: bool, num_hidden_layers: int, intermediate_size: int,
+                    num_key_value_heads: int, **kw: object) -> object:
+    """DeepSeek-V3's experts (DeepSeek-V2, GLM-4.5 too): two dense layers of twice the width, then 8 routed experts (2 a
+    token, over 2 groups) and a shared one; with latent attention's shapes (a key and value per head)."""
+    heads = kw["num_attention_heads"] if latent else num_key_value_heads
+    shapes = dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10) if latent else {}
+    return config_class(num_hidden_layers=DEEPSEEK_LAYERS, intermediate_size=2 * intermediate_size,
+                        moe_intermediate_size=intermediate_size // 4, n_routed_experts=8, num_experts_per_tok=2,
+                        n_group=2, topk_group=1, n_shared_experts=1, first_k_dense_replace=DEEPSEEK_DENSE,
+                        num_key_value_heads=heads, **shapes, **kw)
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ def _model(family: str, attention: str, method: str, dtype: torch.dtype, dropout
     if base == "glm4_moe":
         own_dropout = dict(use_qk_norm="qknorm" in variant)
     if base == "deepseek_v2":
-        own_dropout = dict(q_lora_rank=None if "noq" in variant else 24, n_group=2, topk_group=1,
+        own_dropout = dict(q_lora_rank=None if "noq" in variant else 24,
                            topk_method="group_limited_greedy" if "groups" in variant else "greedy")
     config = CONFIGS[base](**own_dropout, num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=128,
                            num_attention_heads=4, num_key_value_heads=4 if "mha" in variant else 2, vocab_size=256,
