@@ -82,4 +82,4 @@ def inference_fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Cata
              "(the range is the training fit's)",)
     served = replace(t, micro_batch_size=spec.batch_size, sequence_length=spec.context_tokens)
     return FitResult(fits, per_gpu, host, hw.gpu.memory_bytes, largest, 0, (), notes, model, served, hw,
-                     band(per_gpu, t), margin_fraction, inference=True)
+                     band(per_gpu, model.architecture, t), margin_fraction, inference=True)
