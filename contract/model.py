@@ -33,7 +33,7 @@ class Family(enum.Enum):
     QWEN2_5_VL = "qwen2_5_vl"
 
 
-# Module names PEFT (0.18: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
+# Module names PEFT (0.21: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
 # Qwen2-MoE) maps onto a mixture of experts' fused 3-D expert tensors whatever module they name: in DeepSeek-V3 its
 # dense layers' and shared experts' MLP linears cannot be adapted by name, so all-linear adapts the attention only
 PEFT_EXPERT_MAPPED_NAMES: dict[str, tuple[str, ...]] = {
