@@ -133,6 +133,15 @@ def model_info_to_proto(m: ModelSpec) -> model_pb2.ModelInfo:
 
 # --- Training ---------------------------------------------------------------------------------
 
+# Attention implementations transformers 5 lacks for a family (its modeling file: _supports_sdpa = False), which the
+# executor would refuse at load (executor.training.model.check_attention)
+_UNSUPPORTED_ATTENTION = {
+    (Family.GPT_OSS, Attention.SDPA): "transformers 5 has no SDPA for gpt-oss's attention sinks",
+    (Family.GPT_OSS, Attention.FLASH): "flash-attention 2 drops gpt-oss's attention sinks",
+    (Family.GEMMA2, Attention.SDPA): "transformers 5 has no SDPA for Gemma 2's attention soft-capping",
+}
+
+
 def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
     a = m.architecture
     if t.method.uses_adapters and t.lora.rank > a.hidden_size:
@@ -142,10 +151,9 @@ def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
     if t.method is Method.FREEZE and t.freeze_trainable_layers > a.num_layers:
         raise InvalidFieldError("training.freeze_trainable_layers",
                                 f"the model has {a.num_layers} layers, asked to train {t.freeze_trainable_layers}")
-    if a.family is Family.GPT_OSS and t.attention is not Attention.EAGER:
-        raise UnsupportedError("training.attention", "gpt-oss trains with eager attention: transformers 5 has no SDPA "
-                                                     "for its attention sinks, and flash-attention 2 drops them; set "
-                                                     "attention eager (--attention eager)")
+    refused = _UNSUPPORTED_ATTENTION.get((a.family, t.attention))
+    if refused:
+        raise UnsupportedError("training.attention", f"{refused}; set attention eager (--attention eager)")
     if (t.image_tokens or t.train_vision_tower) and a.vision is None:
         raise InvalidFieldError("training.image_tokens", f"{echo(m.name)} has no vision tower")
     if a.max_position_embeddings and t.sequence_length > a.max_position_embeddings:

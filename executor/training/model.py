@@ -97,10 +97,22 @@ def check_model(cfg: RunConfig) -> None:
                                                  "tokens")
     with torch.device("meta"):
         model = _auto_class(config).from_config(config)
+    check_attention(model, t)
     if cfg.training.method.uses_adapters:
         lora_targets(cfg.training.lora, model)
     elif cfg.training.method is Method.FREEZE:
         _decoder_layers(model, cfg.training.freeze_trainable_layers)
+
+
+def check_attention(model: Any, t: TrainingSpec) -> None:
+    """Refuse an attention implementation the model's family lacks, as transformers would at load (gpt-oss: no SDPA
+    for its attention sinks). Flash attention is the host's and its package's to check, at load."""
+    if t.attention is Attention.FLASH:
+        return
+    try:
+        model.set_attn_implementation(_ATTENTION[t.attention])
+    except ValueError as e:
+        raise PlanError("training.attention", f"{e} Plan it with eager attention.") from e
 
 
 def _decoder_layers(model: Any, trainable: int) -> Any:

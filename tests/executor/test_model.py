@@ -106,3 +106,21 @@ def test_a_rank_that_does_not_quantise_hides_bitsandbytes_from_peft_and_transfor
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"] * 3
+
+
+def test_an_attention_the_family_lacks_is_refused_before_anything_loads() -> None:
+    """gpt-oss has no SDPA for its attention sinks: transformers' own refusal, as a PlanError naming the field."""
+    import torch
+
+    from contract.errors import PlanError
+    from contract.schema import Attention
+    from executor.training.model import check_attention
+
+    config = transformers.GptOssConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4,
+                                       num_key_value_heads=2, head_dim=8, vocab_size=64, num_local_experts=4,
+                                       num_experts_per_tok=2)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(PlanError, match=r"training.attention: .*scaled_dot_product_attention.*eager attention"):
+        check_attention(model, TrainingSpec(attention=Attention.SDPA))
+    check_attention(model, TrainingSpec(attention=Attention.EAGER))

@@ -142,7 +142,7 @@ def test_an_mlp_name_peft_maps_onto_the_routed_experts_is_refused_naming_the_att
     assert {layer.name for layer in lora_targets(arch, ("all-linear",), "t")} & {"gate_proj", "down_proj"} == set()
 
 
-def test_gpt_oss_is_planned_with_eager_attention_and_refused_with_another_naming_the_field() -> None:
+def test_an_attention_transformers_lacks_for_the_family_is_refused_naming_the_field() -> None:
     from contract.schema import Attention, TrainingSpec
     from planner.convert import validate_against_model
     from planner.errors import UnsupportedError
@@ -153,3 +153,8 @@ def test_gpt_oss_is_planned_with_eager_attention_and_refused_with_another_naming
         with pytest.raises(UnsupportedError, match="set attention eager") as e:
             validate_against_model(TrainingSpec(attention=attention), model)
         assert e.value.field == "training.attention"
+    # Gemma 2: no SDPA for its soft-capping either; flash-attention 2 has it
+    gemma2 = default_catalog().model("google/gemma-2-2b")
+    with pytest.raises(UnsupportedError, match="Gemma 2's attention soft-capping"):
+        validate_against_model(TrainingSpec(attention=Attention.SDPA), gemma2)
+    validate_against_model(TrainingSpec(attention=Attention.FLASH), gemma2)
