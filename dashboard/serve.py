@@ -52,6 +52,9 @@ def _bind(address: str) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, int(port)))
+    # listening before "dashboard.serving" is logged: a client that reads that line and connects while uvicorn still
+    # starts waits in the backlog (uvicorn's default, 2048) instead of being refused (seen under load in the suite)
+    sock.listen(2048)
     return sock
 
 
