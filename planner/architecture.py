@@ -66,15 +66,9 @@ def _shared_experts_moe_linears(a: Architecture) -> list[tuple[str, int, int, bo
 def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
     """Each decoder linear with the number of layers that have it."""
     h, q, kv, i, n = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size, a.num_layers
-    if a.latent_attention is not None:  # DeepSeek-V2/V3: dense MLPs lead, then experts with a shared expert
-        return [(name, i_, o, b, n) for name, i_, o, b in _attention_linears(a)] + _shared_experts_moe_linears(a)
-    if a.family is Family.GPT_OSS:  # every attention projection biased; the experts are 3-D tensors
-        return [("q_proj", h, q, a.attention_bias, n), ("k_proj", h, kv, a.attention_bias, n),
-                ("v_proj", h, kv, a.attention_bias, n), ("o_proj", q, h, a.attention_bias, n)]
-    if a.family is Family.GLM4_MOE:  # q/k/v biased by attention_bias, the output never
-        return [("q_proj", h, q, a.attention_bias, n), ("k_proj", h, kv, a.attention_bias, n),
-                ("v_proj", h, kv, a.attention_bias, n), ("o_proj", q, h, False, n), *_shared_experts_moe_linears(a)]
-    if a.family is Family.GPT2:
+    if a.latent_attention is not None:  # DeepSeek-V2/V3
+        layers = _attention_linears(a)
+    elif a.family is Family.GPT2:
         layers = [("c_attn", h, 3 * h, True), ("c_proj", h, h, True), ("c_fc", h, i, True), ("mlp.c_proj", i, h, True)]
     elif a.family is Family.PHI:  # every projection biased; "dense" is the attention output
         layers = [("q_proj", h, q, True), ("k_proj", h, kv, True), ("v_proj", h, kv, True), ("dense", q, h, True),
@@ -87,19 +81,24 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
         layers = [("qkv_proj", h, q + 2 * kv, False), ("o_proj", q, h, False),
                   ("gate_up_proj", h, 2 * i, False), ("down_proj", i, h, False)]
     else:
+        # Qwen2's q/k/v always biased and o never; GLM-4.5's q/k/v biased by attention_bias, o never; gpt-oss's all four
+        # by attention_bias (its experts are 3-D tensors)
         qwen2 = a.family in (Family.QWEN2, Family.QWEN2_VL, Family.QWEN2_5_VL, Family.QWEN2_MOE)
         qkv_bias = a.attention_bias or qwen2
-        o_bias = a.attention_bias and not qwen2
+        o_bias = a.attention_bias and not qwen2 and a.family is not Family.GLM4_MOE
         layers = [("q_proj", h, q, qkv_bias), ("k_proj", h, kv, qkv_bias),
                   ("v_proj", h, kv, qkv_bias), ("o_proj", q, h, o_bias)]
         s = a.shared_expert_intermediate_size
-        if s:  # the shared expert (an MLP) and its per-token gate, the only linears of a Qwen2-MoE feed-forward
+        if s and a.family is Family.QWEN2_MOE:
+            # the shared expert (an MLP) and its per-token gate, the only linears of a Qwen2-MoE feed-forward
             layers += [("gate_proj", h, s, False), ("up_proj", h, s, False), ("down_proj", s, h, False),
                        ("shared_expert_gate", h, 1, False)]
         if a.num_experts == 0:
             layers += [("gate_proj", h, i, a.mlp_bias), ("up_proj", h, i, a.mlp_bias),
                        ("down_proj", i, h, a.mlp_bias)]
-    return [(name, i_, o, b, n) for name, i_, o, b in layers]
+    # DeepSeek-V2/V3 and GLM-4.5: dense MLPs lead, then experts with shared ones
+    moe = _shared_experts_moe_linears(a) if a.family in SHARED_EXPERTS_MOE else []
+    return [(name, i_, o, b, n) for name, i_, o, b in layers] + moe
 
 
 def _vision_linears(v: VisionTower) -> list[tuple[str, int, int, bool, int]]:

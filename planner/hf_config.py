@@ -237,10 +237,7 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
     tie_default = family in (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.STARCODER2)
     rotary_dims, residual_dropout, attention_dropout, embedding_dropout = 0, 0.0, 0.0, 0.0
     if family is Family.PHI:  # transformers' PhiConfig defaults: half of each head turned, no dropout
-        head_dim = _int(text_cfg, "head_dim", default=0) or _int(text_cfg, "hidden_size") // heads
-        rope = _object(text_cfg, "rope_parameters")
-        factor = _fraction(text_cfg, "partial_rotary_factor", _fraction(rope, "partial_rotary_factor", 0.5))
-        rotary_dims = int(head_dim * factor)
+        rotary_dims = _partial_rotary_dims(text_cfg, heads)
         residual_dropout = _fraction(text_cfg, "resid_pdrop", 0.0)
         if residual_dropout >= 1.0:
             raise InvalidFieldError(_CONFIG, f"'resid_pdrop' must be below 1, got {residual_dropout}")
@@ -323,17 +320,24 @@ def _shared_experts_moe(cfg: Mapping[str, Any], normalises: bool = True) -> dict
                 dense_intermediate_size=_int(cfg, "intermediate_size"))
 
 
+def _partial_rotary_dims(cfg: Mapping[str, Any], heads: int) -> int:
+    """The dimensions of each head RoPE turns where only a part is (Phi, GLM-4.5): partial_rotary_factor of the head,
+    at the top level or in rope_parameters, half by default as both transformers configs have it."""
+    head_dim = _int(cfg, "head_dim", default=0) or _int(cfg, "hidden_size") // heads
+    factor = _fraction(cfg, "partial_rotary_factor", _fraction(_object(cfg, "rope_parameters"), "partial_rotary_factor",
+                                                               0.5))
+    return int(head_dim * factor)
+
+
 def _glm4_moe(cfg: Mapping[str, Any]) -> Architecture:
     """GLM-4.5's config (transformers' Glm4MoeConfig): grouped-query attention with q/k/v biased by attention_bias,
     RoPE over partial_rotary_factor of each head (0.5 by default), use_qk_norm; DeepSeek-V3's experts."""
     heads = _int(cfg, "num_attention_heads")
-    head_dim = _int(cfg, "head_dim", default=0) or _int(cfg, "hidden_size") // heads
-    rope = _object(cfg, "rope_parameters")
-    factor = _fraction(cfg, "partial_rotary_factor", _fraction(rope, "partial_rotary_factor", 0.5))
     return Architecture(
         family=Family.GLM4_MOE, num_layers=_int(cfg, "num_hidden_layers"), hidden_size=_int(cfg, "hidden_size"),
         num_attention_heads=heads, num_key_value_heads=_int(cfg, "num_key_value_heads", default=heads) or heads,
-        head_dim=head_dim, rotary_dims=int(head_dim * factor), vocab_size=_int(cfg, "vocab_size"),
+        head_dim=_int(cfg, "head_dim", default=0), rotary_dims=_partial_rotary_dims(cfg, heads),
+        vocab_size=_int(cfg, "vocab_size"),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
         attention_bias=_bool(cfg, "attention_bias", False), qk_norm=_bool(cfg, "use_qk_norm", False),
         max_position_embeddings=_int(cfg, "max_position_embeddings", default=0), **_shared_experts_moe(cfg))
