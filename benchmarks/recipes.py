@@ -59,6 +59,15 @@ def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
     return get_peft_model(model, lora_config(t.lora, model))
 
 
+def loaded(counter: LiveBytes) -> None:
+    """The model is ready and the first step begins: the caching allocator gives back what loading left cached.
+    The simulation builds the model from its config and converts (and quantises) it on the device, which leaves
+    segments a real from_pretrained, loading each weight in its final dtype, would not; so the reserved peak is
+    the steps' own, from the weights and what they keep."""
+    if counter.allocator is not None:
+        counter.allocator.empty_cache()
+
+
 def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int) -> list[Peak]:
     """`steps` steps of Trainer.train() on full micro-batches (every sequence at the plan's length); each step's
     peak."""
@@ -68,6 +77,8 @@ def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: Live
 
     class _Steps(transformers.TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if not peaks:
+                loaded(counter)
             counter.peak = Peak(counter.live_bytes)
             counter.set_phase("forward")
 

@@ -47,7 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.quantised import gemm_4bit_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
-from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks  # noqa: E402
+from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks, loaded  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -61,6 +61,7 @@ from contract.schema import (  # noqa: E402
     Recipe,
     TrainingSpec,
 )
+from executor.training.caching_allocator import CachingAllocator  # noqa: E402
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
 from planner.hf_config import config_json  # noqa: E402
@@ -82,6 +83,9 @@ class Simulated:
     by_phase: dict[str, int]
     step_peak_bytes: tuple[int, ...]  # the peak of each step (init excluded from none: live bytes carry over)
     seconds: float
+    # what PyTorch's CUDA caching allocator reserves at most for the same allocations and frees, loading included
+    # (executor/training/caching_allocator.py): nvidia-smi's figure less the CUDA context
+    peak_reserved_bytes: int = 0
 
 
 def _inplace_adam(*args: Any, **kwargs: Any) -> None:
@@ -317,6 +321,7 @@ def _executor_peaks(model: Any, t: TrainingSpec, config: Any, ds_config: dict[st
     objective = _objective(t, engine, config, ds_config)
     modules.name(engine)
     step_peaks = []
+    loaded(counter)
     for _ in range(steps):
         counter.peak = Peak(counter.live_bytes)
         tensors = _batch(t, vocab)
@@ -354,7 +359,8 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     config = transformers.AutoConfig.for_model(**config_json)
     ds_config = deepspeed_config(t, world_size)
     modules = ModuleStack()
-    counter = LiveBytes(modules)
+    allocator = CachingAllocator()
+    counter = LiveBytes(modules, allocator)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_mode = contextlib.ExitStack()
     if fake:
@@ -383,7 +389,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         del zero3_loading, model
     peak = max(step_peaks, key=lambda p: p.bytes)
     return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
-                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started)
+                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started, allocator.peak_reserved_bytes)
 
 
 @dataclass(frozen=True)
@@ -530,25 +536,30 @@ def _rows() -> list[Row]:
     return rows
 
 
-def planned_allocated_bytes(row: Row, catalog: Any) -> int:
-    """The planner's allocated prediction: Fit's total less the CUDA context and the allocator's slack."""
+def planned_bytes(row: Row, catalog: Any) -> tuple[int, int]:
+    """The planner's (allocated, reserved) prediction: Fit's total less the CUDA context and the allocator's slack,
+    and less the CUDA context only."""
     from planner.memory import per_gpu_memory
 
     hardware = Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=row.world_size)
     planned = per_gpu_memory(catalog.model(row.model), row.training, hardware)
-    return planned.allocated_bytes
+    return planned.allocated_bytes, planned.total_bytes - planned.cuda_context_bytes
 
 
-def _result(row: Row, simulated_bytes: int, peak_at: str, seconds: float, catalog: Any) -> dict[str, Any]:
-    allocated = planned_allocated_bytes(row, catalog)
+def _result(row: Row, simulated_bytes: int, reserved_bytes: int, peak_at: str, seconds: float,
+            catalog: Any) -> dict[str, Any]:
+    allocated, reserved = planned_bytes(row, catalog)
     return {"row": row.label, "simulated_bytes": simulated_bytes, "planned_bytes": allocated,
-            "error": relative_error(simulated_bytes, allocated), "peak_at": peak_at, "seconds": round(seconds, 1)}
+            "error": relative_error(simulated_bytes, allocated), "peak_at": peak_at, "seconds": round(seconds, 1),
+            "simulated_reserved_bytes": reserved_bytes, "planned_reserved_bytes": reserved,
+            "reserved_error": relative_error(reserved_bytes, reserved) if reserved_bytes else math.nan}
 
 
 def run_row(row: Row, catalog: Any) -> dict[str, Any]:
-    """One row: the planner's allocated prediction against the simulated peak."""
+    """One row: the planner's allocated and reserved predictions against the simulated peaks."""
     simulated = simulate(config_json(catalog.model(row.model).architecture), row.training, row.world_size)
-    return _result(row, simulated.peak_bytes, f"{simulated.phase}:{simulated.op}", simulated.seconds, catalog)
+    return _result(row, simulated.peak_bytes, simulated.peak_reserved_bytes, f"{simulated.phase}:{simulated.op}",
+                   simulated.seconds, catalog)
 
 
 def _in_child(row: Row, results: Any) -> None:
@@ -573,7 +584,8 @@ def _isolated(row: Row) -> dict[str, Any]:
             continue
     child.join()
     return {"row": row.label, "simulated_bytes": 0, "planned_bytes": 0, "error": math.nan,
-            "peak_at": f"failed: exit {child.exitcode}", "seconds": 0.0}
+            "peak_at": f"failed: exit {child.exitcode}", "seconds": 0.0, "simulated_reserved_bytes": 0,
+            "planned_reserved_bytes": 0, "reserved_error": math.nan}
 
 
 def _preimport() -> None:
@@ -595,8 +607,10 @@ def _simulated_rows(match: str, only: set[str] | None = None) -> list[dict[str, 
     for i, row in enumerate(rows, 1):
         print(f"[{i}/{len(rows)}] {row.label}", file=sys.stderr, flush=True)
         results.append(_isolated(row))
-        print(f"    {results[-1]['error']:+.1%} at {results[-1]['peak_at']} ({results[-1]['seconds']:.0f} s)",
-              file=sys.stderr, flush=True)
+        r = results[-1]
+        print(f"    {r['error']:+.1%} at {r['peak_at']}; reserved {int(r['simulated_reserved_bytes']) / GiB:.2f} GiB, "
+              f"planned {int(r['planned_reserved_bytes']) / GiB:.2f} ({float(r['reserved_error']):+.1%}) "
+              f"({r['seconds']:.0f} s)", file=sys.stderr, flush=True)
     return results
 
 
@@ -609,7 +623,8 @@ def _replanned(match: str) -> list[dict[str, Any]]:
     by_label = {r.label: r for r in _rows()}
     with RESULTS_CSV.open() as f:
         stored = [r for r in csv.DictReader(f) if match in r["row"] and r["row"] in by_label]
-    return [_result(by_label[r["row"]], int(r["simulated_bytes"]), r["peak_at"], float(r["seconds"]), catalog)
+    return [_result(by_label[r["row"]], int(r["simulated_bytes"]), int(r.get("simulated_reserved_bytes") or 0),
+                    r["peak_at"], float(r["seconds"]), catalog)
             if int(r["simulated_bytes"]) else {**r, "error": math.nan} for r in stored]
 
 
@@ -617,10 +632,14 @@ def _table(results: list[dict[str, Any]], write: bool) -> int:
     from benchmarks.common import print_table, write_csv
 
     errors = [r["error"] for r in results if not math.isnan(r["error"])]
-    print_table("planner allocated prediction vs the executor's step simulated at full size (fake tensors)",
-                ["configuration", "simulated GiB", "planned GiB", "error", "peak at"],
+    print_table("planner allocated and reserved predictions vs the executor's step simulated at full size (fake "
+                "tensors; reserved: PyTorch's caching allocator replayed on the same allocations)",
+                ["configuration", "simulated GiB", "planned GiB", "error", "peak at", "reserved GiB", "planned",
+                 "error"],
                 [[r["row"], f"{int(r['simulated_bytes']) / GiB:.2f}", f"{int(r['planned_bytes']) / GiB:.2f}",
-                  f"{r['error']:+.1%}", r["peak_at"]] for r in results])
+                  f"{r['error']:+.1%}", r["peak_at"], f"{int(r['simulated_reserved_bytes']) / GiB:.2f}",
+                  f"{int(r['planned_reserved_bytes']) / GiB:.2f}", f"{float(r['reserved_error']):+.1%}"]
+                 for r in results])
     failed = len(results) - len(errors)
     under = sum(e < UNDER_PREDICTION_LIMIT for e in errors)
     print(f"{len(errors)} rows: median |error| {statistics.median(abs(e) for e in errors):.1%}, worst "
@@ -634,6 +653,11 @@ def _table(results: list[dict[str, Any]], write: bool) -> int:
         if found:  # planner/constants.py SIMULATED_ERROR_* are these figures
             print(f"  {regime}: {len(found)} rows, truth above the plan by up to {max(0.0, -min(found)):.1%}, "
                   f"below it by up to {max(0.0, max(found)):.1%}")
+    reserved = [float(r["reserved_error"]) for r in results if not math.isnan(float(r["reserved_error"]))]
+    if reserved:
+        print(f"reserved: {len(reserved)} rows, median |error| {statistics.median(abs(e) for e in reserved):.1%}, "
+              f"worst {max(reserved, key=abs):+.1%}, under-predicted by more than {-UNDER_PREDICTION_LIMIT:.0%}: "
+              f"{sum(e < UNDER_PREDICTION_LIMIT for e in reserved)}")
     if write:
         path = write_csv(RESULTS_CSV.name, list(results[0]), [list(r.values()) for r in results])
         print(f"wrote {path}")

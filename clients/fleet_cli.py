@@ -222,7 +222,8 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         samples = [(fleet_render.gpu_class_of(j), calibration.run_of(
             j.feedback.predicted_peak_gpu_memory_bytes, j.feedback.measured_peak_gpu_memory_bytes,
             j.feedback.measured_peak_gpu_reserved_bytes, j.feedback.predicted_step_time_s,
-            j.feedback.measured_step_time_s)) for j in reversed(done) if j.HasField("feedback")]
+            j.feedback.measured_step_time_s, j.feedback.predicted_allocated_gpu_memory_bytes))
+            for j in reversed(done) if j.HasField("feedback")]
         calibrations = calibration.calibrate(samples)
         calibration.save(calibrations, a.out)
         print(json.dumps({c: len(cal.runs) for c, cal in calibrations.items()}) if a.json

@@ -79,6 +79,7 @@ class Predicted:
     """What the planner predicted, for the run's summary; zero where the plan carries no prediction."""
 
     peak_gpu_memory_bytes: int = 0
+    allocated_gpu_memory_bytes: int = 0  # the peak less the CUDA context and the allocator's slack
     step_time_s: float = 0.0
     tokens_per_s: float = 0.0
     communication_time_per_step_s: float = 0.0
@@ -327,7 +328,10 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
         max_steps=w.max_steps, epochs=w.epochs or DEFAULT_EPOCHS, seed=h.seed,
         checkpoint_every_steps=h.checkpoint_every_steps, output_dir=_output_dir(plan, output_dir),
         deepspeed_config_json=_deepspeed_json(plan, t, world_size),
-        predicted=Predicted(peak_gpu_memory_bytes=fit.per_gpu.total_bytes, step_time_s=est.step_time_s,
+        predicted=Predicted(peak_gpu_memory_bytes=fit.per_gpu.total_bytes,
+                            allocated_gpu_memory_bytes=max(0, fit.per_gpu.total_bytes - fit.per_gpu.cuda_context_bytes
+                                                           - fit.per_gpu.allocator_bytes),
+                            step_time_s=est.step_time_s,
                             tokens_per_s=est.tokens_per_s,
                             communication_time_per_step_s=est.communication_time_per_step_s,
                             capacity_bytes=fit.capacity_bytes),

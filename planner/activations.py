@@ -294,6 +294,17 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     return int(tokens * a.vocab_size * fp32_copies)
 
 
+def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
+    """The short-lived blocks whose segments PyTorch's caching allocator keeps cached beside a step's peak
+    (planner.memory.allocator_slack_bytes): one fp32 vocab-sized block of the loss, and one decoder layer's saved
+    tensors (what recompute rebuilds under checkpointing; what backward frees first without it). `t` carries the
+    activations' precision (fp32 under hf-trainer QLoRA)."""
+    tokens = t.sequences_per_micro_batch * t.sequence_length
+    rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
+    layer = _layers_saved_bytes(a, t, split, tokens)[1] + recipes.mlp_backward_bytes(a, t, tokens)
+    return rows * a.vocab_size * 4, layer
+
+
 def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     """What eager attention saves of the softmax per layer: its fp32 output and, below fp32, the cast back."""
     if t.attention is not Attention.EAGER:

@@ -52,16 +52,23 @@ class ClassCalibration:
         return statistics.median(ratios) if len(ratios) >= MIN_RUNS else None
 
 
-def predicted_allocated(predicted_total_bytes: float) -> float:
-    """The allocated part of a plan's predicted total: less the CUDA context and the allocator's slack that the
-    memory model adds (planner.memory)."""
-    return max(0.0, (predicted_total_bytes - k.CUDA_CONTEXT_BYTES) / (1 + k.ALLOCATOR_OVERHEAD_FRACTION))
+# Feedback from before it carried the predicted allocated peak: those plans added 12 % of it as the allocator's slack
+# (planner.memory until 2026-11-26), so it is recovered from their predicted total.
+SLACK_FRACTION_BEFORE_FEEDBACK_CARRIED_IT = 0.12
+
+
+def predicted_allocated(predicted_total_bytes: float, predicted_allocated_bytes: float = 0.0) -> float:
+    """The allocated part of a plan's prediction: as the Feedback carries it, or (older Feedback) its total less the
+    CUDA context and the slack those plans added."""
+    if predicted_allocated_bytes:
+        return predicted_allocated_bytes
+    return max(0.0, (predicted_total_bytes - k.CUDA_CONTEXT_BYTES) / (1 + SLACK_FRACTION_BEFORE_FEEDBACK_CARRIED_IT))
 
 
 def run_of(predicted_total_bytes: float, measured_allocated_bytes: float, measured_reserved_bytes: float,
-           predicted_step_s: float, measured_step_s: float) -> Run:
+           predicted_step_s: float, measured_step_s: float, predicted_allocated_bytes: float = 0.0) -> Run:
     """A finished run's ratios from its Feedback's figures (each 0 when not measured, e.g. a CPU run)."""
-    allocated = predicted_allocated(predicted_total_bytes)
+    allocated = predicted_allocated(predicted_total_bytes, predicted_allocated_bytes)
     memory = measured_allocated_bytes > 0 and allocated > 0
     return Run(allocated_ratio=measured_allocated_bytes / allocated if memory else 0.0,
                slack=max(0.0, measured_reserved_bytes / measured_allocated_bytes - 1) if memory and

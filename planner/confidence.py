@@ -1,9 +1,10 @@
 """How sure Fit is: the range the per-GPU peak is likely in, from the benchmarks' measured error.
 
-Two parts are uncertain in different ways. What PyTorch allocates is checked against the executor's own step
-simulated at full size (make bench-simulate): its worst error for the regime bounds that part. What nvidia-smi
-adds on top — the CUDA context and the caching allocator's slack — is not in the simulation; its range comes from
-the third-party rows (planner/constants.py). Pure functions.
+Three parts are uncertain in different ways. What PyTorch allocates is checked against the executor's own step
+simulated at full size (make bench-simulate): its worst error for the regime bounds that part. The caching
+allocator's slack on top is checked against the allocator replayed on that step's allocations (the same benchmark's
+reserved columns): its model's worst error bounds the reserved bytes. The CUDA context is not in the simulation; its
+range is what nvidia-smi shows for an idle process (planner/constants.py). Pure functions.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def allocated_error(a: Architecture, t: TrainingSpec) -> tuple[tuple[float, floa
 def band(b: MemoryBreakdown, a: Architecture, t: TrainingSpec) -> Band:
     allocated = b.allocated_bytes
     (under, over), source = allocated_error(a, t)
-    low, high = allocated * (1 - over), allocated * (1 + under)
-    slack_low, slack_high = k.ALLOCATOR_OVERHEAD_RANGE
+    slack_under, slack_over = k.SLACK_MODEL_ERROR
     context_low, context_high = k.CUDA_CONTEXT_RANGE_BYTES
-    basis = (f"allocated -{over:.1%}/+{under:.1%} ({source}); CUDA context "
-             f"{context_low / k.MiB:.0f}-{context_high / k.MiB:.0f} MiB and allocator slack "
-             f"{slack_low:.0%}-{slack_high:.0%} of allocated (third-party nvidia-smi rows)")
-    return Band(int(low * (1 + slack_low) + context_low), int(high * (1 + slack_high) + context_high), basis)
+    low = (allocated * (1 - over) + b.allocator_bytes) * (1 - slack_over) + context_low
+    high = (allocated * (1 + under) + b.allocator_bytes) * (1 + slack_under) + context_high
+    basis = (f"allocated -{over:.1%}/+{under:.1%} ({source}); reserved with the caching allocator's slack "
+             f"-{slack_over:.1%}/+{slack_under:.1%} (its model against the allocator replayed on the simulated "
+             f"step, make bench-simulate); CUDA context {context_low / k.MiB:.0f}-{context_high / k.MiB:.0f} MiB")
+    return Band(int(low), int(high), basis)

@@ -15,7 +15,7 @@ from contract.model import Architecture, ModelSpec
 from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
-from planner.activations import activation_terms
+from planner.activations import activation_terms, transient_block_bytes
 from planner.architecture import (
     largest_layer_params,
     linear_layers,
@@ -233,8 +233,8 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         optimizer = 0 if t.offload is not Offload.NONE else \
             split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
         step = optimizer_step_bytes(t, split.trainable, n)
-    activations, logits, forward_end = activation_terms(
-        a, replace(t, precision=Precision.FP32) if recipes.fp32_stream(t) else t, split)
+    stream = replace(t, precision=Precision.FP32) if recipes.fp32_stream(t) else t
+    activations, logits, forward_end = activation_terms(a, stream, split)
     activations += recipes.head_copy_bytes(a, t)
     buffers = _deepspeed_buffer_bytes(t, split, n)
     # DeepSpeed frees the gradients at every step under ZeRO 0-1 (simulated), so backward builds them as it frees the
@@ -258,7 +258,23 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         backward_end_bytes=tied, gathered_parameters_bytes=int(gathered), fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
     )
-    return replace(breakdown, allocator_bytes=int(breakdown.allocated_bytes * k.ALLOCATOR_OVERHEAD_FRACTION))
+    slack = allocator_slack_bytes(breakdown, *transient_block_bytes(a, stream, split), t.method, t.zero_stage)
+    return replace(breakdown, allocator_bytes=slack)
+
+
+def allocator_slack_bytes(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int, method: Method,
+                          zero_stage: int) -> int:
+    """What PyTorch's caching allocator holds reserved beyond the allocated peak: segments that short-lived blocks
+    left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds whole, and
+    segments never merge). Fitted to the allocator replayed on the simulated step (make bench-simulate's reserved
+    columns): per byte of one fp32 vocab-sized loss block, of one layer's saved tensors, of ZeRO-3's flat gather
+    buffer and, for a full or partial fine-tune under ZeRO 1-3, of the optimizer step's transient and of the
+    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold)."""
+    slack = (k.SLACK_PER_LOGITS_BLOCK_BYTE * logits_block_bytes + k.SLACK_PER_LAYER_BYTE * layer_bytes
+             + k.SLACK_PER_FETCH_BUFFER_BYTE * b.fetch_buffer_bytes)
+    if method in (Method.FULL, Method.FREEZE) and zero_stage >= 1:
+        slack += k.SLACK_PER_STEP_BYTE * b.optimizer_step_bytes + k.SLACK_PER_GRADIENT_BYTE * b.gradients_bytes
+    return int(slack)
 
 
 def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:

@@ -13,7 +13,7 @@ come and go, so every new peak records them (bytes per phase) with the op and mo
 
 What it does not see, by construction: memory a C++ extension allocates outside aten (none on the executor's
 path: DeepSpeed's optimizers allocate their state with torch.zeros_like), and the CUDA caching allocator's
-rounding (512-byte blocks) and reserve — the planner's allocator term covers those.
+rounding (512-byte blocks) and reserve, unless given a `CachingAllocator` to replay them on.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from executor.training.caching_allocator import CachingAllocator
 
 
 class ModuleStack:
@@ -84,8 +86,9 @@ class Peak:
 class LiveBytes(TorchDispatchMode):
     """Counts live tensor storage bytes; `peak` holds the highest count and what was alive then."""
 
-    def __init__(self, modules: ModuleStack | None = None) -> None:
+    def __init__(self, modules: ModuleStack | None = None, allocator: CachingAllocator | None = None) -> None:
         super().__init__()
+        self.allocator = allocator  # replays the CUDA caching allocator on the same births and deaths
         self.phase = "init"
         self.live_bytes = 0
         self.peak = Peak()
@@ -112,6 +115,8 @@ class LiveBytes(TorchDispatchMode):
         self._live[key] = (nbytes, birth)
         self.live_bytes += nbytes
         self._by_phase[birth.phase] += nbytes
+        if self.allocator is not None:
+            self.allocator.malloc(key, nbytes)
         weakref.finalize(storage, self._free, key)
         if self.live_bytes > self.peak.bytes:
             by_phase = {phase: size for phase, size in self._by_phase.items() if size}
@@ -123,6 +128,8 @@ class LiveBytes(TorchDispatchMode):
         size, birth = self._live.pop(key)
         self.live_bytes -= size
         self._by_phase[birth.phase] -= size
+        if self.allocator is not None:
+            self.allocator.free(key)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))

@@ -338,6 +338,7 @@ class Trainer:
         tokens_per_step = t.micro_batch_size * t.sequence_length * t.gradient_accumulation_steps * self.world_size
         feedback = progress_pb2.Feedback(
             predicted_peak_gpu_memory_bytes=predicted.peak_gpu_memory_bytes,
+            predicted_allocated_gpu_memory_bytes=predicted.allocated_gpu_memory_bytes,
             measured_peak_gpu_memory_bytes=peak.gpu_allocated_bytes,
             measured_peak_gpu_reserved_bytes=peak.gpu_reserved_bytes, predicted_step_time_s=predicted.step_time_s,
             measured_step_time_s=step_time_s, predicted_tokens_per_s=predicted.tokens_per_s,

@@ -1,5 +1,6 @@
 """The simulation harness (benchmarks/simulate.py) is exact: on small models, the executor's step under fake tensors
-peaks at the same allocated bytes as the same step on real CPU tensors, counted the same way, byte for byte."""
+peaks at the same allocated bytes as the same step on real CPU tensors, counted the same way, byte for byte, and the
+caching allocator replayed on each reserves the same bytes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from benchmarks.simulate import Row, planned_allocated_bytes, simulate  # noqa: E402
+from benchmarks.simulate import Row, planned_bytes, simulate  # noqa: E402
 from contract.schema import (  # noqa: E402
     ALL_LINEAR,
     Attention,
@@ -70,6 +71,8 @@ def test_a_fake_step_peaks_at_the_same_bytes_as_the_real_step(config: dict, meth
     assert vars(torch.nn.functional) == functional
     assert fake.peak_bytes == real.peak_bytes, (real, fake)
     assert fake.step_peak_bytes == real.step_peak_bytes
+    # the caching allocator replayed on the same allocations and frees reserves the same segments
+    assert fake.peak_reserved_bytes == real.peak_reserved_bytes >= real.step_peak_bytes[-1]
     assert (fake.phase, fake.op) == (real.phase, real.op)
     # the count is of the step: weights and the optimizer's state alone are less than the peak
     assert fake.by_phase["init"] < fake.peak_bytes
@@ -94,6 +97,7 @@ def test_a_fake_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method
     fake = simulate(TINY_LLAMA, t, ranks, fake=True)
     assert fake.step_peak_bytes == real.step_peak_bytes
     assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
+    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
 
 
 # transformers' Trainer + PEFT (recipe hf-trainer): Trainer.train() itself, autocast and all, on real tensors and fake
@@ -104,6 +108,7 @@ def test_a_fake_hf_trainer_step_peaks_at_the_same_bytes_as_the_real_step(method:
     fake = simulate(TINY_LLAMA, t, fake=True)
     assert fake.step_peak_bytes == real.step_peak_bytes
     assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
+    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
     assert fake.by_phase["init"] < fake.peak_bytes
 
 
@@ -133,7 +138,7 @@ REGRESSION_ROWS = [
 @pytest.mark.parametrize("row", REGRESSION_ROWS, ids=[r.label for r in REGRESSION_ROWS])
 def test_the_planner_predicts_the_simulated_peak_within_3_percent(row: Row) -> None:
     catalog = default_catalog()
-    planned = planned_allocated_bytes(row, catalog)
+    planned, _ = planned_bytes(row, catalog)
     simulated = simulate(config_json(catalog.model(row.model).architecture), row.training, row.world_size)
     error = (planned - simulated.peak_bytes) / simulated.peak_bytes
     assert abs(error) <= 0.03, f"{row.label}: planned {planned:,} vs simulated {simulated.peak_bytes:,} ({error:+.1%})"

@@ -42,6 +42,15 @@ def test_a_run_is_read_back_as_the_ratios_it_was_made_from() -> None:
     assert (cpu.allocated_ratio, cpu.slack, cpu.step_time_ratio) == (0.0, 0.0, 1.5), "a CPU run measures no GPU"
 
 
+def test_the_predicted_allocated_peak_the_feedback_carries_is_the_one_compared() -> None:
+    carried = run_of(40 * 2**30, 33 * 2**30, 36 * 2**30, predicted_step_s=2.0, measured_step_s=2.0,
+                     predicted_allocated_bytes=30 * 2**30)
+    assert (carried.allocated_ratio, carried.slack) == pytest.approx((1.1, 3 / 33))
+    older = run_of(40 * 2**30, 33 * 2**30, 36 * 2**30, predicted_step_s=2.0, measured_step_s=2.0)
+    assert older.allocated_ratio == pytest.approx(33 * 2**30 / calibration.predicted_allocated(40 * 2**30))
+    assert older.allocated_ratio != pytest.approx(carried.allocated_ratio)
+
+
 def test_five_runs_of_a_class_replace_the_built_in_range_with_theirs() -> None:
     runs = tuple(_feedback_run(r) for r in (1.02, 1.04, 1.06, 1.08, 1.10))
     calibrated_catalog = replace(CATALOG, calibrations={"a100-80gb": ClassCalibration("a100-80gb", runs)})

@@ -75,7 +75,7 @@ class ProgressEvent(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[float] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., peak_host_memory_bytes: _Optional[int] = ..., eta_s: _Optional[float] = ..., message: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Feedback(_message.Message):
-    __slots__ = ("predicted_peak_gpu_memory_bytes", "measured_peak_gpu_memory_bytes", "measured_peak_gpu_reserved_bytes", "predicted_step_time_s", "measured_step_time_s", "predicted_tokens_per_s", "measured_tokens_per_s", "nodes", "world_size", "predicted_communication_time_s", "library_versions")
+    __slots__ = ("predicted_peak_gpu_memory_bytes", "measured_peak_gpu_memory_bytes", "measured_peak_gpu_reserved_bytes", "predicted_step_time_s", "measured_step_time_s", "predicted_tokens_per_s", "measured_tokens_per_s", "nodes", "world_size", "predicted_communication_time_s", "library_versions", "predicted_allocated_gpu_memory_bytes")
     class LibraryVersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class Feedback(_message.Message):
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_COMMUNICATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
     LIBRARY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ALLOCATED_GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     predicted_peak_gpu_memory_bytes: int
     measured_peak_gpu_memory_bytes: int
     measured_peak_gpu_reserved_bytes: int
@@ -105,4 +106,5 @@ class Feedback(_message.Message):
     world_size: int
     predicted_communication_time_s: float
     library_versions: _containers.ScalarMap[str, str]
-    def __init__(self, predicted_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_reserved_bytes: _Optional[int] = ..., predicted_step_time_s: _Optional[float] = ..., measured_step_time_s: _Optional[float] = ..., predicted_tokens_per_s: _Optional[float] = ..., measured_tokens_per_s: _Optional[float] = ..., nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., predicted_communication_time_s: _Optional[float] = ..., library_versions: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    predicted_allocated_gpu_memory_bytes: int
+    def __init__(self, predicted_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_memory_bytes: _Optional[int] = ..., measured_peak_gpu_reserved_bytes: _Optional[int] = ..., predicted_step_time_s: _Optional[float] = ..., measured_step_time_s: _Optional[float] = ..., predicted_tokens_per_s: _Optional[float] = ..., measured_tokens_per_s: _Optional[float] = ..., nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., predicted_communication_time_s: _Optional[float] = ..., library_versions: _Optional[_Mapping[str, str]] = ..., predicted_allocated_gpu_memory_bytes: _Optional[int] = ...) -> None: ...

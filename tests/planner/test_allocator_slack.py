@@ -1,0 +1,62 @@
+"""The caching allocator's slack follows the step's short-lived blocks, not the model's size: what the allocator
+replayed on simulated steps shows (make bench-simulate), and what Fit's range is built on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from contract.schema import ALL_LINEAR, Hardware, LoraSpec, Method, Recipe, TrainingSpec
+from planner import constants as k
+from planner.catalog import default_catalog
+from planner.fit import fit
+from planner.memory import per_gpu_memory
+
+CATALOG = default_catalog()
+H100 = Hardware(gpu=CATALOG.gpu("h100-sxm-80gb"), host_memory_bytes=2**40)
+LORA = TrainingSpec(method=Method.LORA, micro_batch_size=1, sequence_length=2048, gradient_checkpointing=True,
+                    lora=LoraSpec(target_modules=(ALL_LINEAR,)))
+
+
+def _slack(model: str, t: TrainingSpec) -> int:
+    return per_gpu_memory(CATALOG.model(model), t, H100).allocator_bytes
+
+
+def test_a_model_nine_times_larger_does_not_get_nine_times_the_slack() -> None:
+    small, large = (per_gpu_memory(CATALOG.model(m), LORA, H100) for m in ("meta-llama/Llama-3.1-8B",
+                                                                          "meta-llama/Llama-3.1-70B"))
+    assert large.weights_bytes > 8 * small.weights_bytes
+    # the same vocabulary and tokens: one loss block alike, a wider layer
+    assert small.allocator_bytes < large.allocator_bytes < 2 * small.allocator_bytes
+
+
+def test_the_slack_grows_with_the_tokens_of_a_micro_batch() -> None:
+    short, long = (_slack("meta-llama/Llama-3.1-8B", replace(LORA, sequence_length=n)) for n in (2048, 8192))
+    assert long > 3.5 * short
+
+
+def test_a_full_fine_tune_adds_the_slack_of_its_gradients_and_optimizer_step() -> None:
+    full = replace(LORA, method=Method.FULL, zero_stage=2)
+    b = per_gpu_memory(CATALOG.model("meta-llama/Llama-3.1-8B"), full, replace(H100, gpus_per_node=4))
+    adapters = per_gpu_memory(CATALOG.model("meta-llama/Llama-3.1-8B"), replace(LORA, zero_stage=2),
+                              replace(H100, gpus_per_node=4))
+    extra = k.SLACK_PER_STEP_BYTE * b.optimizer_step_bytes + k.SLACK_PER_GRADIENT_BYTE * b.gradients_bytes
+    assert extra > 0
+    assert b.allocator_bytes >= int(extra)
+    assert b.allocator_bytes > 2 * adapters.allocator_bytes
+
+
+def test_hf_trainer_qlora_s_fp32_stream_leaves_more_slack_than_the_executor_s() -> None:
+    qlora = replace(LORA, method=Method.QLORA)
+    executor = _slack("mistralai/Mistral-7B-v0.3", qlora)
+    trainer = _slack("mistralai/Mistral-7B-v0.3", replace(qlora, recipe=Recipe.HF_TRAINER))
+    assert trainer > 1.5 * executor
+
+
+def test_fit_s_range_holds_the_total_and_names_the_replayed_allocator() -> None:
+    r = fit(CATALOG.model("meta-llama/Llama-3.1-8B"), LORA, H100, CATALOG)
+    assert r.band.low_bytes < r.per_gpu.total_bytes < r.band.high_bytes
+    assert "allocator replayed on the simulated step" in r.band.basis
+    under, over = k.SLACK_MODEL_ERROR
+    reserved = r.per_gpu.allocated_bytes + r.per_gpu.allocator_bytes
+    assert r.band.high_bytes >= reserved * (1 + under)
+    assert r.band.low_bytes <= reserved * (1 - over) + k.CUDA_CONTEXT_RANGE_BYTES[0]
