@@ -77,3 +77,13 @@ def test_plan_round_trips_through_json_and_binary() -> None:
     assert parse_plan(plan.SerializeToString()) == plan
     with pytest.raises(PlanError, match="not a tunefleet.v1.Plan"):
         parse_plan('{"plan_id": 3, "nonsense": true}', "plan.json")
+
+
+def test_the_run_keeps_the_plan_s_allocated_prediction_for_its_feedback() -> None:
+    plan = _plan()
+    g = plan.prediction.fit.per_gpu
+    g.total_bytes, g.cuda_context_bytes, g.allocator_bytes = 30 * 2**30, 600 * 2**20, 2 * 2**30
+    predicted = run_config_from_plan(plan, output_dir="file:///tmp/out").predicted
+    assert predicted.peak_gpu_memory_bytes == 30 * 2**30
+    assert predicted.allocated_gpu_memory_bytes == 30 * 2**30 - 600 * 2**20 - 2 * 2**30
+    assert run_config_from_plan(_plan(), output_dir="file:///tmp/out").predicted.allocated_gpu_memory_bytes == 0
