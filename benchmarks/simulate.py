@@ -502,7 +502,10 @@ def _rows() -> list[Row]:
              Row("openai/gpt-oss-20b", spec(lora, 2, 1024, ckpt=False, attn=Attention.EAGER)),
              # GLM-4.5's layout (eager: SDPA after its partial-rotary cat is the CPU's head-major case, as Phi's)
              Row("zai-org/GLM-4.5-Air", spec(lora, 1, 2048, zero=3, attn=Attention.EAGER), 8),
-             Row("zai-org/GLM-4.5-Air", spec(full, 1, 1024, zero=3, attn=Attention.EAGER), 8)]
+             Row("zai-org/GLM-4.5-Air", spec(full, 1, 1024, zero=3, attn=Attention.EAGER), 8),
+             # without checkpointing every layer's forward keeps its gathered experts (planner.memory:
+             # regathered_experts_bytes)
+             Row("zai-org/GLM-4.5-Air", spec(lora, 1, 256, ckpt=False, zero=3, attn=Attention.EAGER), 8)]
     # QLoRA: NF4 base weights with nested absmax (bitsandbytes under fake tensors: benchmarks/quantised.py); 1,024
     # tokens a micro-batch is where the CUDA kernel's choice depends on the GPU (the fallback is simulated)
     qlora = Method.QLORA

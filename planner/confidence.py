@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.deepspeed_config import STAGE3_MAX_LIVE_PARAMETERS
 from contract.model import Architecture
 from contract.schema import Method, TrainingSpec
 from planner import constants as k
@@ -29,10 +28,6 @@ def allocated_error(a: Architecture, t: TrainingSpec) -> tuple[tuple[float, floa
     """How far the allocated part has been found under and over the truth for the regime, and where from."""
     if t.method is Method.LORA_8BIT:
         return k.THIRD_PARTY_ERROR_QUANTISED, "worst third-party quantised rows: 8-bit bitsandbytes is not simulated"
-    layer_experts = 3 * a.num_experts * a.hidden_size * a.intermediate_size  # gate, up, down of every expert
-    if t.zero_stage == 3 and layer_experts > STAGE3_MAX_LIVE_PARAMETERS:
-        return k.SIMULATED_ERROR_ZERO3_LARGE_EXPERTS, ("worst simulated ZeRO-3 rows of experts outgrowing "
-                                                       "stage3_max_live_parameters, make bench-simulate")
     if t.zero_stage == 3:
         return k.SIMULATED_ERROR_ZERO3, "worst simulated ZeRO-3 rows, make bench-simulate"
     return k.SIMULATED_ERROR_ZERO0_TO_2, "worst simulated rows of ZeRO 0-2, make bench-simulate"

@@ -11,15 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract import deepspeed_config as ds
-from contract.model import Architecture, ModelSpec
+from contract.model import Architecture, Family, ModelSpec
 from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.activations import activation_terms, transient_block_bytes
-from planner.architecture import (
-    largest_layer_params,
-    linear_layers,
-)
+from planner.architecture import SHARED_EXPERTS_MOE, largest_layer_params, linear_layers
 from planner.memo import memo
 from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
 
@@ -50,6 +47,8 @@ class MemoryBreakdown:
     # activations kept as forward ends (the loss not yet computed)
     fetch_buffer_bytes: int = 0
     forward_end_bytes: int = 0
+    # ZeRO-3, in backward: expert tensors gathered again beside the copies their forward saved (regathered_experts)
+    regathered_bytes: int = 0
 
     @property
     def overhead_bytes(self) -> int:
@@ -70,7 +69,7 @@ class MemoryBreakdown:
     def _during_backward_bytes(self) -> int:
         """The peak while the step's forward and backward run: at the start of backward, or (ZeRO-3) while forward
         fetches its largest module."""
-        return self.gathered_parameters_bytes + max(self.activations_bytes,
+        return self.gathered_parameters_bytes + max(self.activations_bytes + self.regathered_bytes,
                                                     self.forward_end_bytes + self.fetch_buffer_bytes)
 
     @property
@@ -149,6 +148,40 @@ def stage3_gathered_elements(a: Architecture, total_params: int) -> int:
     Llama-3.2-1B LoRA step on 2 ranks, 1.0e9 of its 1.24e9 parameters were gathered (8 to 12 of its 16 layers and
     the lm_head), 0.97e9 for Llama-3.1-8B (2 layers and the lm_head), 27 % and 11 % of their peaks."""
     return min(max(ds.STAGE3_MAX_LIVE_PARAMETERS, largest_layer_params(a)), total_params)
+
+
+def layer_expert_params(a: Architecture) -> int:
+    """One sparse layer's fused expert tensors: gate and up (E x 2I x H) and down (E x H x I)."""
+    return 3 * a.num_experts * a.hidden_size * a.intermediate_size
+
+
+def experts_outgrow_live_parameters(a: Architecture, t: TrainingSpec) -> bool:
+    """Whether ZeRO-3 holds more than stage3_max_live_parameters with a layer's experts alone."""
+    return t.zero_stage == 3 and layer_expert_params(a) > ds.STAGE3_MAX_LIVE_PARAMETERS
+
+
+def experts_released_between_uses(a: Architecture, t: TrainingSpec) -> bool:
+    """Whether ZeRO-3 releases a layer's experts between their forward and their backward: they outgrow
+    stage3_max_live_parameters and a shared expert runs after them, whose fetch (the first of backward) finds too
+    many parameters live. Experts that end their layer (Mixtral, Qwen3-MoE, gpt-oss) are reused by backward at once
+    and stay (simulated: Mixtral-8x7B, 1.4e9 expert parameters a layer, within 2 % under ZeRO-3)."""
+    shared_after = a.family in SHARED_EXPERTS_MOE or (a.family is Family.QWEN2_MOE and
+                                                      a.shared_expert_intermediate_size > 0)
+    return experts_outgrow_live_parameters(a, t) and shared_after
+
+
+def regathered_experts_bytes(a: Architecture, t: TrainingSpec, dense_bytes: int) -> int:
+    """transformers' fused experts (grouped_mm) save their gathered weights for backward themselves — DeepSpeed's
+    linear wrapper, which saves the parameter rather than its gathered storage, does not cover them. Where ZeRO-3
+    releases the experts between uses (`experts_released_between_uses`), backward gathers them again through a flat
+    buffer the size of the largest expert tensor while the copy the forward saved is still held: one layer's under
+    checkpointing (the recomputed one), every sparse layer's without it. Simulated: GLM-4.5-Air LoRA under ZeRO-3 on
+    8 ranks, the layer's gate-up and down tensors twice and the gate-up buffer live at the backward's `cat`; without
+    checkpointing, 226 GiB a rank (make bench-simulate)."""
+    if not experts_released_between_uses(a, t):
+        return 0
+    held = 1 if t.gradient_checkpointing else a.sparse_layers
+    return (held * layer_expert_params(a) + 2 * a.num_experts * a.intermediate_size * a.hidden_size) * dense_bytes
 
 
 def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method: Method) -> int:
@@ -257,6 +290,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         optimizer_step_bytes=int(step), gradients_grow_in_backward=grows, gradients_at_step_bytes=int(at_step),
         backward_end_bytes=tied, gathered_parameters_bytes=int(gathered), fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
+        regathered_bytes=regathered_experts_bytes(a, t, dense_bytes),
     )
     slack = allocator_slack_bytes(breakdown, *transient_block_bytes(a, stream, split), t.method, t.zero_stage)
     return replace(breakdown, allocator_bytes=slack)
