@@ -76,6 +76,8 @@ def fit_text(r: plan_pb2.FitResult) -> str:
     rows = [("weights", gib(g.weights_bytes)),
             *([("  gathered by ZeRO-3 (forward, backward)", gib(g.gathered_parameters_bytes))]
               if g.gathered_parameters_bytes else []),
+            *([("  experts gathered again (backward)", gib(g.regathered_experts_bytes))]
+              if g.regathered_experts_bytes else []),
             ("adapters", gib(g.adapter_bytes)),
             ("gradients", gib(g.gradients_bytes)), ("optimizer states", gib(g.optimizer_bytes)),
             ("activations", gib(g.activations_bytes)), ("  of which logits/loss", gib(g.logits_bytes)),

@@ -127,7 +127,7 @@ def breakdown(fit: plan_pb2.FitResult) -> tuple[list[Segment], float, float, flo
                 ("CUDA context", g.cuda_context_bytes, "s-context"), ("allocator slack", g.allocator_bytes, "s-slack")]
     used = sum(b for _, b, _ in resident)
     peak_transient = max(0, g.total_bytes - used)
-    backward = g.activations_bytes + g.gathered_parameters_bytes
+    backward = g.activations_bytes + g.gathered_parameters_bytes + g.regathered_experts_bytes
     if backward >= g.optimizer_step_bytes:
         transient = [("gradients", min(g.gradients_bytes, peak_transient), "s-gradients"),
                      ("activations", peak_transient - min(g.gradients_bytes, peak_transient), "s-activations")]

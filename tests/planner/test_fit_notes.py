@@ -101,3 +101,19 @@ def test_zero3_gathers_released_experts_again_in_backward_beside_the_copy_their_
     r = fit(catalog.model("zai-org/GLM-4.5-Air"), t, Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=8),
             catalog)
     assert r.band.basis.startswith("allocated -1.8%/+1.6% (worst simulated ZeRO-3 rows, make bench-simulate)")
+
+
+def test_the_experts_gathered_again_are_a_row_of_fit_s_table() -> None:
+    from clients.render import fit_text
+    from planner.convert import fit_to_proto
+
+    catalog = default_catalog()
+    hw = Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=8)
+    t = TrainingSpec(method=Method.LORA, zero_stage=3, sequence_length=2048, attention=Attention.EAGER)
+    glm = fit_to_proto(fit(catalog.model("zai-org/GLM-4.5-Air"), t, hw, catalog))
+    assert glm.per_gpu.regathered_experts_bytes == gpu_memory(catalog.model("zai-org/GLM-4.5-Air").architecture, t,
+                                                              8).regathered_bytes
+    assert any(line.strip().startswith("experts gathered again (backward)") and
+               line.endswith(gib(glm.per_gpu.regathered_experts_bytes)) for line in fit_text(glm).splitlines())
+    dense = fit_to_proto(fit(catalog.model("meta-llama/Llama-3.1-70B"), t, hw, catalog))
+    assert "experts gathered again" not in fit_text(dense)
