@@ -183,7 +183,8 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
         t = hf
     recipe = "hf-trainer " if t.recipe is Recipe.HF_TRAINER else ""
     label = f"{recipe}{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
-            f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}"
+            f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}" \
+            f"{' (FSDP as ZeRO)' if 'fsdp' in r['zero_stage'].lower() else ''}"
     return Case(index, label, model, t, hw, _figure(r["notes"]), float(r["measured_peak_gib_per_gpu"]) * GiB,
                 float(r["measured_tokens_per_s"] or 0),
                 float(m.group(1)) * GiB if (m := _ALLOCATED_NOTE.search(r["notes"])) else 0.0)
@@ -280,6 +281,10 @@ def main() -> None:
     print(_summary("\nmemory", errors, UNDER_PREDICTION_LIMIT, "median <= 10 %, none under 15 %"))
     print(_summary("  the same rows' max_memory_allocated, where reported", allocated_errors, UNDER_PREDICTION_LIMIT,
                    "like for like with the allocated part of Fit"))
+    # the planner models DeepSpeed's ZeRO (the executor's) and reads FSDP as ZeRO; the rows that ran neither apart
+    print(_summary("  of the memory rows, those that did not run FSDP", [e for c, e in zip(cases, errors, strict=True)
+                                                       if "FSDP" not in c.label], UNDER_PREDICTION_LIMIT,
+                   "as memory"))
     if time_errors:
         print(_summary("throughput", time_errors, None, "median <= 15 %"))
     print_table("Rows the planner cannot express", ["row", "model", "method", "why"], skipped)
