@@ -11,8 +11,8 @@ max_split_size, no garbage-collection threshold — on one stream:
 - the block taken is split when what remains is at least 512 bytes (small pool) or more than 1 MiB (large pool),
   the request keeping the lower address (should_split, alloc_found_block);
 - a freed block merges with its free neighbours in the same segment (try_merge_blocks);
-- a segment is given back only when a reservation would exceed the device's capacity: then every wholly free
-  segment is released and the reservation retried (release_cached_blocks), and failing that it is out of memory.
+- a segment is given back only by torch.cuda.empty_cache (`empty_cache`: every wholly free segment) or under memory
+  pressure, which the replay does not bound: its peak is what a device large enough would show.
 
 What it cannot see: blocks another stream holds (DeepSpeed's ZeRO-3 gathers and reductions run on side streams)
 and the memory a kernel allocates for itself outside the allocator (cuBLAS workspaces are in the CUDA context term).
@@ -29,10 +29,6 @@ SMALL_SEGMENT_BYTES = 2 << 20  # kSmallBuffer: the segment a small request reser
 MEDIUM_SEGMENT_BYTES = 20 << 20  # kLargeBuffer: the segment a request under kMinLargeAlloc reserves
 MIN_LARGE_ALLOC_BYTES = 10 << 20  # kMinLargeAlloc
 LARGE_ROUNDING_BYTES = 2 << 20  # kRoundLarge: larger segments are the request rounded up to this
-
-
-class OutOfMemoryError(Exception):
-    """The device cannot reserve a segment for the request even with every cached segment released."""
 
 
 def round_size(nbytes: int) -> int:
@@ -61,10 +57,9 @@ class _Block:
 
 class CachingAllocator:
     """Reserved bytes of the caching allocator as `malloc` and `free` are called; `peak_reserved_bytes` is the most it
-    held at once. `capacity_bytes` (0: unbounded) is the device memory it may reserve."""
+    held at once."""
 
-    def __init__(self, capacity_bytes: int = 0) -> None:
-        self.capacity_bytes = capacity_bytes
+    def __init__(self) -> None:
         self.reserved_bytes = 0
         self.peak_reserved_bytes = 0
         self.allocated_bytes = 0  # rounded block bytes in use
@@ -126,16 +121,10 @@ class CachingAllocator:
         i = bisect.bisect_left(pool, (size, -1))
         if i == len(pool):
             return None
-        block = self._free_blocks.pop(pool.pop(i)[1])
-        return block
+        return self._free_blocks.pop(pool.pop(i)[1])
 
     def _reserve(self, size: int, small: bool) -> _Block:
         segment = segment_size(size)
-        if self.capacity_bytes and self.reserved_bytes + segment > self.capacity_bytes:
-            self._release_cached()
-            if self.reserved_bytes + segment > self.capacity_bytes:
-                raise OutOfMemoryError(f"reserving {segment} bytes with {self.reserved_bytes} of "
-                                  f"{self.capacity_bytes} reserved")
         block = _Block(self._next_address, segment, small)
         self._next_address += segment
         self.reserved_bytes += segment
@@ -145,10 +134,7 @@ class CachingAllocator:
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache(): give back every segment no block of which is in use (release_cached_blocks);
         the peak restarts from what stays reserved."""
-        self._release_cached()
-        self.peak_reserved_bytes = self.reserved_bytes
-
-    def _release_cached(self) -> None:
         for block in [b for b in self._free_blocks.values() if b.prev is None and b.next is None]:
             self._uncache(block)
             self.reserved_bytes -= block.size
+        self.peak_reserved_bytes = self.reserved_bytes

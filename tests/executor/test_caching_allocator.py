@@ -1,11 +1,11 @@
 """The caching allocator's replay follows PyTorch's rules: rounding, pools, segment sizes, best fit, splitting,
-merging and the release of cached segments under pressure."""
+merging, and empty_cache's release of wholly free segments."""
 
 from __future__ import annotations
 
 import pytest
 
-from executor.training.caching_allocator import CachingAllocator, OutOfMemoryError, round_size, segment_size
+from executor.training.caching_allocator import CachingAllocator, round_size, segment_size
 
 MiB = 1 << 20
 
@@ -85,16 +85,6 @@ def test_the_smallest_free_block_that_fits_is_taken() -> None:
     assert a.reserved_bytes == 640 * MiB
     a.malloc("g", 10 * MiB)  # one of the three 10 MiB remainders
     assert a.reserved_bytes == 640 * MiB
-
-
-def test_under_pressure_cached_segments_are_released_before_out_of_memory() -> None:
-    a = CachingAllocator(capacity_bytes=300 * MiB)
-    a.malloc("a", 200 * MiB)
-    a.free("a")
-    a.malloc("b", 250 * MiB)  # 200 cached + 250 > 300: the cached segment goes back first
-    assert a.reserved_bytes == 250 * MiB
-    with pytest.raises(OutOfMemoryError):
-        a.malloc("c", 100 * MiB)
 
 
 def test_empty_cache_keeps_what_is_in_use_and_restarts_the_peak() -> None:
