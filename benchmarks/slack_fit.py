@@ -3,7 +3,7 @@
 `make bench-simulate` stores, per row, the step's simulated allocated peak and the reserved peak of PyTorch's caching
 allocator replayed on the same allocations (benchmarks/results/simulate.csv). The slack is their difference. This
 fits it, by non-negative least squares weighted by 1 / reserved bytes, to the short-lived blocks the planner knows
-(planner.memory.allocator_slack_bytes): one fp32 loss block, one layer's saved tensors, ZeRO-3's flat gather buffer
+(planner.memory.allocator_slack_terms): one fp32 loss block, one layer's saved tensors, ZeRO-3's flat gather buffer
 and, for a full or partial fine-tune under ZeRO 1-3, the optimizer step's transient and the gradients. It prints the
 coefficients, the error of simulated allocated + modelled slack against the replay (worst under and over: the
 SLACK_MODEL_ERROR range) and the flat 12 % it replaced.
@@ -15,34 +15,29 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import replace
 
 import numpy as np
 
 from common.units import GiB
-from contract.schema import Hardware, Method, Precision, TrainingSpec
+from contract.schema import Hardware, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.activations import transient_block_bytes
 from planner.catalog import Catalog, default_catalog
-from planner.memory import per_gpu_memory
+from planner.memory import SLACK_PER_BYTE, allocator_slack_terms, per_gpu_memory
 from planner.parameters import parameter_split
 
 FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients")
-FLAT_FRACTION = 0.12  # the slack the planner assumed before this fit
+FLAT_FRACTION = k.ALLOCATOR_OVERHEAD_FRACTION  # the slack the planner assumed before this fit
 
 
 def features(model: str, t: TrainingSpec, world_size: int, catalog: Catalog) -> list[float]:
-    """The row's short-lived block bytes, as planner.memory weighs them."""
+    """The row's short-lived block bytes, as planner.memory weighs them (in SLACK_PER_BYTE's order)."""
     spec = catalog.model(model)
     a = spec.architecture
     b = per_gpu_memory(spec, t, Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=world_size))
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
-    stream = replace(t, precision=Precision.FP32) if recipes.fp32_stream(t) else t
-    logits, layer = transient_block_bytes(a, stream, split)
-    trains = t.method in (Method.FULL, Method.FREEZE) and t.zero_stage >= 1
-    return [logits, layer, b.fetch_buffer_bytes, b.optimizer_step_bytes if trains else 0,
-            b.gradients_bytes if trains else 0]
+    return list(allocator_slack_terms(b, *transient_block_bytes(a, recipes.activation_spec(t), split), t))
 
 
 def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -80,8 +75,7 @@ def main() -> None:
     print(f"{len(labels)} rows of {RESULTS_CSV.name}; slack per byte of:")
     for name, c in zip(FEATURES, coefficients, strict=True):
         print(f"  {name:15s} {c:.3f}")
-    print(f"in planner/constants.py: {k.SLACK_PER_LOGITS_BLOCK_BYTE}, {k.SLACK_PER_LAYER_BYTE}, "
-          f"{k.SLACK_PER_FETCH_BUFFER_BYTE}, {k.SLACK_PER_STEP_BYTE}, {k.SLACK_PER_GRADIENT_BYTE}")
+    print(f"in planner/constants.py: {', '.join(str(c) for c in SLACK_PER_BYTE)}")
     for name, errors in (("modelled slack", modelled), (f"flat {FLAT_FRACTION:.0%}", flat)):
         print(f"{name}: reserved median |error| {statistics.median(abs(errors)):.1%}, worst under {errors.min():+.1%} "
               f"({labels[int(errors.argmin())]}), worst over {errors.max():+.1%} ({labels[int(errors.argmax())]}), "

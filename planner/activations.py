@@ -296,7 +296,7 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
 
 def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
     """The short-lived blocks whose segments PyTorch's caching allocator keeps cached beside a step's peak
-    (planner.memory.allocator_slack_bytes): one fp32 vocab-sized block of the loss, and one decoder layer's saved
+    (planner.memory.allocator_slack_terms): one fp32 vocab-sized block of the loss, and one decoder layer's saved
     tensors (what recompute rebuilds under checkpointing; what backward frees first without it). `t` carries the
     activations' precision (fp32 under hf-trainer QLoRA)."""
     tokens = t.sequences_per_micro_batch * t.sequence_length

@@ -156,12 +156,16 @@ def _norm_params(a: Architecture) -> int:
         (qk_norms + latent_norms) * a.num_layers
 
 
+def layer_expert_params(a: Architecture) -> int:
+    """One sparse layer's fused expert tensors: gate and up (E x 2I x H) and down (E x H x I)."""
+    return 3 * a.num_experts * a.hidden_size * a.intermediate_size
+
+
 def _expert_params(a: Architecture) -> int:
     if a.num_experts == 0:
         return 0
     router = a.num_experts * a.hidden_size
-    experts = a.num_experts * 3 * a.hidden_size * a.intermediate_size  # gate, up, down per expert
-    return a.sparse_layers * (router + experts + _expert_extras(a))
+    return a.sparse_layers * (router + layer_expert_params(a) + _expert_extras(a))
 
 
 def _expert_extras(a: Architecture) -> int:

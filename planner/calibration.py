@@ -52,17 +52,12 @@ class ClassCalibration:
         return statistics.median(ratios) if len(ratios) >= MIN_RUNS else None
 
 
-# Feedback from before it carried the predicted allocated peak: those plans added 12 % of it as the allocator's slack
-# (planner.memory until 2026-11-26), so it is recovered from their predicted total.
-SLACK_FRACTION_BEFORE_FEEDBACK_CARRIED_IT = 0.12
-
-
 def predicted_allocated(predicted_total_bytes: float, predicted_allocated_bytes: float = 0.0) -> float:
     """The allocated part of a plan's prediction: as the Feedback carries it, or (older Feedback) its total less the
-    CUDA context and the slack those plans added."""
+    CUDA context and the slack those plans added (planner.memory until 2026-11-26: ALLOCATOR_OVERHEAD_FRACTION)."""
     if predicted_allocated_bytes:
         return predicted_allocated_bytes
-    return max(0.0, (predicted_total_bytes - k.CUDA_CONTEXT_BYTES) / (1 + SLACK_FRACTION_BEFORE_FEEDBACK_CARRIED_IT))
+    return max(0.0, (predicted_total_bytes - k.CUDA_CONTEXT_BYTES) / (1 + k.ALLOCATOR_OVERHEAD_FRACTION))
 
 
 def run_of(predicted_total_bytes: float, measured_allocated_bytes: float, measured_reserved_bytes: float,

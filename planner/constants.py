@@ -19,7 +19,7 @@ CUDA_CONTEXT_BYTES = 600 * MiB
 # allocated peak (planner/calibration.py: the plans of then added this). Initial: the third-party rows in
 # shared/calibration show reserved/allocated of 1.12-1.20 (fms-acceleration A100 runs).
 ALLOCATOR_OVERHEAD_FRACTION = 0.12
-# A training step's allocator slack (planner.memory.allocator_slack_bytes), per byte of the short-lived blocks that
+# A training step's allocator slack (planner.memory.allocator_slack_terms), per byte of the short-lived blocks that
 # leave segments cached: least squares (non-negative) over make bench-simulate's rows, where PyTorch's caching
 # allocator is replayed on the simulated step's allocations (executor/training/caching_allocator.py; loading's own
 # segments released, as the steps' peak is wanted). Against the third-party rows that report both figures, the replay

@@ -16,7 +16,7 @@ from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Rec
 from planner import constants as k
 from planner import recipes
 from planner.activations import activation_terms, transient_block_bytes
-from planner.architecture import SHARED_EXPERTS_MOE, largest_layer_params, linear_layers
+from planner.architecture import SHARED_EXPERTS_MOE, largest_layer_params, layer_expert_params, linear_layers
 from planner.memo import memo
 from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
 
@@ -150,16 +150,6 @@ def stage3_gathered_elements(a: Architecture, total_params: int) -> int:
     return min(max(ds.STAGE3_MAX_LIVE_PARAMETERS, largest_layer_params(a)), total_params)
 
 
-def layer_expert_params(a: Architecture) -> int:
-    """One sparse layer's fused expert tensors: gate and up (E x 2I x H) and down (E x H x I)."""
-    return 3 * a.num_experts * a.hidden_size * a.intermediate_size
-
-
-def experts_outgrow_live_parameters(a: Architecture, t: TrainingSpec) -> bool:
-    """Whether ZeRO-3 holds more than stage3_max_live_parameters with a layer's experts alone."""
-    return t.zero_stage == 3 and layer_expert_params(a) > ds.STAGE3_MAX_LIVE_PARAMETERS
-
-
 def experts_released_between_uses(a: Architecture, t: TrainingSpec) -> bool:
     """Whether ZeRO-3 releases a layer's experts between their forward and their backward: they outgrow
     stage3_max_live_parameters and a shared expert runs after them, whose fetch (the first of backward) finds too
@@ -167,7 +157,7 @@ def experts_released_between_uses(a: Architecture, t: TrainingSpec) -> bool:
     and stay (simulated: Mixtral-8x7B, 1.4e9 expert parameters a layer, within 2 % under ZeRO-3)."""
     shared_after = a.family in SHARED_EXPERTS_MOE or (a.family is Family.QWEN2_MOE and
                                                       a.shared_expert_intermediate_size > 0)
-    return experts_outgrow_live_parameters(a, t) and shared_after
+    return t.zero_stage == 3 and layer_expert_params(a) > ds.STAGE3_MAX_LIVE_PARAMETERS and shared_after
 
 
 def regathered_experts_bytes(a: Architecture, t: TrainingSpec, dense_bytes: int) -> int:
@@ -266,7 +256,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         optimizer = 0 if t.offload is not Offload.NONE else \
             split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
         step = optimizer_step_bytes(t, split.trainable, n)
-    stream = replace(t, precision=Precision.FP32) if recipes.fp32_stream(t) else t
+    stream = recipes.activation_spec(t)
     activations, logits, forward_end = activation_terms(a, stream, split)
     activations += recipes.head_copy_bytes(a, t)
     buffers = _deepspeed_buffer_bytes(t, split, n)
@@ -292,23 +282,27 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         forward_end_bytes=forward_end if fetch_buffer else 0,
         regathered_bytes=regathered_experts_bytes(a, t, dense_bytes),
     )
-    slack = allocator_slack_bytes(breakdown, *transient_block_bytes(a, stream, split), t.method, t.zero_stage)
-    return replace(breakdown, allocator_bytes=slack)
+    terms = allocator_slack_terms(breakdown, *transient_block_bytes(a, stream, split), t)
+    return replace(breakdown, allocator_bytes=int(sum(c * x for c, x in zip(SLACK_PER_BYTE, terms, strict=True))))
 
 
-def allocator_slack_bytes(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int, method: Method,
-                          zero_stage: int) -> int:
-    """What PyTorch's caching allocator holds reserved beyond the allocated peak: segments that short-lived blocks
-    left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds whole, and
-    segments never merge). Fitted to the allocator replayed on the simulated step (make bench-simulate's reserved
-    columns): per byte of one fp32 vocab-sized loss block, of one layer's saved tensors, of ZeRO-3's flat gather
-    buffer and, for a full or partial fine-tune under ZeRO 1-3, of the optimizer step's transient and of the
-    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold)."""
-    slack = (k.SLACK_PER_LOGITS_BLOCK_BYTE * logits_block_bytes + k.SLACK_PER_LAYER_BYTE * layer_bytes
-             + k.SLACK_PER_FETCH_BUFFER_BYTE * b.fetch_buffer_bytes)
-    if method in (Method.FULL, Method.FREEZE) and zero_stage >= 1:
-        slack += k.SLACK_PER_STEP_BYTE * b.optimizer_step_bytes + k.SLACK_PER_GRADIENT_BYTE * b.gradients_bytes
-    return int(slack)
+# The allocator's slack per byte of each of allocator_slack_terms (planner/constants.py: fitted by benchmarks/slack_fit)
+SLACK_PER_BYTE = (k.SLACK_PER_LOGITS_BLOCK_BYTE, k.SLACK_PER_LAYER_BYTE, k.SLACK_PER_FETCH_BUFFER_BYTE,
+                  k.SLACK_PER_STEP_BYTE, k.SLACK_PER_GRADIENT_BYTE)
+
+
+def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int,
+                          t: TrainingSpec) -> tuple[int, int, int, int, int]:
+    """The short-lived blocks behind what PyTorch's caching allocator holds reserved beyond the allocated peak:
+    segments they left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds
+    whole, and segments never merge). One fp32 vocab-sized loss block, one layer's saved tensors, ZeRO-3's flat
+    gather buffer and, for a full or partial fine-tune under ZeRO 1-3, the optimizer step's transient and the
+    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold). Each
+    weighs SLACK_PER_BYTE, fitted to the allocator replayed on the simulated step (make bench-simulate's reserved
+    columns)."""
+    trains = t.method in (Method.FULL, Method.FREEZE) and t.zero_stage >= 1
+    return (logits_block_bytes, layer_bytes, b.fetch_buffer_bytes, b.optimizer_step_bytes if trains else 0,
+            b.gradients_bytes if trains else 0)
 
 
 def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:

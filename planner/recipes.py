@@ -15,8 +15,10 @@ hf-trainer (transformers' Trainer + PEFT, no DeepSpeed, one GPU, bf16 autocast, 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from contract.model import Architecture, Family
-from contract.schema import Method, Objective, Offload, Recipe, TrainingSpec
+from contract.schema import Method, Objective, Offload, Precision, Recipe, TrainingSpec
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
 
@@ -70,6 +72,11 @@ def covers(a: Architecture, t: TrainingSpec, world_size: int) -> bool:
 def fp32_stream(t: TrainingSpec) -> bool:
     """Whether the step's activations are fp32 (hf-trainer QLoRA: prepare_model_for_kbit_training)."""
     return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA
+
+
+def activation_spec(t: TrainingSpec) -> TrainingSpec:
+    """`t` with the precision its activations take: fp32 where the recipe's stream is (`fp32_stream`)."""
+    return replace(t, precision=Precision.FP32) if fp32_stream(t) else t
 
 
 def upcast_weight_bytes(total: int, quantised: int, t: TrainingSpec) -> int:
