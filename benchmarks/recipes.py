@@ -29,9 +29,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from contract.schema import Method, TrainingSpec
-from executor.training.live_bytes import LiveBytes, Peak
+from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
 
 
 @contextlib.contextmanager
@@ -68,12 +69,9 @@ def loaded(counter: LiveBytes) -> None:
         counter.allocator.empty_cache()
 
 
-def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int) -> list[Peak]:
-    """`steps` steps of Trainer.train() on full micro-batches (every sequence at the plan's length); each step's
-    peak."""
+def _step_callback(counter: LiveBytes, peaks: list[Peak]) -> Any:
+    """A Trainer callback marking each step's phases for the counter and keeping its peak."""
     import transformers
-
-    peaks: list[Peak] = []
 
     class _Steps(transformers.TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -89,12 +87,32 @@ def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: Live
             peaks.append(counter.peak)
             counter.set_phase("init")
 
-    class _Trainer(transformers.Trainer):
+    return _Steps()
+
+
+def _marking_backward(trainer_class: Any, counter: LiveBytes) -> Any:
+    """`trainer_class` whose compute_loss marks where the forward ends and backward begins."""
+
+    class _Trainer(trainer_class):  # type: ignore[misc, valid-type]
         def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
             loss = super().compute_loss(*args, **kwargs)
             counter.set_phase("backward")
             return loss
 
+    return _Trainer
+
+
+# What both trainers are given besides the plan's batch and checkpointing: no saving, logging or progress bars
+_QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, dataloader_num_workers=0,
+              disable_tqdm=True)
+
+
+def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int) -> list[Peak]:
+    """`steps` steps of Trainer.train() on full micro-batches (every sequence at the plan's length); each step's
+    peak."""
+    import transformers
+
+    peaks: list[Peak] = []
     n = t.sequence_length
     examples = [{"input_ids": torch.randint(0, vocab_size, (n,)), "attention_mask": torch.ones(n, dtype=torch.long),
                  "labels": torch.randint(0, vocab_size, (n,))} for _ in range(steps * t.micro_batch_size)]
@@ -102,8 +120,90 @@ def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: Live
         args = transformers.TrainingArguments(
             output_dir=out, bf16=True, optim="adamw_torch", per_device_train_batch_size=t.micro_batch_size,
             gradient_accumulation_steps=t.gradient_accumulation_steps, max_steps=steps,
-            gradient_checkpointing=t.gradient_checkpointing,
-            report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, dataloader_num_workers=0,
-            disable_tqdm=True)
-        _Trainer(model=model, args=args, train_dataset=examples, callbacks=[_Steps()]).train()
+            gradient_checkpointing=t.gradient_checkpointing, **_QUIET)
+        _marking_backward(transformers.Trainer, counter)(
+            model=model, args=args, train_dataset=examples, callbacks=[_step_callback(counter, peaks)]).train()
+    return peaks
+
+
+class _EveryLabelCounts(TorchDispatchMode):
+    """Under fake tensors a boolean mask's count cannot be read, so indexing by one has no shape. The simulated
+    batch is unpadded by construction and every label counts, so a mask selects every position: TRL's fused head
+    gathers the labelled positions (`hidden_states[mask]`) into a copy of them all."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if func is torch.ops.aten.index.Tensor:
+            source, indices = args
+            if len(indices) == 1 and isinstance(indices[0], FakeTensor) and indices[0].dtype is torch.bool:
+                mask = indices[0]
+                return source.new_empty((mask.numel(), *source.shape[mask.dim():]))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _fused_head_as_on_cuda() -> Iterator[None]:
+    """TRL's fused LM head (trl/kernels/chunked_logprob.py) as it runs on CUDA, where Triton is:
+    - only the labelled positions are scored: the head gathers them (`compact`, utils._use_triton);
+    - Triton kernels fold each logits tile into per-token statistics (forward) and turn it into its own gradient in
+      place (backward), and cuBLAS accumulates the gradient GEMMs into fp32 in place (`torch.addmm(out_dtype=
+      float32, out=acc)`): nothing is allocated beyond the one tile buffer and the per-token vectors.
+    On the CPU the same folds are torch ops whose fp32 temporaries are as large as a tile, and the accumulation
+    upcasts both factors; the stand-ins allocate nothing and compute nothing (the simulation counts bytes)."""
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils
+
+    saved = (utils._use_triton, chunked_logprob._forward_tile, chunked_logprob._backward_tile,
+             chunked_logprob._addmm_fp32)
+
+    def in_place(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    utils._use_triton = lambda device: True
+    chunked_logprob._forward_tile = chunked_logprob._backward_tile = chunked_logprob._addmm_fp32 = in_place
+    try:
+        with _EveryLabelCounts():
+            yield
+    finally:
+        (utils._use_triton, chunked_logprob._forward_tile, chunked_logprob._backward_tile,
+         chunked_logprob._addmm_fp32) = saved
+
+
+def _pad_only_tokenizer() -> Any:
+    """SFTTrainer's processing class: the batches come tokenised, so it only names the padding token (a word-level
+    tokenizer built locally; nothing is downloaded)."""
+    import transformers
+    from tokenizers import Tokenizer, models
+
+    backend = Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1, "</s>": 2}, unk_token="<unk>"))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
+                                                eos_token="</s>")
+
+
+def trl_sft_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int,
+                  modules: ModuleStack) -> list[Peak]:
+    """`steps` steps of TRL's SFTTrainer.train() with its defaults (SFTConfig: bf16 autocast, the fused LM head,
+    transformers' default optimizer, adamw_torch_fused) and the plan's LoRA as its peft_config, on full micro-batches
+    of tokenised sequences at the plan's length (labels are the inputs); each step's peak. `modules` names the
+    modules of the model the trainer wraps."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    from executor.training.peft_config import lora_config
+
+    if t.method not in (Method.LORA, Method.QLORA):
+        raise ValueError(f"trl-sft is simulated for lora and qlora, not {t.method.value}")
+    peaks: list[Peak] = []
+    examples = datasets.Dataset.from_dict({"input_ids": [[(r + i) % vocab_size for i in range(t.sequence_length)]
+                                                         for r in range(steps * t.micro_batch_size)]})
+    with tempfile.TemporaryDirectory() as out, _fused_head_as_on_cuda():
+        args = SFTConfig(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
+                         gradient_accumulation_steps=t.gradient_accumulation_steps, max_steps=steps,
+                         gradient_checkpointing=t.gradient_checkpointing, max_length=t.sequence_length, **_QUIET)
+        trainer = _marking_backward(SFTTrainer, counter)(
+            model=model, args=args, train_dataset=examples, processing_class=_pad_only_tokenizer(),
+            peft_config=lora_config(t.lora, model), callbacks=[_step_callback(counter, peaks)])
+        modules.name(trainer.model)
+        trainer.train()
     return peaks

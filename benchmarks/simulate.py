@@ -47,7 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.quantised import gemm_4bit_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
-from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks, loaded  # noqa: E402
+from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks, loaded, trl_sft_peaks  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -159,21 +159,27 @@ def _stand_ins(fake: bool) -> Iterator[None]:
       place and allocates nothing, as the kernel does (csrc/adam/multi_tensor_adam.cu);
     - transformers' attention-mask shortcut: it reads an all-ones mask and drops it (SDPA then runs is_causal with
       k/v unrepeated, masking_utils._ignore_causal_mask_sdpa), but treats a fake tensor as tracing and builds a
-      4-D mask. The simulated batch is unpadded by construction (`_batch`), so the mask reads as all ones."""
+      4-D mask. The simulated batch is unpadded by construction (`_batch`), so the mask reads as all ones;
+    - its packed-sequence check: given position ids (TRL's collator passes them), it reads whether any row restarts
+      its positions and, if so, builds a block-diagonal mask. Every simulated row is one sequence, so none does."""
     from deepspeed.ops.adam import fused_adam
     from transformers import masking_utils
 
-    saved = (fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all)
-    original_all = masking_utils.fast_all
+    saved = (fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all,
+             masking_utils.find_packed_sequence_indices)
+    original_all, original_packed = masking_utils.fast_all, masking_utils.find_packed_sequence_indices
     if fake:
         fused_adam.multi_tensor_applier = _inplace_adam
         masking_utils.is_tracing = lambda tensor=None: False
         masking_utils.fast_all = lambda tensor: _all_ones(tensor) if isinstance(tensor, FakeTensor) \
             else original_all(tensor)
+        masking_utils.find_packed_sequence_indices = lambda position_ids: None \
+            if isinstance(position_ids, FakeTensor) else original_packed(position_ids)
     try:
         yield
     finally:
-        fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all = saved
+        (fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all,
+         masking_utils.find_packed_sequence_indices) = saved
 
 
 class _Scalars(TorchDispatchMode):
@@ -383,6 +389,8 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
             model = hf_trainer_model(model, t, quantized=bnb_config is not None)
             modules.name(model)
             step_peaks = hf_trainer_peaks(model, t, vocab, counter, steps)
+        elif t.recipe is Recipe.TRL_SFT:
+            step_peaks = trl_sft_peaks(model, t, vocab, counter, steps, modules)
         else:
             model = prepare_model(model, t, quantized=bnb_config is not None)
             step_peaks = _executor_peaks(model, t, config, ds_config, vocab, counter, modules, steps)
@@ -539,6 +547,21 @@ def _rows() -> list[Row]:
              Row("mistralai/Mistral-7B-v0.3", hf(spec(qlora, 8, 4096, lora_spec=qkvo))),
              Row("mistralai/Mistral-7B-v0.3", hf(spec(lora, 4, 4096, lora_spec=qkvo))),
              Row("mistralai/Mistral-7B-v0.3", hf(spec(lora, 8, 4096, lora_spec=qkvo)))]
+    # trl-sft: TRL's SFTTrainer with its defaults and the plan's LoRA (benchmarks/recipes.py): its fused LM head never
+    # builds the logits, so a large vocabulary (Llama 3's, Qwen's, Gemma's) is where it parts from hf-trainer
+
+    def sft(t: TrainingSpec) -> TrainingSpec:
+        return replace(t, recipe=Recipe.TRL_SFT)
+
+    rows += [Row("meta-llama/Llama-3.1-8B", sft(spec(lora, 2, 2048))),
+             Row("meta-llama/Llama-3.1-8B", sft(spec(qlora, 1, 4096))),
+             Row("meta-llama/Llama-3.1-8B", sft(spec(lora, 4, 512, ckpt=False))),
+             Row("Qwen/Qwen2.5-7B", sft(spec(qlora, 2, 2048, lora_spec=q_v))),
+             Row("Qwen/Qwen3-8B", sft(spec(lora, 1, 8192))),
+             Row("mistralai/Mistral-7B-v0.3", sft(spec(qlora, 4, 4096, lora_spec=qkvo))),
+             Row("mistralai/Mistral-7B-v0.3", sft(spec(lora, 1, 1024, ckpt=False, attn=eager, lora_spec=qkvo))),
+             Row("meta-llama/Llama-3.2-1B", sft(spec(lora, 8, 2048))),
+             Row("meta-llama/Llama-3.1-70B", sft(spec(qlora, 1, 2048)))]
     return rows
 
 

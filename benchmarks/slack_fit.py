@@ -27,7 +27,7 @@ from planner.catalog import Catalog, default_catalog
 from planner.memory import SLACK_PER_BYTE, allocator_slack_terms, per_gpu_memory
 from planner.parameters import parameter_split
 
-FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients")
+FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients", "dequantised")
 FLAT_FRACTION = k.ALLOCATOR_OVERHEAD_FRACTION  # the slack the planner assumed before this fit
 
 

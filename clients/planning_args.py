@@ -79,11 +79,14 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
     b.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
                    help="gradient checkpointing (default on)")
     b.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
-    b.add_argument("--loss", choices=LOSSES, default="standard", help="chunked: fused/chunked cross-entropy")
+    b.add_argument("--loss", choices=LOSSES, default="standard",
+                   help="chunked: your own trainer's fused/chunked cross-entropy (modelled, not simulated; the "
+                        "executor computes the standard loss)")
     b.add_argument("--recipe", choices=RECIPES, default="tunefleet",
-                   help="the trainer the job runs with: tunefleet (the executor, DeepSpeed + PEFT; the default) or "
-                        "hf-trainer (transformers' Trainer + PEFT without DeepSpeed, bf16 autocast; planned, not run "
-                        "by the executor)")
+                   help="the trainer the job runs with: tunefleet (the executor, DeepSpeed + PEFT; the default), "
+                        "hf-trainer (transformers' Trainer + PEFT without DeepSpeed, bf16 autocast) or trl-sft "
+                        "(TRL's SFTTrainer with its defaults: the fused LM head, no logits); the last two are planned "
+                        "(simulated at full size) for LoRA and QLoRA on one GPU, not run by the executor")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")

@@ -25,7 +25,7 @@ from contract import training as training_spec
 from contract.deepspeed_keys import check_deepspeed_config
 from contract.errors import InvalidFieldError, PlanError
 from contract.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
-from contract.schema import Method, Objective, Optimizer, Precision, Recipe, TrainingSpec
+from contract.schema import Loss, Method, Objective, Optimizer, Precision, Recipe, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
@@ -215,6 +215,10 @@ def _training(plan: plan_pb2.Plan, world_size: int) -> TrainingSpec:
     if t.objective is Objective.DPO and (t.image_tokens or t.train_vision_tower):
         raise PlanError("training.objective", "DPO of a vision-language model is not run by this executor; train "
                                               "it with sft, or DPO the language model alone")
+    if t.loss is Loss.CHUNKED:
+        raise PlanError("training.loss", "the executor computes the standard cross-entropy over the full logits, "
+                                         "which a chunked-loss plan did not size memory for; plan with --loss "
+                                         "standard")
     if t.recipe is not Recipe.TUNEFLEET:
         raise PlanError("training.recipe", f"{t.recipe.value} describes another trainer's step, which this executor "
                                            "does not run; plan with recipe tunefleet to run it on the fleet")

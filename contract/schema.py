@@ -71,6 +71,7 @@ class Recipe(enum.Enum):
 
     TUNEFLEET = "tunefleet"
     HF_TRAINER = "hf-trainer"
+    TRL_SFT = "trl-sft"
 
 
 class Loss(enum.Enum):

@@ -7,10 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.model import Architecture, Family
-from contract.schema import Attention, Loss, Method, Objective, TrainingSpec
+from contract.schema import ALL_LINEAR, Attention, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
 from planner import recipes
-from planner.architecture import LAYER_NORM_FAMILIES, SHARED_EXPERTS_MOE, norms_per_layer, qk_norm_rows
+from planner.architecture import (
+    LAYER_NORM_FAMILIES,
+    SHARED_EXPERTS_MOE,
+    lora_targets,
+    norms_per_layer,
+    qk_norm_rows,
+)
 from planner.parameters import ParameterSplit
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
@@ -286,6 +292,8 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     then: the executor keeps only the loss of the model output (objective.Sft), and neither is saved for backward
     (simulated: benchmarks/simulate.py, peak at _log_softmax_backward_data)."""
     b = t.precision.activation_bytes
+    if recipes.fused_head(t):
+        return recipes.fused_head_backward_bytes(a, t)
     if t.objective is Objective.DPO:  # chosen and rejected rows; the last position of each has no next token
         return (tokens - t.sequences_per_micro_batch) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
     fp32_copies = k.LOGITS_FP32_COPIES * 4
@@ -294,15 +302,60 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     return int(tokens * a.vocab_size * fp32_copies)
 
 
-def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int]:
+# the field a LoRA target list is checked under (lora_targets names it in its errors)
+_TARGETS = "training.lora.target_modules"
+
+
+def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int, int]:
     """The short-lived blocks whose segments PyTorch's caching allocator keeps cached beside a step's peak
-    (planner.memory.allocator_slack_terms): one fp32 vocab-sized block of the loss, and one decoder layer's saved
-    tensors (what recompute rebuilds under checkpointing; what backward frees first without it). `t` carries the
-    activations' precision (fp32 under hf-trainer QLoRA)."""
+    (planner.memory.allocator_slack_terms): one fp32 vocab-sized block of the loss (TRL's fused head: its bf16 tile),
+    one decoder layer's saved tensors with what it holds beyond them at its peak (what recompute rebuilds under
+    checkpointing; what backward frees first without it), and QLoRA's largest dequantised weight (bitsandbytes
+    dequantises a 4-bit weight into a bf16 copy for each matmul past a few rows). `t` carries the activations'
+    precision (fp32 under hf-trainer QLoRA)."""
     tokens = t.sequences_per_micro_batch * t.sequence_length
     rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
-    layer = _layers_saved_bytes(a, t, split, tokens)[1] + recipes.mlp_backward_bytes(a, t, tokens)
-    return rows * a.vocab_size * 4, layer
+    layer = _layers_saved_bytes(a, t, split, tokens)[1] + layer_peak_extra_bytes(a, t, split, tokens)
+    dequantised = 0
+    if t.method is Method.QLORA:
+        dequantised = 2 * max((x.in_features * x.out_features for x in lora_targets(a, (ALL_LINEAR,), _TARGETS)
+                               if x.part == "decoder"), default=0)
+    if recipes.fused_head(t):
+        return recipes.fused_head_tile_bytes(a, t), layer, dequantised
+    return rows * a.vocab_size * 4, layer, dequantised
+
+
+def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """A recomputed dense gated MLP's backward: the gradient of the activated gate times up product, then one per
+    factor, alive with what the layer saved. Where the down projection's input is kept for backward (its weight
+    trains, or an adapter reads it) that input, counted as saved, is freed by then: one fewer (simulated: trl-sft
+    QLoRA on q,v and on q,k,v,o, 3; LoRA on every linear, 2). hf-trainer QLoRA's fp32 stream: 2 (simulated)."""
+    if a.num_experts or a.family in LAYER_NORM_FAMILIES:
+        return 0
+    down_read = t.method in (Method.FULL, Method.FREEZE) or any(
+        layer.part == "decoder" and layer.in_features == a.intermediate_size for layer in split.lora_layers)
+    tensors = 2 if down_read or recipes.fp32_stream(t) else 3
+    return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
+
+
+def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """fp32 adapters on a bf16 stream: the widest adapted input's fp32 casts (recipes.adapter_cast_bytes) in a
+    layer's forward, with k.CAST_PEAK_HIDDEN_TENSORS hidden-sized tensors alive beside them."""
+    cast = recipes.adapter_cast_bytes(t, split, tokens)
+    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes if cast else 0
+
+
+def _head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:
+    """What TRL's fused head saved (counted outside the layers), freed by its backward before any layer's."""
+    return recipes.fused_head_saved_bytes(a, t) if recipes.fused_head(t) else 0
+
+
+def layer_peak_extra_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """What the recomputed layer holds at its peak beyond what it saves: its MLP backward's gradients, or the fp32
+    adapters' casts in its forward; less what the fused head saved, freed by then. `t` carries the stream's
+    precision (recipes.activation_spec)."""
+    extra = max(_mlp_backward_bytes(a, t, split, tokens), _adapter_cast_peak_bytes(a, t, split, tokens))
+    return extra - _head_saved_bytes(a, t)
 
 
 def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
@@ -323,7 +376,10 @@ def _eager_softmax_backward_bytes(a: Architecture, t: TrainingSpec, tokens: int)
 
 
 def _log_prob_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
-    """cross_entropy's saved fp32 log_softmax output (chunked losses hold one chunk at a time)."""
+    """cross_entropy's saved fp32 log_softmax output (chunked losses hold one chunk at a time); what TRL's fused head
+    saves instead."""
+    if recipes.fused_head(t):
+        return recipes.fused_head_saved_bytes(a, t)
     rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
     return rows * a.vocab_size * 4
 
@@ -397,14 +453,16 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         # holds the softmax's fp32 S x S tensors beside what the layer saved before its scores
         if eager:
             eager += int(_before_scores_bytes_per_token(a, t, split) * tokens)
-        layer = per_layer + recipes.mlp_backward_bytes(a, t, tokens)
+        layer = per_layer + layer_peak_extra_bytes(a, t, split, tokens)
         body = layers * b * h * tokens + max(layer, eager, logits) + outside
         logits_term = 0
     else:
         body = all_layers + outside
         # the last layer's softmax backward runs after the logits are freed, with every other layer's activations
         # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
-        logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens))
+        # fp32 adapters: the last layer's widest adapter input cast to fp32 in its forward, before the head runs
+        cast = recipes.adapter_cast_bytes(t, split, tokens) - _head_saved_bytes(a, t)
+        logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens), cast)
     vision = 0.0
     if a.vision is not None and split.vision_trainable and t.image_tokens:
         patches = t.micro_batch_size * t.image_tokens * a.vision.spatial_merge_size ** 2

@@ -103,7 +103,12 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
     if not t.gradient_checkpointing:
         out.append(("enable gradient checkpointing", "keeps one activation per layer and recomputes the rest "
                     "(about 30 % more compute)", replace(t, gradient_checkpointing=True), hw))
-    if t.loss is Loss.STANDARD:
+    sft = replace(t, recipe=Recipe.TRL_SFT)
+    if t.loss is Loss.STANDARD and t.recipe is not Recipe.TRL_SFT and recipes.covers(model.architecture, sft,
+                                                                                        hw.world_size):
+        out.append(("--recipe trl-sft", "TRL's SFTTrainer scores the vocabulary through its fused LM head in tiles "
+                    "and never builds the logits (planned; tunefleet's executor does not run it)", sft, hw))
+    elif t.loss is Loss.STANDARD and t.recipe is not Recipe.TUNEFLEET:
         out.append(("use a chunked cross-entropy loss", "never materialises the full fp32 logits",
                     replace(t, loss=Loss.CHUNKED), hw))
     if not hw.gpu.runs(t.precision):
@@ -184,6 +189,10 @@ def _hf_trainer_note(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> str | N
 HF_TRAINER_NOTE = ("recipe hf-trainer: planned as transformers' Trainer + PEFT runs the job (simulated, make "
                    "bench-simulate); tunefleet's executor runs its own recipe and refuses this plan: plan with "
                    "--recipe tunefleet to run it on the fleet")
+TRL_SFT_NOTE = ("recipe trl-sft: planned as TRL's SFTTrainer + PEFT runs the job with its defaults (its fused LM head, "
+                "adamw_torch_fused; simulated, make bench-simulate); tunefleet's executor runs its own recipe and "
+                "refuses this plan: plan with --recipe tunefleet to run it on the fleet")
+RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE}
 
 
 def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
@@ -236,8 +245,8 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(f"{hw.gpu.display_name} has no bf16 support: use --precision fp16")
     if t.method is Method.QLORA and hw.gpu.vendor != "nvidia":
         notes.append("bitsandbytes 4-bit kernels target NVIDIA GPUs; QLoRA support elsewhere is experimental")
-    if t.recipe is Recipe.HF_TRAINER:
-        notes.append(HF_TRAINER_NOTE)
+    if t.recipe in RECIPE_NOTES:
+        notes.append(RECIPE_NOTES[t.recipe])
     elif t.method is Method.QLORA and (hf_note := _hf_trainer_note(model, t, hw)) is not None:
         notes.append(hf_note)
     if t.objective is Objective.DPO:

@@ -43,6 +43,10 @@ def config_json(a: Architecture) -> dict[str, Any]:
         text["head_dim"] = a.head_dim
     if a.max_position_embeddings:
         text["max_position_embeddings"] = a.max_position_embeddings
+    if a.family is Family.MISTRAL:
+        # attention over the whole sequence, as Mistral's v0.2 and later configs ship (sliding_window null) and the
+        # planner models it; transformers' MistralConfig would otherwise default to v0.1's 4,096-token window
+        text["sliding_window"] = None
     if a.family is Family.STARCODER2:
         text.update(use_bias=a.attention_bias, residual_dropout=a.residual_dropout,
                     attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout)

@@ -245,8 +245,8 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     grads: float
     optimizer: float
     step: float
-    if t.recipe is Recipe.HF_TRAINER:  # one GPU, ZeRO 0, adapters only (recipes.check)
-        adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable)
+    if t.recipe is not Recipe.TUNEFLEET:  # a Trainer on one GPU, ZeRO 0, adapters only (recipes.check)
+        adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
     else:
         grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
         if t.zero_stage == 1 and n > 1:
@@ -288,21 +288,21 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
 
 # The allocator's slack per byte of each of allocator_slack_terms (planner/constants.py: fitted by benchmarks/slack_fit)
 SLACK_PER_BYTE = (k.SLACK_PER_LOGITS_BLOCK_BYTE, k.SLACK_PER_LAYER_BYTE, k.SLACK_PER_FETCH_BUFFER_BYTE,
-                  k.SLACK_PER_STEP_BYTE, k.SLACK_PER_GRADIENT_BYTE)
+                  k.SLACK_PER_STEP_BYTE, k.SLACK_PER_GRADIENT_BYTE, k.SLACK_PER_DEQUANTISED_BYTE)
 
 
-def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int,
-                          t: TrainingSpec) -> tuple[int, int, int, int, int]:
+def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int, dequantised_bytes: int,
+                          t: TrainingSpec) -> tuple[int, int, int, int, int, int]:
     """The short-lived blocks behind what PyTorch's caching allocator holds reserved beyond the allocated peak:
     segments they left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds
     whole, and segments never merge). One fp32 vocab-sized loss block, one layer's saved tensors, ZeRO-3's flat
-    gather buffer and, for a full or partial fine-tune under ZeRO 1-3, the optimizer step's transient and the
-    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold). Each
-    weighs SLACK_PER_BYTE, fitted to the allocator replayed on the simulated step (make bench-simulate's reserved
-    columns)."""
+    gather buffer, for a full or partial fine-tune under ZeRO 1-3 the optimizer step's transient and the gradients
+    (their partitions and buckets come and go in sizes the activations' segments do not hold), and QLoRA's largest
+    dequantised weight (activations.transient_block_bytes). Each weighs SLACK_PER_BYTE, fitted to the allocator
+    replayed on the simulated step (make bench-simulate's reserved columns)."""
     trains = t.method in (Method.FULL, Method.FREEZE) and t.zero_stage >= 1
     return (logits_block_bytes, layer_bytes, b.fetch_buffer_bytes, b.optimizer_step_bytes if trains else 0,
-            b.gradients_bytes if trains else 0)
+            b.gradients_bytes if trains else 0, dequantised_bytes)
 
 
 def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:

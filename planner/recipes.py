@@ -11,6 +11,16 @@ hf-trainer (transformers' Trainer + PEFT, no DeepSpeed, one GPU, bf16 autocast, 
   take 4 bytes an element; autocast casts the fp32 output head to bf16 for its matmul and keeps that copy for
   backward (a frozen weight: autocast caches only weights that train); the recomputed layer's backward peaks in its
   MLP, where the two fp32 gradients of the gate-up product join what the layer saved, when that exceeds the loss.
+
+trl-sft (TRL's SFTTrainer + PEFT with SFTConfig's defaults, no DeepSpeed, one GPU): the same Trainer, with
+- TRL's fused LM head (trl/trainer/utils.py add_fused_lm_head, trl/kernels/chunked_logprob.py): the labelled
+  positions' hidden states are gathered and projected through the head one tile of TOKEN_TILE tokens by VOCAB_TILE
+  columns at a time into per-token log-probabilities and entropies; no logits tensor exists. It saves the gathered
+  hidden states, their labels and two fp32 statistics a token; its backward accumulates the hidden states' gradient
+  in fp32 and casts it back as it ends;
+- transformers' default optimizer, adamw_torch_fused: the fused step allocates nothing;
+- QLoRA without prepare_model_for_kbit_training: the rest of the model stays bf16, and SFTTrainer casts the
+  adapters to bf16 (so their gradients and AdamW's states are bf16 too).
 """
 
 from __future__ import annotations
@@ -21,20 +31,80 @@ from contract.model import Architecture, Family
 from contract.schema import Method, Objective, Offload, Precision, Recipe, TrainingSpec
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
+from planner.parameters import ParameterSplit
 
 # torch AdamW keeps two fp32 states per trainable parameter and, stepping with its foreach implementation (CUDA's
 # default), one fp32 temporary per parameter at a time (torch/optim/adamw.py: _multi_tensor_adamw, the square root
 # of exp_avg_sq); PEFT's adapters and their gradients are fp32 (LoraModel: autocast_adapter_dtype)
 HF_ADAPTER_BYTES = 4
-HF_ADAMW_STATE_BYTES = 8
 HF_ADAMW_STEP_BYTES = 4
+# SFTTrainer casts a quantised model's adapters to bf16 (trl/trainer/sft_trainer.py, "When using QLoRA, the PEFT
+# adapter weights are converted to bf16")
+TRL_QLORA_ADAPTER_BYTES = 2
+# torch AdamW's two states take their parameter's dtype (torch/optim/adamw.py: zeros_like(param))
+ADAMW_STATES = 2
+
+# TRL 1.16's fused LM head: tokens per projection tile (chunked_logprob.TOKEN_CHUNK_SIZE) and vocabulary columns per
+# tile (utils._CHUNKED_LOGPROB_CHUNK_SIZE)
+TRL_TOKEN_TILE = 4096
+TRL_VOCAB_TILE = 32768
+# what it saves a labelled token besides its hidden state: the label (int64), log Z and the entropy (fp32 each)
+TRL_SAVED_BYTES_PER_TOKEN = 8 + 4 + 4
 
 
-def trainer_state_bytes(adapter_params: int, trainable_params: int) -> tuple[int, int, int, int]:
-    """(adapters, their gradients, AdamW's states, its step's temporary) under transformers' Trainer: fp32 adapters
-    and gradients, two fp32 states and no master copy."""
-    return (adapter_params * HF_ADAPTER_BYTES, trainable_params * HF_ADAPTER_BYTES,
-            trainable_params * HF_ADAMW_STATE_BYTES, trainable_params * HF_ADAMW_STEP_BYTES)
+def trainer_state_bytes(adapter_params: int, trainable_params: int, t: TrainingSpec) -> tuple[int, int, int, int]:
+    """(adapters, their gradients, AdamW's states, its step's temporary) under transformers' Trainer: adapters and
+    gradients in the adapters' dtype (`adapter_bytes`), two states of that dtype and no master copy; the foreach
+    step's temporary under hf-trainer (adamw_torch), none under trl-sft (adamw_torch_fused)."""
+    b = adapter_bytes(t)
+    step = trainable_params * HF_ADAMW_STEP_BYTES if t.recipe is Recipe.HF_TRAINER else 0
+    return adapter_params * b, trainable_params * b, trainable_params * ADAMW_STATES * b, step
+
+
+def adapter_bytes(t: TrainingSpec) -> int:
+    """Bytes an adapter parameter takes under a Trainer recipe: PEFT's fp32, or bf16 where SFTTrainer casts them."""
+    return TRL_QLORA_ADAPTER_BYTES if t.recipe is Recipe.TRL_SFT and t.method is Method.QLORA else HF_ADAPTER_BYTES
+
+
+def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """fp32 adapters on a bf16 stream (hf-trainer and trl-sft LoRA): PEFT casts each adapted linear's input to the
+    adapters' dtype (peft.tuners.lora.Linear.forward: _cast_input_dtype), its dropout draws an fp32 output, and
+    autocast casts that back to bf16 for lora_A, which is what the layer saves for it. In the recomputed layer the
+    widest adapted input's fp32 copy and fp32 dropout output (without dropout: its bf16 cast, saved beside the
+    input) are alive together with what the layer saved before it (simulated: trl-sft Llama-3.1-8B, the peak at
+    down_proj's lora_A)."""
+    if t.recipe is Recipe.TUNEFLEET or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
+        return 0
+    widths = [layer.in_features for layer in split.lora_layers if layer.part == "decoder"]
+    return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.activation_bytes))
+
+
+def fused_head(t: TrainingSpec) -> bool:
+    """Whether the recipe's loss is TRL's fused LM head (no logits)."""
+    return t.recipe is Recipe.TRL_SFT
+
+
+def _labelled(t: TrainingSpec) -> int:
+    """Tokens with a next-token label: every sequence's last position has none."""
+    return t.sequences_per_micro_batch * (t.sequence_length - 1)
+
+
+def fused_head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:
+    """What the fused head saves for backward: the gathered hidden states and TRL_SAVED_BYTES_PER_TOKEN a token."""
+    return _labelled(t) * (a.hidden_size * t.precision.activation_bytes + TRL_SAVED_BYTES_PER_TOKEN)
+
+
+def fused_head_tile_bytes(a: Architecture, t: TrainingSpec) -> int:
+    """The head's one logits tile buffer, in the compute dtype: TRL_VOCAB_TILE columns wide whatever the vocabulary
+    (chunked_logprob: `mm_buf`)."""
+    return min(_labelled(t), TRL_TOKEN_TILE) * TRL_VOCAB_TILE * t.precision.activation_bytes
+
+
+def fused_head_backward_bytes(a: Architecture, t: TrainingSpec) -> int:
+    """The fused head's backward beyond what it saved: the fp32 gradient of the hidden states, the tile, and the
+    gradient cast back to the activations' dtype as it returns."""
+    n, h = _labelled(t), a.hidden_size
+    return n * h * 4 + fused_head_tile_bytes(a, t) + n * h * t.precision.activation_bytes
 
 _FIELD = "training.recipe"
 
@@ -43,20 +113,21 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     """Refuse what a recipe's model does not cover (simulated so far), naming what to change."""
     if t.recipe is Recipe.TUNEFLEET:
         return
+    name = t.recipe.value
     if t.method not in (Method.LORA, Method.QLORA):
-        raise UnsupportedError(_FIELD, f"hf-trainer is modelled for lora and qlora so far, not {t.method.value}; "
+        raise UnsupportedError(_FIELD, f"{name} is modelled for lora and qlora so far, not {t.method.value}; "
                                        "plan it with recipe tunefleet")
     if world_size > 1 or t.zero_stage or t.offload is not Offload.NONE:
-        raise UnsupportedError(_FIELD, "hf-trainer is modelled on one GPU without DeepSpeed (ZeRO 0, no offload); "
+        raise UnsupportedError(_FIELD, f"{name} is modelled on one GPU without DeepSpeed (ZeRO 0, no offload); "
                                        "plan several GPUs with recipe tunefleet")
     if t.objective is not Objective.SFT or a.vision is not None:
-        raise UnsupportedError(_FIELD, "hf-trainer is modelled for supervised fine-tuning of language models; plan "
+        raise UnsupportedError(_FIELD, f"{name} is modelled for supervised fine-tuning of language models; plan "
                                        "DPO and vision-language jobs with recipe tunefleet")
-    if t.method is Method.QLORA and not t.gradient_checkpointing:
+    if fp32_stream(t) and not t.gradient_checkpointing:
         raise UnsupportedError(_FIELD, "hf-trainer QLoRA is modelled with gradient checkpointing on (its default "
                                        "in prepare_model_for_kbit_training); plan it with --grad-ckpt")
     if a.family in LAYER_NORM_FAMILIES or a.family is Family.GEMMA2 or a.num_experts:
-        raise UnsupportedError(_FIELD, f"hf-trainer is modelled for dense RMSNorm decoders so far, not "
+        raise UnsupportedError(_FIELD, f"{name} is modelled for dense RMSNorm decoders so far, not "
                                        f"{a.family.value}; plan it with recipe tunefleet")
 
 
@@ -87,9 +158,3 @@ def upcast_weight_bytes(total: int, quantised: int, t: TrainingSpec) -> int:
 def head_copy_bytes(a: Architecture, t: TrainingSpec) -> int:
     """Autocast's bf16 copy of the fp32 output head, saved for backward."""
     return 2 * a.vocab_size * a.hidden_size if fp32_stream(t) else 0
-
-
-def mlp_backward_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
-    """The fp32 gradients of the activated gate times up product (one per factor), alive with the recomputed
-    layer's saved tensors in its backward (simulated: the peak of hf-trainer QLoRA at 16k tokens a micro-batch)."""
-    return 2 * a.intermediate_size * tokens * 4 if fp32_stream(t) else 0

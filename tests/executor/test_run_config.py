@@ -38,6 +38,8 @@ def _plan() -> plan_pb2.Plan:
     (set_field("training.optimizer", training_pb2.OPTIMIZER_ADAMW_8BIT), "training.optimizer", "adamw"),
     (set_field("training.precision", training_pb2.PRECISION_BF16_PURE), "training.precision", "plan with bf16"),
     (set_field("training.recipe", training_pb2.RECIPE_HF_TRAINER), "training.recipe", "plan with recipe tunefleet"),
+    (set_field("training.recipe", training_pb2.RECIPE_TRL_SFT), "training.recipe", "plan with recipe tunefleet"),
+    (set_field("training.loss", training_pb2.LOSS_CHUNKED), "training.loss", "--loss standard"),
     (set_field("hardware.nodes", 65), "hardware.nodes", "at most 64 hosts"),
     (set_field("plan_id", "../etc"), "plan_id", "letters"),
     (set_field("model.weights", ""), "model.weights", "model id"),

@@ -7,7 +7,7 @@ from dataclasses import replace
 from common.units import gib
 from contract.schema import Attention, Hardware, Method, Precision, Recipe, TrainingSpec
 from planner.catalog import default_catalog
-from planner.fit import BF16_PURE_NOTE, HF_TRAINER_NOTE, fit, suggestions
+from planner.fit import BF16_PURE_NOTE, HF_TRAINER_NOTE, TRL_SFT_NOTE, fit, suggestions
 from planner.memory import gpu_memory, per_gpu_memory
 
 
@@ -37,6 +37,25 @@ def test_a_hf_trainer_plan_says_the_executor_does_not_run_it() -> None:
     result = fit(catalog.model("meta-llama/Llama-3.1-8B"), t, Hardware(gpu=catalog.gpu("l4")), catalog)
     assert HF_TRAINER_NOTE in result.notes and "--recipe tunefleet" in HF_TRAINER_NOTE
     assert not any("instead of tunefleet's executor" in n for n in result.notes)
+
+
+def test_a_trl_sft_plan_says_the_executor_does_not_run_it() -> None:
+    catalog = default_catalog()
+    t = TrainingSpec(method=Method.LORA, recipe=Recipe.TRL_SFT)
+    result = fit(catalog.model("meta-llama/Llama-3.1-8B"), t, Hardware(gpu=catalog.gpu("l4")), catalog)
+    assert TRL_SFT_NOTE in result.notes and "--recipe tunefleet" in TRL_SFT_NOTE
+
+
+def test_a_logits_bound_lora_job_is_pointed_at_trl_s_fused_head_not_a_loss_the_executor_lacks() -> None:
+    catalog = default_catalog()
+    model = catalog.model("meta-llama/Llama-3.1-8B")
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=4, sequence_length=4096)
+    hw = Hardware(gpu=catalog.gpu("rtx-4090"))
+    found = {s.change: s for s in suggestions(model, t, hw, catalog, 1)}
+    assert "use a chunked cross-entropy loss" not in found
+    sft = found["--recipe trl-sft"]
+    assert sft.training.recipe is Recipe.TRL_SFT
+    assert sft.per_gpu_total_bytes < fit(model, t, hw, catalog).per_gpu.total_bytes
 
 
 def test_bf16_pure_is_answered_with_a_note_that_the_executor_runs_bf16_instead() -> None:

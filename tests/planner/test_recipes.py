@@ -1,5 +1,6 @@
-"""The hf-trainer recipe's memory model (planner/recipes.py) against the executor's, term by term, and the jobs it
-does not cover refused by name. Its totals are held to Trainer.train() itself, simulated (make bench-simulate)."""
+"""The hf-trainer and trl-sft recipes' memory models (planner/recipes.py) against the executor's, term by term, and
+the jobs they do not cover refused by name. Their totals are held to Trainer.train() and SFTTrainer.train()
+themselves, simulated (make bench-simulate, tests/benchmarks/test_simulate.py)."""
 
 from __future__ import annotations
 
@@ -52,17 +53,48 @@ def test_the_recipe_round_trips_through_the_proto() -> None:
     assert training_from_proto(training_to_proto(TrainingSpec()), 1).recipe is Recipe.TUNEFLEET
 
 
-@pytest.mark.parametrize(("model", "change", "ranks", "words"), [
+def test_trl_sft_s_fused_head_replaces_the_logits_with_one_tile_and_the_gathered_hidden_states() -> None:
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=2048, lora=EVERY)
+    trainer = gpu_memory(LLAMA, replace(t, recipe=Recipe.HF_TRAINER), 1)
+    sft = gpu_memory(LLAMA, replace(t, recipe=Recipe.TRL_SFT), 1)
+    labelled = 2 * 2047
+    # the head's backward: an fp32 and a bf16 gradient of the gathered hidden states and one bf16 tile of up to
+    # 4,096 tokens by 32,768 columns
+    assert sft.logits_bytes == labelled * LLAMA.hidden_size * (4 + 2) + min(labelled, 4096) * 32768 * 2
+    # fp32 log-probabilities over the vocabulary are what the trainer's loss keeps; the fused head never builds them
+    assert trainer.activations_bytes - sft.activations_bytes > labelled * LLAMA.vocab_size * 4
+    # the same fp32 adapters and AdamW states; the fused step keeps no temporary
+    assert (sft.adapter_bytes, sft.optimizer_bytes) == (trainer.adapter_bytes, trainer.optimizer_bytes)
+    assert trainer.optimizer_step_bytes > 0 == sft.optimizer_step_bytes
+
+
+def test_trl_sft_qlora_keeps_the_model_in_bf16_and_casts_the_adapters_to_bf16() -> None:
+    t = TrainingSpec(method=Method.QLORA, sequence_length=4096, lora=EVERY)
+    ours, trainer = _both(t)
+    sft = gpu_memory(LLAMA, replace(t, recipe=Recipe.TRL_SFT), 1)
+    assert sft.weights_bytes == ours.weights_bytes < trainer.weights_bytes  # no prepare_model_for_kbit_training
+    assert 2 * sft.adapter_bytes == trainer.adapter_bytes
+    assert 2 * sft.optimizer_bytes == trainer.optimizer_bytes  # AdamW's states take the bf16 adapters' dtype
+
+
+# (model, change, ranks, words); QLoRA without checkpointing is refused for hf-trainer alone (SFTTrainer does not
+# prepare a k-bit model, so its QLoRA is modelled either way)
+REFUSED = [
     ("meta-llama/Llama-3.1-8B", dict(method=Method.FULL), 1, "lora and qlora"),
     ("meta-llama/Llama-3.1-8B", dict(zero_stage=2), 2, "one GPU without DeepSpeed"),
     ("meta-llama/Llama-3.1-8B", dict(objective=Objective.DPO), 1, "supervised fine-tuning"),
-    ("meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, gradient_checkpointing=False), 1, "--grad-ckpt"),
     ("bigcode/starcoder2-3b", {}, 1, "dense RMSNorm decoders"),
     ("mistralai/Mixtral-8x7B-v0.1", {}, 1, "dense RMSNorm decoders"),
-])
-def test_what_the_trainer_model_does_not_cover_is_refused_by_name(model: str, change: dict, ranks: int,
+]
+CASES = [(Recipe.HF_TRAINER, *case) for case in REFUSED] + [(Recipe.TRL_SFT, *case) for case in REFUSED] + [
+    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, gradient_checkpointing=False), 1,
+     "--grad-ckpt")]
+
+
+@pytest.mark.parametrize(("recipe", "model", "change", "ranks", "words"), CASES)
+def test_what_the_trainer_model_does_not_cover_is_refused_by_name(recipe: Recipe, model: str, change: dict, ranks: int,
                                                                   words: str) -> None:
-    t = replace(TrainingSpec(recipe=Recipe.HF_TRAINER), **change)
+    t = replace(TrainingSpec(recipe=recipe), **change)
     with pytest.raises(UnsupportedError, match=words) as caught:
         gpu_memory(CATALOG.model(model).architecture, t, ranks)
     assert caught.value.field == "training.recipe"

@@ -63,6 +63,7 @@ class Recipe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RECIPE_UNSPECIFIED: _ClassVar[Recipe]
     RECIPE_TUNEFLEET: _ClassVar[Recipe]
     RECIPE_HF_TRAINER: _ClassVar[Recipe]
+    RECIPE_TRL_SFT: _ClassVar[Recipe]
 METHOD_UNSPECIFIED: Method
 METHOD_FULL: Method
 METHOD_LORA: Method
@@ -96,6 +97,7 @@ LOSS_CHUNKED: Loss
 RECIPE_UNSPECIFIED: Recipe
 RECIPE_TUNEFLEET: Recipe
 RECIPE_HF_TRAINER: Recipe
+RECIPE_TRL_SFT: Recipe
 
 class LoraSpec(_message.Message):
     __slots__ = ("rank", "alpha", "dropout", "target_modules")
