@@ -567,7 +567,8 @@ def _rows() -> list[Row]:
 
 # Simulated rows that ran for real elsewhere, measured with nvidia-smi (benchmarks/data/public_measurements.csv, by
 # row): fms-acceleration's Mistral-7B runs under transformers' Trainer on one A100-80GB (its v0.1; v0.3's vocabulary
-# is 768 tokens larger), LoRA r16 on q, k, v, o, checkpointing on. Their reserved peak is compared with the replay's.
+# is 768 tokens larger, and v0.1's 4,096-token sliding window, which at 4,096 tokens builds a mask and repeats k and
+# v, is not in v0.3), LoRA r16 on q, k, v, o, checkpointing on. Their reserved peak is compared with the replay's.
 THIRD_PARTY_RESERVED = {
     "hf-trainer Mistral-7B-v0.3 lora[q_proj,k_proj,v_proj,o_proj] mb4x4096 ckpt sdpa z0 x1": 23,
     "hf-trainer Mistral-7B-v0.3 lora[q_proj,k_proj,v_proj,o_proj] mb8x4096 ckpt sdpa z0 x1": 24,
