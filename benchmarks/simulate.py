@@ -514,6 +514,13 @@ def _rows() -> list[Row]:
              # without checkpointing every layer's forward keeps its gathered experts (planner.memory:
              # regathered_experts_bytes)
              Row("zai-org/GLM-4.5-Air", spec(lora, 1, 256, ckpt=False, zero=3, attn=Attention.EAGER), 8)]
+    # Llama 4's language model: every expert computed for every token (Scout's 16 in every layer, Maverick's 128 in
+    # every other one), NoPE layers, complex RoPE and L2 q/k norms (Scout); all-linear adapts the attention, the shared
+    # experts and Maverick's dense MLPs
+    rows += [Row("meta-llama/Llama-4-Scout-17B-16E", spec(lora, 1, 2048, zero=3), 8),
+             Row("meta-llama/Llama-4-Scout-17B-16E", spec(lora, 1, 1024, ckpt=False, zero=3), 8),
+             Row("meta-llama/Llama-4-Scout-17B-16E", spec(full, 1, 2048, zero=3), 8),
+             Row("meta-llama/Llama-4-Maverick-17B-128E", spec(lora, 1, 2048, zero=3), 8)]
     # QLoRA: NF4 base weights with nested absmax (bitsandbytes under fake tensors: benchmarks/quantised.py); 1,024
     # tokens a micro-batch is where the CUDA kernel's choice depends on the GPU (the fallback is simulated)
     qlora = Method.QLORA

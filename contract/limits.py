@@ -49,6 +49,8 @@ _architecture = {
     "vision.out_hidden_size": Range(0, 131072, _ARCH), "vision.intermediate_size": Range(0, 1048576, _ARCH),
     "vision.image_size": Range(0, 65536, _ARCH),
     "dense_layers": Range(0, 1024, _ARCH), "dense_intermediate_size": Range(0, 1048576, _ARCH),
+    "moe_layer_interval": Range(0, 1024, _ARCH), "nope_layer_interval": Range(0, 1024, _ARCH),
+    "attention_chunk_size": Range(0, 16777216, _ARCH),
     "latent_attention.q_lora_rank": Range(0, 131072, _ARCH), "latent_attention.kv_lora_rank": Range(0, 131072, _ARCH),
     "latent_attention.qk_rope_head_dim": Range(0, 1024, _ARCH),
     "latent_attention.qk_nope_head_dim": Range(0, 1024, _ARCH), "latent_attention.v_head_dim": Range(0, 1024, _ARCH),

@@ -31,6 +31,7 @@ class Family(enum.Enum):
     DEEPSEEK_V2 = "deepseek_v2"
     GPT_OSS = "gpt_oss"
     QWEN2_5_VL = "qwen2_5_vl"
+    LLAMA4 = "llama4_text"
 
 
 # Module names PEFT (0.21: utils/transformers_weight_conversion.py, for the model types transformers 5 converts like
@@ -118,6 +119,13 @@ class Architecture:
     qk_norm: bool = False  # an RMSNorm over each query and key head where the family makes it a choice (GLM-4.5)
     # the router masks its softmax to the best expert groups before its top-k (DeepSeek-V2's group_limited_greedy)
     group_limited_routing: bool = False
+    # Llama 4: every n-th layer is sparse, the others dense MLPs of dense_intermediate_size (interleave_moe_layer_step;
+    # dense_layers counts them); 0 where dense layers lead
+    moe_layer_interval: int = 0
+    # Llama 4: every n-th layer turns no RoPE (its queries temperature-scaled, no q/k norm); 0 for none
+    nope_layer_interval: int = 0
+    # Llama 4: the RoPE layers attend within chunks of this many tokens; 0 for none
+    attention_chunk_size: int = 0
 
     __hash__ = hash_once
     __getstate__ = without_hash
@@ -152,6 +160,12 @@ class Architecture:
             raise InvalidFieldError(f"{prefix}.dense_layers",
                                     "dense layers lead a mixture of experts: set num_experts, fewer dense layers "
                                     f"than num_layers ({self.num_layers}) and dense_intermediate_size")
+        if self.moe_layer_interval > 1 and not (
+                self.num_experts and self.dense_layers == self.num_layers - self.num_layers // self.moe_layer_interval):
+            raise InvalidFieldError(f"{prefix}.moe_layer_interval",
+                                    f"every {self.moe_layer_interval}th of {self.num_layers} layers sparse leaves "
+                                    f"{self.num_layers - self.num_layers // self.moe_layer_interval} dense: set "
+                                    "num_experts and dense_layers to that")
         m = self.latent_attention
         if m is not None and (self.num_key_value_heads != self.num_attention_heads or self.resolved_head_dim !=
                               m.qk_head_dim or self.resolved_rotary_dims != m.qk_rope_head_dim):
@@ -184,6 +198,19 @@ class Architecture:
         """Width of the attention's values (and output) over all heads: latent attention's heads have their own."""
         m = self.latent_attention
         return self.num_attention_heads * m.v_head_dim if m else self.q_dim
+
+    def is_sparse_layer(self, index: int) -> bool:
+        """Whether layer `index` (from 0) is a mixture of experts: after the leading dense layers, or every
+        moe_layer_interval-th (transformers' Llama4TextConfig: moe_layers)."""
+        if not self.num_experts:
+            return False
+        if self.moe_layer_interval > 1:
+            return (index + 1) % self.moe_layer_interval == 0
+        return index >= self.dense_layers
+
+    def turns_rope(self, index: int) -> bool:
+        """Whether layer `index` turns RoPE (Llama 4: not every nope_layer_interval-th, no_rope_layers)."""
+        return not (self.nope_layer_interval and (index + 1) % self.nope_layer_interval == 0)
 
     @property
     def sparse_layers(self) -> int:

@@ -91,9 +91,12 @@ def _group_input_bytes(group: _Linear, t: TrainingSpec, split: ParameterSplit) -
     hits = sum(1 for n in group.names if n in lora_names)
     if not hits:
         return 0.0
-    lora_out = hits * b * t.lora.rank  # lora_A's output, saved by lora_B
+    la = recipes.adapter_compute_bytes(t)
+    lora_out = hits * la * t.lora.rank  # lora_A's output, saved by lora_B
     if t.applies_lora_dropout:  # each adapter draws its own dropout: a new tensor plus its mask
-        return hits * (b + k.DROPOUT_MASK_BYTES) * group.width + lora_out
+        return hits * (la + k.DROPOUT_MASK_BYTES) * group.width + lora_out
+    if la != b:  # each adapter casts the input to its own dtype, a copy its lora_A saves
+        return hits * la * group.width + lora_out
     return (0.0 if group.input_already_saved else b * group.width) + lora_out
 
 
@@ -108,9 +111,9 @@ def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
 
 
 def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
-                                   seq_len: int, dense: bool = False) -> float:
+                                   seq_len: int, dense: bool = False, rope: bool = True) -> float:
     """Bytes one decoder layer saves for backward, per token of the micro-batch (`dense`: one of the dense layers
-    that lead a mixture of experts).
+    of a mixture of experts; `rope`: a layer that turns RoPE, where the family leaves some out).
 
     Checked tensor by tensor against torch.autograd.graph.saved_tensors_hooks on real transformers
     models (tests/planner/test_activations.py).
@@ -151,7 +154,11 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
             groups += [_Linear(("gate_proj", "up_proj", "shared_expert_gate"), h),
                        _Linear(("down_proj",), a.shared_expert_intermediate_size)]
     shared_experts_moe = a.family in SHARED_EXPERTS_MOE
-    if shared_experts_moe and dense:
+    if a.family is Family.LLAMA4:  # a dense layer's MLP, or a sparse one's shared expert
+        groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)] if dense \
+            else [_Linear(("shared_expert.gate_proj", "shared_expert.up_proj"), h),
+                  _Linear(("shared_expert.down_proj",), i)]
+    elif shared_experts_moe and dense:
         groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)]
     elif shared_experts_moe:
         groups += [_Linear(("shared_experts.gate_proj", "shared_experts.up_proj"), h),
@@ -184,8 +191,14 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
             # in the activations' dtype, which keeps its output; the weights are a view of it
             core = b * (2 * q + v_storage) + 8 * heads + b * heads * (seq_len + 1)
 
+    if a.family is Family.LLAMA4 and rope and a.qk_norm:
+        # its q/k L2 norm over each head after RoPE (no weight): the fp32 upcast and the fp32 rstd per head
+        norms += 4 * (q + kv) + 4 * (a.num_attention_heads + a.num_key_value_heads)
+
     mlp: float
-    if a.family is Family.GPT_OSS:
+    if a.family is Family.LLAMA4:
+        mlp = _llama4_feed_forward_bytes(a, b, full, dense)
+    elif a.family is Family.GPT_OSS:
         # per routed token-expert pair: the biased gate/up output, its clamped gate, the sigmoid, up + 1 and their
         # product (modeling_gpt_oss: _apply_gate), the biased down output, the routing weight (the activations' dtype,
         # softmax over the top-k logits) and three int64 permutations; trained experts save their inputs and the
@@ -232,6 +245,22 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     return norms + linears + core + mlp
 
 
+def _llama4_feed_forward_bytes(a: Architecture, b: int, full: bool, dense: bool) -> float:
+    """Llama 4's feed-forward per token (modeling_llama4: Llama4TextMoe, Llama4TextExperts, Llama4Router): a dense
+    layer's MLP as a Llama MLP's. A sparse layer computes every expert for every token: the router's top-k indices
+    (int64) and its fp32 sigmoid over every expert's score; the input repeated once per expert and the scores as a
+    column, which their multiply saves; the batched gate/up output (the gate's view keeps all of it) and the
+    activation; the shared expert as a Llama MLP. Trained experts also save the two batched matmuls' inputs (the
+    scaled input and the activated product)."""
+    if dense:
+        return 3 * b * a.dense_intermediate_size
+    e, h, i, top_k = a.num_experts, a.hidden_size, a.intermediate_size, a.experts_per_token
+    routed = 8 * top_k + 4 * e + b * e * h + b * e + b * e * 2 * i + b * e * i
+    if full:
+        routed += b * e * h + b * e * i
+    return routed + 3 * b * i
+
+
 def _decoder_layer_fixed_bytes(a: Architecture, dense: bool = False) -> int:
     """Per-layer bytes independent of the batch: Gemma's norms (Gemma 3's q/k norms too, over a head) multiply by
     (1 + weight) in fp32, a new vector per norm that the multiply saves; a mixture of experts' int32 group
@@ -241,7 +270,7 @@ def _decoder_layer_fixed_bytes(a: Architecture, dense: bool = False) -> int:
         rows_q, rows_k = qk_norm_rows(a)
         head_norms = a.q_dim // rows_q + a.kv_dim // rows_k if rows_q else 0
         gemma = 4 * (norms_per_layer(a) * a.hidden_size + head_norms)
-    if dense or not a.num_experts:
+    if dense or not a.num_experts or a.family is Family.LLAMA4:  # Llama 4's experts are batched matmuls
         return gemma
     # DeepSeek-V3's and GLM-4.5's routers multiply in fp32: the weight, cast to bf16 with the model by DeepSpeed, is
     # copied to fp32 at each forward, and the linear saves that copy
@@ -250,18 +279,26 @@ def _decoder_layer_fixed_bytes(a: Architecture, dense: bool = False) -> int:
 
 
 def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int,
-                              dense: bool = False) -> int:
+                              dense: bool = False, rope: bool = True) -> int:
     """What one trained decoder layer saves for backward for a micro-batch of `tokens` tokens (`dense`: one of the
-    dense layers that lead a mixture of experts)."""
-    per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length, dense)
-    return int(per_token * tokens + _decoder_layer_fixed_bytes(a, dense))
+    dense layers of a mixture of experts; `rope`: whether it turns RoPE). Llama 4's layers without RoPE scale their
+    queries by an fp32 factor per position, which the multiply saves."""
+    per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length, dense, rope)
+    temperature = 4 * t.sequence_length if a.family is Family.LLAMA4 and not rope else 0
+    return int(per_token * tokens + _decoder_layer_fixed_bytes(a, dense) + temperature)
 
 
 def _layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> tuple[int, int]:
     """(all trained layers', the largest layer's) saved bytes: the trained layers are the last ones, so the sparse
-    layers come first when dense ones lead a mixture of experts."""
-    sparse = decoder_layer_saved_bytes(a, t, split, tokens)
+    layers come first when dense ones lead a mixture of experts; Llama 4's interleaved kinds are counted layer by
+    layer."""
     layers = split.trainable_decoder_layers
+    if a.family is Family.LLAMA4:
+        each = [decoder_layer_saved_bytes(a, t, split, tokens, dense=not a.is_sparse_layer(index),
+                                          rope=a.turns_rope(index))
+                for index in range(a.num_layers - layers, a.num_layers)]
+        return sum(each), max(each)
+    sparse = decoder_layer_saved_bytes(a, t, split, tokens)
     dense_trained = max(0, layers - a.sparse_layers) if a.dense_layers else 0
     if not dense_trained:
         return layers * sparse, sparse
@@ -329,7 +366,11 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     """A recomputed dense gated MLP's backward: the gradient of the activated gate times up product, then one per
     factor, alive with what the layer saved. Where the down projection's input is kept for backward (its weight
     trains, or an adapter reads it) that input, counted as saved, is freed by then: one fewer (simulated: trl-sft
-    QLoRA on q,v and on q,k,v,o, 3; LoRA on every linear, 2). hf-trainer QLoRA's fp32 stream: 2 (simulated)."""
+    QLoRA on q,v and on q,k,v,o, 3; LoRA on every linear, 2). hf-trainer QLoRA's fp32 stream: 2 (simulated). Llama 4's
+    sparse layer, the largest: the gradient of every expert's output, which backward reshapes into a copy before the
+    batched matmuls' (simulated: Llama-4-Maverick, 2.5 GiB at 2,048 tokens beside the layer's saved tensors)."""
+    if a.family is Family.LLAMA4:
+        return a.num_experts * a.hidden_size * tokens * t.precision.activation_bytes
     if a.num_experts or a.family in LAYER_NORM_FAMILIES:
         return 0
     down_read = t.method in (Method.FULL, Method.FREEZE) or any(
@@ -406,7 +447,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     # gpt-oss's cos and sin cover half a head (each turns one half against the other)
     rotary = a.resolved_rotary_dims // 2 if a.family is Family.GPT_OSS else a.resolved_rotary_dims
     rope = 0 if a.family is Family.GPT2 else 4 * rotary * t.sequence_length \
-        if a.family is Family.DEEPSEEK_V2 else 2 * rope_bytes * rotary * t.sequence_length
+        if a.family in (Family.DEEPSEEK_V2, Family.LLAMA4) else 2 * rope_bytes * rotary * t.sequence_length
     final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0

@@ -63,6 +63,17 @@ def _shared_experts_moe_linears(a: Architecture) -> list[tuple[str, int, int, bo
     return mlp
 
 
+def _llama4_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
+    """Llama 4's feed-forward linears (modeling_llama4: Llama4TextMLP, Llama4TextMoe): the dense layers' MLP of
+    dense_intermediate_size, the sparse layers' shared expert of intermediate_size. Its router, a Linear whose forward
+    returns the routing scores and logits, is no module LoRA can adapt (executor.training.peft_config)."""
+    h, d, i, sparse = a.hidden_size, a.dense_intermediate_size, a.intermediate_size, a.sparse_layers
+    mlp = [("gate_proj", h, d, False, a.dense_layers), ("up_proj", h, d, False, a.dense_layers),
+           ("down_proj", d, h, False, a.dense_layers)] if a.dense_layers else []
+    return mlp + [("shared_expert.gate_proj", h, i, False, sparse), ("shared_expert.up_proj", h, i, False, sparse),
+                  ("shared_expert.down_proj", i, h, False, sparse)]
+
+
 def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
     """Each decoder linear with the number of layers that have it."""
     h, q, kv, i, n = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size, a.num_layers
@@ -96,8 +107,9 @@ def _decoder_linears(a: Architecture) -> list[tuple[str, int, int, bool, int]]:
         if a.num_experts == 0:
             layers += [("gate_proj", h, i, a.mlp_bias), ("up_proj", h, i, a.mlp_bias),
                        ("down_proj", i, h, a.mlp_bias)]
-    # DeepSeek-V2/V3 and GLM-4.5: dense MLPs lead, then experts with shared ones
-    moe = _shared_experts_moe_linears(a) if a.family in SHARED_EXPERTS_MOE else []
+    # DeepSeek-V2/V3 and GLM-4.5: dense MLPs lead, then experts with shared ones; Llama 4: interleaved
+    moe = _shared_experts_moe_linears(a) if a.family in SHARED_EXPERTS_MOE else \
+        _llama4_linears(a) if a.family is Family.LLAMA4 else []
     return [(name, i_, o, b, n) for name, i_, o, b in layers] + moe
 
 
@@ -138,6 +150,8 @@ def norms_per_layer(a: Architecture) -> int:
 def qk_norm_rows(a: Architecture) -> tuple[int, int]:
     """Rows per token of the q_norm and k_norm: one per head (Qwen3, Qwen3-MoE, Gemma 3), one over the whole
     projection (OLMo 2); (0, 0) for a family without them."""
+    if a.family is Family.LLAMA4:  # its L2 norm has no weight and covers its RoPE layers only (activations.py)
+        return 0, 0
     if a.family in (Family.QWEN3, Family.QWEN3_MOE, Family.GEMMA3) or a.qk_norm:
         return a.num_attention_heads, a.num_key_value_heads
     if a.family is Family.OLMO2:

@@ -55,7 +55,8 @@ def _architecture_from_proto(p: model_pb2.Architecture) -> Architecture:
         shared_expert_intermediate_size=p.shared_expert_intermediate_size,
         attention_dropout=round(p.attention_dropout, 6), embedding_dropout=round(p.embedding_dropout, 6),
         latent_attention=latent, dense_layers=p.dense_layers, dense_intermediate_size=p.dense_intermediate_size,
-        qk_norm=p.qk_norm, group_limited_routing=p.group_limited_routing,
+        qk_norm=p.qk_norm, group_limited_routing=p.group_limited_routing, moe_layer_interval=p.moe_layer_interval,
+        nope_layer_interval=p.nope_layer_interval, attention_chunk_size=p.attention_chunk_size,
     )
 
 
@@ -108,7 +109,8 @@ def architecture_to_proto(a: Architecture) -> model_pb2.Architecture:
         residual_dropout=a.residual_dropout, shared_expert_intermediate_size=a.shared_expert_intermediate_size,
         attention_dropout=a.attention_dropout, embedding_dropout=a.embedding_dropout, dense_layers=a.dense_layers,
         dense_intermediate_size=a.dense_intermediate_size, qk_norm=a.qk_norm,
-        group_limited_routing=a.group_limited_routing)
+        group_limited_routing=a.group_limited_routing, moe_layer_interval=a.moe_layer_interval,
+        nope_layer_interval=a.nope_layer_interval, attention_chunk_size=a.attention_chunk_size)
     if a.latent_attention:
         m = a.latent_attention
         p.latent_attention.CopyFrom(model_pb2.LatentAttention(
@@ -142,6 +144,19 @@ _UNSUPPORTED_ATTENTION = {
 }
 
 
+def _check_llama4(a: Architecture, t: TrainingSpec) -> None:
+    """What of Llama 4 is not modelled, named: eager attention (its softmax in the activations' dtype) and sequences
+    as long as its attention chunks, where transformers builds a chunked mask for the RoPE layers."""
+    if t.attention is Attention.EAGER:
+        raise UnsupportedError("training.attention", "Llama 4 under eager attention (its softmax in the activations' "
+                                                     "dtype) is not modelled; plan it with sdpa (--attention sdpa)")
+    if a.attention_chunk_size and t.sequence_length >= a.attention_chunk_size:
+        raise UnsupportedError("training.sequence_length",
+                               f"Llama 4's RoPE layers attend within chunks of {a.attention_chunk_size:,} tokens; at "
+                               f"{t.sequence_length:,} tokens transformers masks them chunk by chunk, which is not "
+                               f"modelled: plan sequences of at most {a.attention_chunk_size - 1:,} tokens")
+
+
 def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
     a = m.architecture
     if t.method.uses_adapters and t.lora.rank > a.hidden_size:
@@ -154,6 +169,8 @@ def validate_against_model(t: TrainingSpec, m: ModelSpec) -> None:
     refused = _UNSUPPORTED_ATTENTION.get((a.family, t.attention))
     if refused:
         raise UnsupportedError("training.attention", f"{refused}; set attention eager (--attention eager)")
+    if a.family is Family.LLAMA4:
+        _check_llama4(a, t)
     if (t.image_tokens or t.train_vision_tower) and a.vision is None:
         raise InvalidFieldError("training.image_tokens", f"{echo(m.name)} has no vision tower")
     if a.max_position_embeddings and t.sequence_length > a.max_position_embeddings:

@@ -26,6 +26,8 @@ _FAMILY_BY_MODEL_TYPE = {
     "deepseek_v2": Family.DEEPSEEK_V2, "gpt_oss": Family.GPT_OSS, "qwen2_5_vl": Family.QWEN2_5_VL,
     # Gemma 3's image-text models: the gemma3_text layout with a SigLIP encoder (text_config, vision_config)
     "gemma3": Family.GEMMA3,
+    # Llama 4's language model; its image-text checkpoints (llama4) carry it as text_config
+    "llama4_text": Family.LLAMA4, "llama4": Family.LLAMA4,
 }
 
 
@@ -71,6 +73,14 @@ def config_json(a: Architecture) -> dict[str, Any]:
     if a.family is Family.GPT_OSS:  # its attention biased; sliding-window layers alternate with full ones
         text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
                     attention_bias=a.attention_bias)
+        return {"model_type": a.family.value, **text}
+    if a.family is Family.LLAMA4:
+        text.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
+                    interleave_moe_layer_step=a.moe_layer_interval or 1, use_qk_norm=a.qk_norm,
+                    no_rope_layer_interval=a.nope_layer_interval, attention_chunk_size=a.attention_chunk_size or None,
+                    attention_bias=a.attention_bias)
+        if a.dense_layers:
+            text["intermediate_size_mlp"] = a.dense_intermediate_size
         return {"model_type": a.family.value, **text}
     if a.family in (Family.QWEN3_MOE, Family.QWEN2_MOE):
         # every layer sparse, the routing weights normalised as each ships (Qwen3-MoE yes, Qwen2-MoE no)
@@ -196,6 +206,10 @@ def read_config(text: str) -> tuple[Architecture, str]:
                 "so it is answered as Llama (norms or biases it adds are not counted): check the parameter count "
                 "against the model card")
         return _architecture(cfg, Family.LLAMA), note
+    if family is Family.LLAMA4 and "vision_config" in cfg:
+        return _architecture(cfg, family), ("Llama 4's vision encoder and projector (vision_config) are not "
+                                            "planned: answered for its language model, Llama4ForCausalLM, which "
+                                            "loads the checkpoint's text weights")
     return _architecture(cfg, family), ""
 
 
@@ -228,6 +242,8 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
             spatial_merge_size=_int(vc, "spatial_merge_size", default=2),
             out_hidden_size=_int(vc, "out_hidden_size", default=_int(text_cfg, "hidden_size")),
             intermediate_size=_int(vc, "intermediate_size"))
+    if family is Family.LLAMA4:
+        return _llama4(_object(cfg, "text_config") if "text_config" in cfg else cfg)
     if family is Family.GPT2:
         hidden = _int(cfg, "n_embd")
         return Architecture(
@@ -287,6 +303,39 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         shared_expert_intermediate_size=shared, attention_dropout=attention_dropout,
         embedding_dropout=embedding_dropout,
     )
+
+
+def _llama4(cfg: Mapping[str, Any]) -> Architecture:
+    """Llama 4's language model (transformers' Llama4TextConfig defaults where a key is absent): every
+    interleave_moe_layer_step-th layer sparse (num_local_experts of intermediate_size and a shared expert), the others
+    dense MLPs of intermediate_size_mlp; every no_rope_layer_interval-th layer without RoPE. Layer lists that break
+    those patterns (moe_layers, no_rope_layers) and temperature tuning turned off are not modelled."""
+    layers = _int(cfg, "num_hidden_layers", default=48)
+    step, nope = _int(cfg, "interleave_moe_layer_step", default=1), _int(cfg, "no_rope_layer_interval", default=4)
+    if cfg.get("moe_layers") not in (None, list(range(step - 1, layers, step))):
+        raise UnsupportedError(_CONFIG, "'moe_layers' other than every interleave_moe_layer_step-th layer is not "
+                                        "modelled; the released Llama 4 models follow that pattern")
+    if cfg.get("no_rope_layers") not in (None, [], [int((i + 1) % nope != 0) for i in range(layers)]):
+        raise UnsupportedError(_CONFIG, "'no_rope_layers' other than every no_rope_layer_interval-th layer is not "
+                                        "modelled; the released Llama 4 models follow that pattern")
+    if not _bool(cfg, "attn_temperature_tuning", True):
+        raise UnsupportedError(_CONFIG, "'attn_temperature_tuning' false is not modelled; Llama 4 ships it on")
+    heads = _int(cfg, "num_attention_heads", default=40)
+    hidden = _int(cfg, "hidden_size", default=5120)
+    return Architecture(
+        family=Family.LLAMA4, num_layers=layers, hidden_size=hidden,
+        intermediate_size=_int(cfg, "intermediate_size", default=8192), num_attention_heads=heads,
+        num_key_value_heads=_int(cfg, "num_key_value_heads", default=8),
+        head_dim=_int(cfg, "head_dim", default=128), vocab_size=_int(cfg, "vocab_size", default=202048),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
+        attention_bias=_bool(cfg, "attention_bias", False),
+        num_experts=_int(cfg, "num_local_experts", default=16), experts_per_token=_int(cfg, "num_experts_per_tok",
+                                                                                      default=1),
+        max_position_embeddings=_int(cfg, "max_position_embeddings", default=0),
+        dense_layers=layers - layers // step if step > 1 else 0,
+        dense_intermediate_size=_int(cfg, "intermediate_size_mlp", default=16384) if step > 1 else 0,
+        qk_norm=_bool(cfg, "use_qk_norm", True), moe_layer_interval=step if step > 1 else 0,
+        nope_layer_interval=nope, attention_chunk_size=_int(cfg, "attention_chunk_size", default=0))
 
 
 def _siglip(vc: Mapping[str, Any], image_tokens: int, text_hidden: int) -> VisionTower:

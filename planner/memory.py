@@ -155,8 +155,8 @@ def experts_released_between_uses(a: Architecture, t: TrainingSpec) -> bool:
     stage3_max_live_parameters and a shared expert runs after them, whose fetch (the first of backward) finds too
     many parameters live. Experts that end their layer (Mixtral, Qwen3-MoE, gpt-oss) are reused by backward at once
     and stay (simulated: Mixtral-8x7B, 1.4e9 expert parameters a layer, within 2 % under ZeRO-3)."""
-    shared_after = a.family in SHARED_EXPERTS_MOE or (a.family is Family.QWEN2_MOE and
-                                                      a.shared_expert_intermediate_size > 0)
+    shared_after = a.family in (*SHARED_EXPERTS_MOE, Family.LLAMA4) or (a.family is Family.QWEN2_MOE and
+                                                                        a.shared_expert_intermediate_size > 0)
     return t.zero_stage == 3 and layer_expert_params(a) > ds.STAGE3_MAX_LIVE_PARAMETERS and shared_after
 
 
@@ -167,9 +167,13 @@ def regathered_experts_bytes(a: Architecture, t: TrainingSpec, dense_bytes: int)
     buffer the size of the largest expert tensor while the copy the forward saved is still held: one layer's under
     checkpointing (the recomputed one), every sparse layer's without it. Simulated: GLM-4.5-Air LoRA under ZeRO-3 on
     8 ranks, the layer's gate-up and down tensors twice and the gate-up buffer live at the backward's `cat`; without
-    checkpointing, 226 GiB a rank (make bench-simulate)."""
+    checkpointing, 226 GiB a rank (make bench-simulate). Llama 4's experts are batched matmuls, which save the
+    parameter itself: backward gathers them again through one flat buffer of the layer's expert tensors, and no copy
+    is held (simulated: Llama-4-Scout LoRA under ZeRO-3 on 8 ranks, the buffer beside the copies out of it)."""
     if not experts_released_between_uses(a, t):
         return 0
+    if a.family is Family.LLAMA4:
+        return layer_expert_params(a) * dense_bytes
     held = 1 if t.gradient_checkpointing else a.sparse_layers
     return (held * layer_expert_params(a) + 2 * a.num_experts * a.intermediate_size * a.hidden_size) * dense_bytes
 

@@ -79,6 +79,22 @@ def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> i
     return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.activation_bytes))
 
 
+def zero3_fp32_adapters(t: TrainingSpec) -> bool:
+    """The executor's LoRA under ZeRO-3 keeps PEFT's fp32 adapters (get_peft_model: autocast_adapter_dtype), which
+    ZeRO-3 partitions as they are, where ZeRO 0-2 cast the whole module to bf16 (simulated: Llama-4-Scout LoRA
+    without checkpointing on 8 ranks, every adapter's dropout output fp32; TRL works around the same mix for ZeRO-3,
+    sft_trainer.py: autocast_adapter_dtype=False)."""
+    return t.recipe is Recipe.TUNEFLEET and t.zero_stage == 3 and t.method is Method.LORA and \
+        t.precision.activation_bytes != 4
+
+
+def adapter_compute_bytes(t: TrainingSpec) -> int:
+    """Bytes an element of an adapter's input and output takes: fp32 where the executor's ZeRO-3 keeps fp32 adapters
+    and nothing casts for them (`zero3_fp32_adapters`); else the stream's (the Trainer recipes' autocast casts the
+    fp32 adapters' input back to bf16 for lora_A)."""
+    return 4 if zero3_fp32_adapters(t) else t.precision.activation_bytes
+
+
 def fused_head(t: TrainingSpec) -> bool:
     """Whether the recipe's loss is TRL's fused LM head (no logits)."""
     return t.recipe is Recipe.TRL_SFT

@@ -10,12 +10,14 @@ from contract.schema import ALL_LINEAR, LoraSpec
 
 
 def linear_module_names(model: Any) -> set[str]:
-    """Leaf names (q_proj, down_proj, ...) of the model's linear layers, the output head excluded."""
+    """Leaf names (q_proj, down_proj, ...) of the model's linear layers, the output head excluded. A subclass of
+    nn.Linear with a forward of its own is not one (Llama 4's router returns its routing scores and logits, which
+    PEFT's LoRA layer cannot add to); bitsandbytes' quantised linears are."""
     import torch
 
     names = set()
     for full_name, module in model.named_modules():
-        is_linear = isinstance(module, torch.nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
+        is_linear = type(module) is torch.nn.Linear or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
         if is_linear and "lm_head" not in full_name:
             names.add(full_name.rsplit(".", 1)[-1])
     return names

@@ -56,6 +56,21 @@ def _glm4_moe(name: str, layers: int, hidden: int, dense_inter: int, expert_inte
     return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json")
 
 
+def _llama4(name: str, experts: int, moe_interval: int, qk_norm: bool, positions: int) -> ModelSpec:
+    """Llama 4's language model (text_config; 48 layers of 5120, 40 query and 8 key/value heads of 128, vocabulary
+    202,048): every `moe_interval`-th layer `experts` of 8192 (one a token) with a shared expert, the others dense
+    MLPs of 16384; every 4th layer without RoPE; RoPE layers attend within chunks of 8192 tokens."""
+    arch = Architecture(family=Family.LLAMA4, num_layers=48, hidden_size=5120, intermediate_size=8192,
+                        num_attention_heads=40, num_key_value_heads=8, vocab_size=202048, head_dim=128,
+                        num_experts=experts, experts_per_token=1, max_position_embeddings=positions,
+                        dense_layers=48 - 48 // moe_interval if moe_interval > 1 else 0,
+                        dense_intermediate_size=16384 if moe_interval > 1 else 0, qk_norm=qk_norm,
+                        moe_layer_interval=moe_interval if moe_interval > 1 else 0, nope_layer_interval=4,
+                        attention_chunk_size=8192)
+    return ModelSpec(name=name, architecture=arch, weights=name, source=f"huggingface.co/{name}/config.json",
+                     note="Llama 4's language model (Llama4ForCausalLM); its vision encoder is not planned")
+
+
 def _qwen2_vl_vision(out_hidden: int) -> VisionTower:
     return VisionTower(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4, patch_size=14,
                        temporal_patch_size=2, in_channels=3, spatial_merge_size=2, out_hidden_size=out_hidden)
@@ -174,6 +189,10 @@ MODELS: tuple[ModelSpec, ...] = (
     # GLM-4.5 (355B, 32B active: q/k norms, 3 dense layers) and GLM-4.5-Air (106B, 12B active)
     _glm4_moe("zai-org/GLM-4.5", 92, 5120, 12288, 1536, 160, 3, qk_norm=True),
     _glm4_moe("zai-org/GLM-4.5-Air", 46, 4096, 10944, 1408, 128, 1, qk_norm=False),
+    # Llama 4 (text_config of the image-text checkpoints): Scout 107.77B of its 109B (17.17B active), every layer
+    # sparse with q/k norms; Maverick 400.71B (17.18B active), every other layer sparse, no q/k norms
+    _llama4("meta-llama/Llama-4-Scout-17B-16E", 16, 1, qk_norm=True, positions=10485760),
+    _llama4("meta-llama/Llama-4-Maverick-17B-128E", 128, 2, qk_norm=False, positions=1048576),
 )
 
 # Other names people use for the same weights (instruct variants share the base shape).
@@ -228,4 +247,6 @@ ALIASES: dict[str, str] = {
     "deepseek-ai/DeepSeek-V2-Lite-Chat": "deepseek-ai/DeepSeek-V2-Lite",
     "deepseek-ai/DeepSeek-Coder-V2-Lite-Instruct": "deepseek-ai/DeepSeek-V2-Lite",
     "zai-org/GLM-4.5-Air-Base": "zai-org/GLM-4.5-Air",
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": "meta-llama/Llama-4-Scout-17B-16E",
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": "meta-llama/Llama-4-Maverick-17B-128E",
 }

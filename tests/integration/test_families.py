@@ -1,7 +1,8 @@
 """The families planned since the executor last changed train for real on the CPU executor: a tiny DeepSeek-V3
-(latent attention, a dense layer, routed and shared experts), GLM-4.5 and gpt-oss (eager: its sinks) learn with LoRA
-all-linear and dropout, and export an adapter of exactly the parameters the planner counts, none on the experts
-(PEFT would map DeepSeek's and GLM's MLP names onto them)."""
+(latent attention, a dense layer, routed and shared experts), GLM-4.5, gpt-oss (eager: its sinks) and Llama 4
+(interleaved dense and sparse layers, NoPE layers) learn with LoRA all-linear and dropout, and export an adapter of
+exactly the parameters the planner counts, none on the experts (PEFT would map DeepSeek's and GLM's MLP names onto
+them) nor on a router (Llama 4's is a Linear whose forward PEFT's LoRA layer cannot wrap)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ FAMILIES = {
     "glm4_moe": (transformers.Glm4MoeConfig, dict(SHARED_EXPERTS, attention_bias=True)),
     "gpt_oss": (transformers.GptOssConfig, dict(head_dim=16, intermediate_size=32, num_local_experts=4,
                                                 num_experts_per_tok=2, sliding_window=8, layers=3)),
+    "llama4_text": (transformers.Llama4TextConfig, dict(head_dim=16, intermediate_size=32, intermediate_size_mlp=96,
+                                                        num_local_experts=4, num_experts_per_tok=1,
+                                                        interleave_moe_layer_step=2, no_rope_layer_interval=2,
+                                                        attention_chunk_size=64, layers=4)),
 }
 
 
@@ -46,7 +51,7 @@ def test_a_new_family_trains_with_lora_all_linear_and_exports_what_the_planner_c
     assert result.succeeded, result.last_event.message
 
     adapter = exported(tmp_path / "out")
-    assert not [name for name in adapter if "experts." in name and "shared_experts" not in name]
+    assert not [name for name in adapter if "experts." in name and "shared_experts" not in name or "router" in name]
     arch = architecture_from_config((model / "config.json").read_text())
     planned = lora_parameter_count(lora_targets(arch, (ALL_LINEAR,), "t"), plan.training.lora.rank)
     assert sum(t.numel() for t in adapter.values()) == planned

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 from contract.schema import Attention, LoraSpec, Method, Precision, TrainingSpec  # noqa: E402
+from executor.training.peft_config import lora_targets as executor_lora_targets  # noqa: E402
 from planner.activations import decoder_layer_saved_bytes, outside_layers_saved_bytes  # noqa: E402
 from planner.hf_config import architecture_from_config  # noqa: E402
 from planner.parameters import parameter_split  # noqa: E402
@@ -120,11 +121,24 @@ def _batch(family: str) -> int:
 
 
 def _measure(model: torch.nn.Module, batch: int = MICRO_BATCH) -> Saved:
+    """A middle layer's saved bytes (of each kind, where dense layers lead) and everything else (`_saved_by_layer`)."""
+    by_layer, total = _saved_by_layer(model, batch)
+    layers = len(by_layer)
+    dense = getattr(model.config, "first_k_dense_replace", 0)
+    if dense:  # a middle layer of each kind stands for its kind (the first layer's difference is counted outside)
+        sparse_count = layers - dense
+        return Saved(per_layer=by_layer[dense], dense_layer=by_layer[dense - 1],
+                     outside=total - dense * by_layer[dense - 1] - sparse_count * by_layer[dense])
+    return Saved(per_layer=by_layer[1], outside=total - LAYERS * by_layer[1])
+
+
+def _saved_by_layer(model: torch.nn.Module, batch: int = MICRO_BATCH) -> tuple[dict[int, int], int]:
     """Unique storages saved for backward (parameters excluded) and still held as the forward ends, by the layer that
     first saved them (what an op saves for a part of the graph that needs no gradient is freed with it: DeepSeek-V3's
-    group-limited expert choice)."""
+    group-limited expert choice), and their total."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    layers = model.get_decoder().layers
+    layers = next(m for name, m in model.named_modules() if name.endswith("layers") and
+                  isinstance(m, torch.nn.ModuleList))
     where: dict[str, object] = {"layer": None}
     for index, layer in enumerate(layers):
         layer.register_forward_pre_hook(lambda m, a, index=index: where.update(layer=index))
@@ -145,13 +159,7 @@ def _measure(model: torch.nn.Module, batch: int = MICRO_BATCH) -> Saved:
             first_seen.setdefault(t.untyped_storage().data_ptr(), (t.untyped_storage().nbytes(), where_saved))
     out.loss.backward()
     by_layer = {i: sum(n for n, layer in first_seen.values() if layer == i) for i in range(len(layers))}
-    total = sum(n for n, _ in first_seen.values())
-    dense = getattr(model.config, "first_k_dense_replace", 0)
-    if dense:  # a middle layer of each kind stands for its kind (the first layer's difference is counted outside)
-        sparse_count = len(layers) - dense
-        return Saved(per_layer=by_layer[dense], dense_layer=by_layer[dense - 1],
-                     outside=total - dense * by_layer[dense - 1] - sparse_count * by_layer[dense])
-    return Saved(per_layer=by_layer[1], outside=total - LAYERS * by_layer[1])
+    return by_layer, sum(n for n, _ in first_seen.values())
 
 
 def _planned(model: torch.nn.Module, family: str, attention: str, method: str, precision: Precision, dropout: float,
@@ -263,3 +271,60 @@ def test_with_checkpointing_a_layer_keeps_only_its_input(method: str) -> None:
     planned = _planned(model, "llama", "sdpa", method, Precision.BF16, 0.0, ckpt=True)
     assert measured.per_layer == 2 * model.config.hidden_size * MICRO_BATCH * SEQ  # bf16 hidden states
     assert planned.outside + _SCALARS_BYTES == measured.outside
+
+
+# Llama 4: six layers, every other one sparse (4 experts, every one computed for every token, and a shared one) and
+# every third without RoPE (its queries temperature-scaled), so layers 1-5 are each kind: dense and sparse, with RoPE
+# (complex, then the L2 q/k norm with `-qknorm`) and without
+LLAMA4_LAYERS = 6
+
+
+def _llama4(method: str, dropout: float, qk_norm: bool) -> torch.nn.Module:
+    config = transformers.AutoConfig.for_model(
+        "llama4_text", num_hidden_layers=LLAMA4_LAYERS, hidden_size=64, intermediate_size=32, intermediate_size_mlp=96,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layer_interval=3, use_qk_norm=qk_norm,
+        attention_chunk_size=64, tie_word_embeddings=False, attn_implementation="sdpa", pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(torch.bfloat16)
+    if method == "lora":
+        # all-linear as the executor resolves it: the linear modules, its router (a Linear subclass) not among them
+        targets = executor_lora_targets(LoraSpec(target_modules=("all-linear",)), model)
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout,
+                                                           target_modules=targets)).to(torch.bfloat16)
+    model.config.use_cache = False
+    model.train()
+    return model
+
+
+@pytest.mark.parametrize(("method", "dropout", "qk_norm"), [("full", 0.0, True), ("lora", 0.0, True),
+                                                            ("lora", 0.1, True), ("full", 0.0, False),
+                                                            ("lora", 0.1, False)])
+def test_llama4_s_layers_of_every_kind_save_what_the_planner_counts(method: str, dropout: float, qk_norm: bool) -> None:
+    model = _llama4(method, dropout, qk_norm)
+    by_layer, total = _saved_by_layer(model)
+    a = architecture_from_config(json.dumps(model.config.to_dict()))
+    t = TrainingSpec(method=Method.FULL if method == "full" else Method.LORA, attention=Attention.SDPA,
+                     micro_batch_size=MICRO_BATCH, sequence_length=SEQ, gradient_checkpointing=False,
+                     lora=LoraSpec(rank=4, alpha=8, dropout=dropout))
+    split = parameter_split(a, t.method, t.lora, False, 0)
+    tokens = MICRO_BATCH * SEQ
+    # the CPU's dropout keeps its mask in bf16 (CUDA's one byte, which the planner counts): each adapter's, over its
+    # input's width
+    adapters = (3 * a.hidden_size + a.q_dim) if dropout else 0
+    widths = {True: 2 * a.hidden_size + a.dense_intermediate_size, False: 2 * a.hidden_size + a.intermediate_size}
+    kinds = []
+    for index in range(1, LLAMA4_LAYERS):
+        sparse, rope = a.is_sparse_layer(index), a.turns_rope(index)
+        kinds.append((sparse, rope))
+        cpu_masks = (adapters + widths[not sparse]) * tokens if dropout else 0
+        planned = decoder_layer_saved_bytes(a, t, split, tokens, dense=not sparse, rope=rope) + cpu_masks
+        assert planned == by_layer[index], (index, sparse, rope)
+    assert set(kinds) == {(True, True), (True, False), (False, True), (False, False)}
+    # everything but layers 1-5 and the first layer as planned (a dense layer with RoPE) is what the planner counts
+    # outside the layers: the complex RoPE factor per position, ids, the final norm, the log-probs, and the first
+    # layer's differences (under LoRA its input needs no gradient: no input norm, no q/k/v dropout masks)
+    first = decoder_layer_saved_bytes(a, t, split, tokens, dense=True, rope=True)
+    first += (adapters + widths[True] - 3 * a.hidden_size) * tokens if dropout else 0
+    outside = total - sum(by_layer[i] for i in range(1, LLAMA4_LAYERS)) - first
+    assert outside_layers_saved_bytes(a, t, split, tokens) + _SCALARS_BYTES == outside

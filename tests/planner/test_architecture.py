@@ -26,7 +26,8 @@ CATALOG_MODELS = [
     "bigcode/starcoder2-15b", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B", "moonshotai/Kimi-K2-Instruct",
     "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air", "deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Lite",
     "openai/gpt-oss-20b", "openai/gpt-oss-120b", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
-    "google/gemma-3-4b-pt", "google/gemma-3-27b-pt",
+    "google/gemma-3-4b-pt", "google/gemma-3-27b-pt", "meta-llama/Llama-4-Scout-17B-16E",
+    "meta-llama/Llama-4-Maverick-17B-128E",
 ]
 
 
@@ -82,6 +83,9 @@ def test_a_config_json_of_each_model_type_counts_what_transformers_builds(model_
     ("deepseek-ai/DeepSeek-V3", ("q_a_proj", "kv_b_proj", "o_proj"), 8),
     ("zai-org/GLM-4.5-Air", ("all-linear",), 8),
     ("openai/gpt-oss-20b", ("all-linear",), 16),
+    ("meta-llama/Llama-4-Scout-17B-16E", ("all-linear",), 16),
+    ("meta-llama/Llama-4-Maverick-17B-128E", ("all-linear",), 8),
+    ("meta-llama/Llama-4-Maverick-17B-128E", ("gate_proj", "down_proj"), 8),
 ])
 def test_lora_parameter_count_equals_peft(name: str, targets: tuple[str, ...], rank: int) -> None:
     arch = default_catalog().model(name).architecture
@@ -158,3 +162,45 @@ def test_an_attention_transformers_lacks_for_the_family_is_refused_naming_the_fi
     with pytest.raises(UnsupportedError, match="Gemma 2's attention soft-capping"):
         validate_against_model(TrainingSpec(attention=Attention.SDPA), gemma2)
     validate_against_model(TrainingSpec(attention=Attention.FLASH), gemma2)
+
+
+def test_llama4_s_image_text_config_is_answered_for_its_language_model_with_a_note() -> None:
+    """Llama 4's checkpoints are image-text models (model_type llama4) carrying the language model as text_config;
+    the planner answers for that (Llama4ForCausalLM) and says the vision encoder is not planned."""
+    from planner.hf_config import read_config
+
+    scout = default_catalog().model("meta-llama/Llama-4-Scout-17B-16E").architecture
+    text_config = hf_config(scout).to_dict()
+    arch, note = read_config(json.dumps({"model_type": "llama4", "text_config": text_config,
+                                         "vision_config": {"hidden_size": 1408}}))
+    assert arch == scout and "vision encoder" in note and "Llama4ForCausalLM" in note
+    assert read_config(json.dumps(text_config)) == (scout, "")
+    # 17.17B of 107.77B parameters pass a token: one routed expert and the shared one
+    counts = parameter_counts(scout)
+    assert (counts.total, counts.active) == (107_769_861_120, 17_172_894_720)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (dict(moe_layers=[0, 5]), "moe_layers"), (dict(no_rope_layers=[1, 0] * 24), "no_rope_layers"),
+    (dict(attn_temperature_tuning=False), "attn_temperature_tuning"),
+])
+def test_a_llama4_config_off_its_released_patterns_is_refused_naming_the_key(change: dict, words: str) -> None:
+    from planner.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=words):
+        architecture_from_config(json.dumps({"model_type": "llama4_text", **change}))
+
+
+def test_what_of_llama4_is_not_modelled_is_refused_naming_the_field() -> None:
+    from contract.schema import Attention, TrainingSpec
+    from planner.convert import validate_against_model
+    from planner.errors import UnsupportedError
+
+    scout = default_catalog().model("meta-llama/Llama-4-Scout-17B-16E")
+    validate_against_model(TrainingSpec(sequence_length=8191), scout)
+    with pytest.raises(UnsupportedError, match="plan it with sdpa") as e:
+        validate_against_model(TrainingSpec(attention=Attention.EAGER), scout)
+    assert e.value.field == "training.attention"
+    with pytest.raises(UnsupportedError, match="at most 8,191 tokens") as e:
+        validate_against_model(TrainingSpec(sequence_length=8192), scout)
+    assert e.value.field == "training.sequence_length"

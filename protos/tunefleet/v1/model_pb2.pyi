@@ -30,6 +30,7 @@ class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_FAMILY_DEEPSEEK_V2: _ClassVar[ModelFamily]
     MODEL_FAMILY_GPT_OSS: _ClassVar[ModelFamily]
     MODEL_FAMILY_QWEN2_5_VL: _ClassVar[ModelFamily]
+    MODEL_FAMILY_LLAMA4: _ClassVar[ModelFamily]
 MODEL_FAMILY_UNSPECIFIED: ModelFamily
 MODEL_FAMILY_LLAMA: ModelFamily
 MODEL_FAMILY_MISTRAL: ModelFamily
@@ -52,6 +53,7 @@ MODEL_FAMILY_GLM4_MOE: ModelFamily
 MODEL_FAMILY_DEEPSEEK_V2: ModelFamily
 MODEL_FAMILY_GPT_OSS: ModelFamily
 MODEL_FAMILY_QWEN2_5_VL: ModelFamily
+MODEL_FAMILY_LLAMA4: ModelFamily
 
 class VisionTower(_message.Message):
     __slots__ = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size", "temporal_patch_size", "in_channels", "spatial_merge_size", "out_hidden_size", "intermediate_size", "image_size")
@@ -94,7 +96,7 @@ class LatentAttention(_message.Message):
     def __init__(self, q_lora_rank: _Optional[int] = ..., kv_lora_rank: _Optional[int] = ..., qk_rope_head_dim: _Optional[int] = ..., qk_nope_head_dim: _Optional[int] = ..., v_head_dim: _Optional[int] = ...) -> None: ...
 
 class Architecture(_message.Message):
-    __slots__ = ("family", "num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "attention_bias", "mlp_bias", "num_experts", "experts_per_token", "max_position_embeddings", "vision", "rotary_dims", "residual_dropout", "shared_expert_intermediate_size", "attention_dropout", "embedding_dropout", "latent_attention", "dense_layers", "dense_intermediate_size", "qk_norm", "group_limited_routing")
+    __slots__ = ("family", "num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "attention_bias", "mlp_bias", "num_experts", "experts_per_token", "max_position_embeddings", "vision", "rotary_dims", "residual_dropout", "shared_expert_intermediate_size", "attention_dropout", "embedding_dropout", "latent_attention", "dense_layers", "dense_intermediate_size", "qk_norm", "group_limited_routing", "moe_layer_interval", "nope_layer_interval", "attention_chunk_size")
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +122,9 @@ class Architecture(_message.Message):
     DENSE_INTERMEDIATE_SIZE_FIELD_NUMBER: _ClassVar[int]
     QK_NORM_FIELD_NUMBER: _ClassVar[int]
     GROUP_LIMITED_ROUTING_FIELD_NUMBER: _ClassVar[int]
+    MOE_LAYER_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    NOPE_LAYER_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
     family: ModelFamily
     num_layers: int
     hidden_size: int
@@ -145,7 +150,10 @@ class Architecture(_message.Message):
     dense_intermediate_size: int
     qk_norm: bool
     group_limited_routing: bool
-    def __init__(self, family: _Optional[_Union[ModelFamily, str]] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., intermediate_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_key_value_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tie_word_embeddings: _Optional[bool] = ..., attention_bias: _Optional[bool] = ..., mlp_bias: _Optional[bool] = ..., num_experts: _Optional[int] = ..., experts_per_token: _Optional[int] = ..., max_position_embeddings: _Optional[int] = ..., vision: _Optional[_Union[VisionTower, _Mapping]] = ..., rotary_dims: _Optional[int] = ..., residual_dropout: _Optional[float] = ..., shared_expert_intermediate_size: _Optional[int] = ..., attention_dropout: _Optional[float] = ..., embedding_dropout: _Optional[float] = ..., latent_attention: _Optional[_Union[LatentAttention, _Mapping]] = ..., dense_layers: _Optional[int] = ..., dense_intermediate_size: _Optional[int] = ..., qk_norm: _Optional[bool] = ..., group_limited_routing: _Optional[bool] = ...) -> None: ...
+    moe_layer_interval: int
+    nope_layer_interval: int
+    attention_chunk_size: int
+    def __init__(self, family: _Optional[_Union[ModelFamily, str]] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., intermediate_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_key_value_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tie_word_embeddings: _Optional[bool] = ..., attention_bias: _Optional[bool] = ..., mlp_bias: _Optional[bool] = ..., num_experts: _Optional[int] = ..., experts_per_token: _Optional[int] = ..., max_position_embeddings: _Optional[int] = ..., vision: _Optional[_Union[VisionTower, _Mapping]] = ..., rotary_dims: _Optional[int] = ..., residual_dropout: _Optional[float] = ..., shared_expert_intermediate_size: _Optional[int] = ..., attention_dropout: _Optional[float] = ..., embedding_dropout: _Optional[float] = ..., latent_attention: _Optional[_Union[LatentAttention, _Mapping]] = ..., dense_layers: _Optional[int] = ..., dense_intermediate_size: _Optional[int] = ..., qk_norm: _Optional[bool] = ..., group_limited_routing: _Optional[bool] = ..., moe_layer_interval: _Optional[int] = ..., nope_layer_interval: _Optional[int] = ..., attention_chunk_size: _Optional[int] = ...) -> None: ...
 
 class ModelRef(_message.Message):
     __slots__ = ("catalog_name", "architecture", "config_json", "weights")
