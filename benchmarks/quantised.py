@@ -1,5 +1,7 @@
-"""QLoRA under fake tensors: the base model quantised as transformers and bitsandbytes quantise it on a CUDA GPU,
-and bitsandbytes' 4-bit matmul allocating what its CUDA kernel allocates (bitsandbytes 0.50, constraints.txt).
+"""QLoRA and 8-bit LoRA under fake tensors: the base model quantised as transformers and bitsandbytes quantise it on a
+CUDA GPU, and bitsandbytes' 4-bit and LLM.int8 matmuls allocating what their CUDA kernels allocate (bitsandbytes
+0.50, constraints.txt). 8-bit: each weight quantised as Int8Params._quantize quantises it (int8 rows, an fp32 absmax
+a row; `_rows_int8`, the fake result given Int8Params' class as the 4-bit one is), and `int8_as_on_cuda`.
 
 The executor loads a QLoRA model with transformers' bitsandbytes quantizer (executor.training.model._pretrained,
 `quantization`); `quantised` does the same to the fake model simulate.py built:
@@ -38,6 +40,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from planner.constants import LLM_INT8_OUTLIER_COLUMNS
 
 # bitsandbytes' fused 4-bit kernel runs at most this many rows whatever the GPU (backends/cuda/ops.py:
 # _GEMM_4BIT_CUSTOM_FLOOR_M, bitsandbytes 0.50.2)
@@ -101,24 +105,59 @@ def _packed(dense: torch.Tensor, meta_weight: Any, params_class: type) -> torch.
     return weight
 
 
+def _fake_int8params_class() -> type:
+    """A fake tensor that is an Int8Params (its int8 rows as data, CB the same rows, SCB their fp32 absmax), staying
+    where it is as `_fake_params4bit_class`'s does."""
+    import bitsandbytes as bnb
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if (device is None or device == self.device) and (dtype is None or dtype == self.dtype):
+            return self
+        raise RuntimeError(f"a simulated 8-bit weight stays on {self.device} in {self.dtype}")
+
+    def detach(self: Any) -> Any:
+        detached = FakeTensor.detach(self)
+        detached.__class__ = type(self)
+        detached.__dict__.update({name: getattr(self, name) for name in ("CB", "SCB", "has_fp16_weights")})
+        return detached
+
+    return type("Int8Params", (FakeTensor, bnb.nn.Int8Params), {"to": to, "detach": detach, "__module__": __name__})
+
+
+def _rows_int8(dense: torch.Tensor, params_class: type) -> torch.Tensor:
+    """Int8Params._quantize on a dense weight (its fp16 copy quantised row by row); a fake one gets the result made an
+    Int8Params."""
+    import bitsandbytes as bnb
+
+    if not isinstance(dense, FakeTensor):
+        return bnb.nn.Int8Params(dense, requires_grad=False, has_fp16_weights=False)._quantize(dense.device)
+    rows, absmax, _ = bnb.functional.int8_vectorwise_quant(dense.contiguous().to(torch.float16))
+    weight = torch.nn.Parameter(rows, requires_grad=False)
+    weight.__class__ = params_class
+    weight.__dict__.update(CB=rows, SCB=absmax, has_fp16_weights=False)
+    return weight
+
+
 def quantised(model: Any, bnb_config: Any) -> Any:
     """`model` (fake, dense) with its linear layers replaced and quantised as from_pretrained(quantization_config=
-    bnb_config) leaves them; 4-bit only."""
+    bnb_config) leaves them: 4-bit (QLoRA) or LLM.int8 (8-bit LoRA)."""
     import bitsandbytes as bnb
     from transformers.quantizers import AutoHfQuantizer
 
-    if not bnb_config.load_in_4bit:
-        raise ValueError("only 4-bit (QLoRA) weights are simulated; 8-bit LoRA is not")
     quantizer = AutoHfQuantizer.from_config(bnb_config, pre_quantized=False)
     dense = {name: module for name, module in model.named_modules() if type(module) is torch.nn.Linear}
     with unset_fake_temporarily():  # Linear4bit's meta weight is a Params4bit, which cannot wrap a fake tensor
         quantizer.preprocess_model(model, device_map={"": "cpu"}, dtype=torch.bfloat16)
-    params_class = _fake_params4bit_class()
+    params_class = _fake_params4bit_class() if bnb_config.load_in_4bit else _fake_int8params_class()
     for name, module in model.named_modules():
-        if isinstance(module, bnb.nn.Linear4bit):
+        if isinstance(module, bnb.nn.Linear4bit | bnb.nn.Linear8bitLt):
             original = dense.pop(name)
-            module.weight = _packed(original.weight.detach(), module.weight, params_class)
-            module.weight.module = module
+            if isinstance(module, bnb.nn.Linear4bit):
+                module.weight = _packed(original.weight.detach(), module.weight, params_class)
+                module.weight.module = module
+            else:
+                module.weight = _rows_int8(original.weight.detach(), params_class)
             if original.bias is not None:
                 module.bias = original.bias
     quantizer.postprocess_model(model)
@@ -157,4 +196,74 @@ def _dequant_linear_fallback(a: torch.Tensor, b: torch.Tensor, shape_b: list[int
 @contextlib.contextmanager
 def gemm_4bit_as_on_cuda() -> Iterator[None]:
     with _Gemm4bitOnCuda():
+        yield
+
+
+# 1 / 127: int8 rows back to their scale (bitsandbytes backends/default/ops.py: int8_vectorwise_dequant)
+INT8_DEQUANT_SCALE = 7.874015718698502e-3
+
+
+class _Int8OnCuda(TorchDispatchMode):
+    """bitsandbytes' LLM.int8 matmul (autograd/_functions.py: MatMul8bitLt) as its CUDA kernels allocate, on real and
+    fake tensors alike (bitsandbytes 0.50.2 backends/cuda/ops.py and backends/default/ops.py):
+    - int8_vectorwise_quant: the int8 rows and fp32 row statistics; with a threshold, the input's absolute value and
+      the outlier mask over it, the outlier columns (LLM_INT8_OUTLIER_COLUMNS) and their zeroing in the rows;
+    - int8_mixed_scaled_mm: the outlier columns of the input gathered and the weight's dequantised, the int8 matmul
+      (an int32 product, dequantised into fp16 and cast to the input's dtype) and its copy with the outliers' matmul
+      added;
+    - int8_scaled_mm: the int32 product, its fp16 dequantisation and the cast.
+    The CPU's kernels compute in fp32 with temporaries of their own; the stand-ins allocate what CUDA's do and compute
+    nothing: zeros (the simulation counts bytes; zeros keep a real step's gradient norm finite, so its optimizer
+    steps as a fake one does)."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        ops = torch.ops.bitsandbytes
+        if func is ops.int8_vectorwise_quant.default:
+            return _vectorwise_quant(*args, **kwargs)
+        if func is ops.int8_mixed_scaled_mm.default:
+            return _mixed_scaled_mm(*args, **kwargs)
+        if func is ops.int8_scaled_mm.default:
+            return _scaled_mm(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _vectorwise_quant(a: torch.Tensor, threshold: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    rows = a.numel() // a.shape[-1]
+    row_stats = torch.zeros(rows, device=a.device, dtype=torch.float32)
+    out_row = torch.zeros(a.shape, device=a.device, dtype=torch.int8)
+    if threshold <= 0.0:
+        return out_row, row_stats, None
+    outliers = a.abs() >= threshold
+    columns = outliers.any(dim=0)
+    del outliers, columns
+    outlier_cols = torch.arange(LLM_INT8_OUTLIER_COLUMNS, device=a.device)
+    if rows > 1:
+        out_row[:, outlier_cols] = 0
+    return out_row, row_stats, outlier_cols
+
+
+def _scaled_mm(a: torch.Tensor, b: torch.Tensor, row_stats: torch.Tensor, col_stats: torch.Tensor,
+               bias: torch.Tensor | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    product = torch.zeros((*a.shape[:-1], b.shape[0]), device=a.device, dtype=torch.int32)
+    dequantised = torch.zeros_like(product, dtype=torch.float16)
+    del product
+    return dequantised.to(dtype or torch.float16)
+
+
+def _mixed_scaled_mm(a: torch.Tensor, ca: torch.Tensor, cb: torch.Tensor, sca: torch.Tensor, scb: torch.Tensor,
+                     outlier_cols: torch.Tensor | None = None,
+                     bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    if outlier_cols is None or not outlier_cols.numel():
+        return _scaled_mm(ca, cb, sca, scb, bias, a.dtype), torch.empty(0, device=a.device, dtype=a.dtype)
+    sub_a = a[:, outlier_cols].contiguous()
+    # int8_vectorwise_dequant's default kernel, which CUDA runs too
+    sub_b = (cb[:, outlier_cols].contiguous() * scb.view(-1, 1) * INT8_DEQUANT_SCALE).to(a.dtype).t()
+    output = _scaled_mm(ca, cb, sca, scb, bias, a.dtype)
+    return output.addmm(sub_a, sub_b), sub_a
+
+
+@contextlib.contextmanager
+def int8_as_on_cuda() -> Iterator[None]:
+    with _Int8OnCuda():
         yield

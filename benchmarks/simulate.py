@@ -46,7 +46,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
-from benchmarks.quantised import gemm_4bit_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
+from benchmarks.quantised import gemm_4bit_as_on_cuda, int8_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks, loaded, trl_sft_peaks  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
@@ -377,7 +377,8 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     ranks = _process_group(world_size) if t.recipe is Recipe.TUNEFLEET else contextlib.nullcontext()
     dynamic_map = real_dynamic_map() if t.method is Method.QLORA else contextlib.nullcontext()
     with dynamic_map, _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
-            modules, gemm_4bit_as_on_cuda() if t.method is Method.QLORA else contextlib.nullcontext():
+            modules, gemm_4bit_as_on_cuda() if t.method is Method.QLORA else \
+            int8_as_on_cuda() if t.method is Method.LORA_8BIT else contextlib.nullcontext():
         torch.manual_seed(0)
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
         model = from_config(config, t)
@@ -535,6 +536,14 @@ def _rows() -> list[Row]:
              # a mixture of experts: bitsandbytes quantises the linears, not the fused 3-D expert tensors
              Row("Qwen/Qwen1.5-MoE-A2.7B", spec(qlora, 1, 1024, lora_spec=q_v)),
              Row("Qwen/Qwen3-30B-A3B", spec(qlora, 1, 2048))]
+    # 8-bit LoRA: LLM.int8 base weights (int8 rows, fp32 row absmax), bitsandbytes' matmul allocating as its CUDA
+    # kernels do with planner.constants.LLM_INT8_OUTLIER_COLUMNS outlier columns (benchmarks/quantised.py)
+    int8 = Method.LORA_8BIT
+    rows += [Row("meta-llama/Llama-3.1-8B", spec(int8, 1, 2048)),
+             Row("meta-llama/Llama-3.1-8B", spec(int8, 2, 1024, ckpt=False, lora_spec=q_v)),
+             Row("Qwen/Qwen2.5-7B", spec(int8, 1, 4096)),
+             Row("mistralai/Mistral-7B-v0.3", spec(int8, 4, 512, lora_spec=q_v)),
+             Row("meta-llama/Llama-3.1-70B", spec(int8, 1, 2048))]
     # hf-trainer: transformers' Trainer + PEFT on one GPU under bf16 autocast (benchmarks/recipes.py); the rows of
     # THIRD_PARTY_RESERVED are the configurations of fms-acceleration's measurements
     qkvo = LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj"), rank=16, alpha=32)

@@ -4,8 +4,6 @@ layers (embeddings, final norm, logits and loss). Pure functions; no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from contract.model import Architecture, Family
 from contract.schema import ALL_LINEAR, Attention, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
@@ -17,6 +15,14 @@ from planner.architecture import (
     norms_per_layer,
     qk_norm_rows,
 )
+from planner.layer_linears import (
+    Linear,
+    first_linears,
+    group_input_bytes,
+    int8_stash_bytes,
+    linear_groups,
+)
+from planner.layer_peak import head_saved_bytes, layer_peak_extra_bytes
 from planner.parameters import ParameterSplit
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
@@ -51,19 +57,6 @@ def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = Tr
     return sum(4 * width + 4 * rows + (normalised * width if weight_trains else 0) for width, rows in widths)
 
 
-def _first_linears(a: Architecture) -> tuple[str, ...]:
-    """The linears that read a layer's input norm: q, k and v, and in Phi's parallel block fc1 too."""
-    return ("q_proj", "k_proj", "v_proj", "fc1") if a.family is Family.PHI else _qkv_names(a)
-
-
-def _qkv_names(a: Architecture) -> tuple[str, ...]:
-    """The linears that read the attention input: Phi-3 fuses them into one; latent attention reads it into its query
-    (latent) and its key/value latent."""
-    if a.latent_attention is not None:
-        return ("q_a_proj" if a.latent_attention.q_lora_rank else "q_proj", "kv_a_proj_with_mqa")
-    return ("qkv_proj",) if a.family is Family.PHI3 else ("q_proj", "k_proj", "v_proj")
-
-
 def _latent_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, kv: bool = True) -> float:
     """Bytes latent attention's q_a_layernorm (with a query latent) and kv_a_layernorm save per token, as a layer's
     RMSNorm does over their widths."""
@@ -74,39 +67,13 @@ def _latent_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = 
     return sum(4 * w + 4 + (b * w if weight_trains else 0) for w in widths)
 
 
-@dataclass(frozen=True)
-class _Linear:
-    names: tuple[str, ...]
-    width: int
-    # The input is a tensor something else already saves (the attention output for o_proj under SDPA/flash).
-    input_already_saved: bool = False
-
-
-def _group_input_bytes(group: _Linear, t: TrainingSpec, split: ParameterSplit) -> float:
-    """Inputs saved by a group of linears that share one input tensor, and their adapters' outputs, per token."""
-    b = t.precision.activation_bytes
-    if t.method in (Method.FULL, Method.FREEZE):
-        return 0.0 if group.input_already_saved else b * group.width
-    lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
-    hits = sum(1 for n in group.names if n in lora_names)
-    if not hits:
-        return 0.0
-    la = recipes.adapter_compute_bytes(t)
-    lora_out = hits * la * t.lora.rank  # lora_A's output, saved by lora_B
-    if t.applies_lora_dropout:  # each adapter draws its own dropout: a new tensor plus its mask
-        return hits * (la + k.DROPOUT_MASK_BYTES) * group.width + lora_out
-    if la != b:  # each adapter casts the input to its own dtype, a copy its lora_A saves
-        return hits * la * group.width + lora_out
-    return (0.0 if group.input_already_saved else b * group.width) + lora_out
-
-
 def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> float:
     """What a recomputed layer still holds when backward reaches its eager attention scores (the MLP and the
     output projection done): its input norm, the q/k/v inputs and adapters, q/k norms, q and k (repeated) as the
     scores' matmul saves them."""
     b, full = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE)
     norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full)
-    qkv = _group_input_bytes(_Linear(_first_linears(a), a.hidden_size), t, split)
+    qkv = group_input_bytes(Linear(first_linears(a), a.hidden_size), t, split)
     return norm + _head_norms_bytes(a, b, full) + qkv + 2 * b * a.q_dim
 
 
@@ -126,44 +93,12 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     norms = norms_per_layer(a) * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
     m = a.latent_attention
     if m is not None:
-        # the query latent, the key/value latent and every head's expanded key part and value read through linears
         norms += _latent_norms_bytes(a, b, full)
-        groups = [_Linear(_qkv_names(a), h), _Linear(("kv_b_proj",), m.kv_lora_rank),
-                  _Linear(("o_proj",), a.v_dim, flash_like)]
-        groups += [_Linear(("q_b_proj",), m.q_lora_rank)] if m.q_lora_rank else []
-    elif a.family is Family.GPT2:
-        groups = [_Linear(("c_attn",), h), _Linear(("c_proj",), h, flash_like), _Linear(("c_fc",), h),
-                  _Linear(("mlp.c_proj",), i)]
-    elif a.family is Family.PHI:
-        # one LayerNorm, whose output the attention and the MLP both read (a parallel block); each of their outputs
-        # goes through the residual dropout, which keeps its mask
-        norms += 2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0
-        groups = [_Linear(_first_linears(a), h), _Linear(("dense",), q, flash_like), _Linear(("fc2",), i)]
-    elif a.family is Family.STARCODER2:
-        norms += 2 * k.DROPOUT_MASK_BYTES * h if a.residual_dropout else 0  # on the attention and MLP outputs
-        groups = [_Linear(_qkv_names(a), h), _Linear(("o_proj",), q, flash_like), _Linear(("c_fc",), h),
-                  _Linear(("c_proj",), i)]
-    else:
-        qkv = _qkv_names(a)
-        gate_up = ("gate_up_proj",) if a.family is Family.PHI3 else ("gate_proj", "up_proj")
-        groups = [_Linear(qkv, h), _Linear(("o_proj",), q, flash_like)]
-        if not a.num_experts:  # a mixture of experts' feed-forward is counted with its experts below
-            groups += [_Linear(gate_up, h), _Linear(("down_proj",), i)]
-        elif a.shared_expert_intermediate_size and a.family is Family.QWEN2_MOE:
-            # Qwen2-MoE's shared expert and its gate read the MLP's input
-            groups += [_Linear(("gate_proj", "up_proj", "shared_expert_gate"), h),
-                       _Linear(("down_proj",), a.shared_expert_intermediate_size)]
+    if a.family in (Family.PHI, Family.STARCODER2) and a.residual_dropout:
+        norms += 2 * k.DROPOUT_MASK_BYTES * h  # the residual dropout on the attention and MLP outputs keeps its mask
+    groups = linear_groups(a, t, dense)
     shared_experts_moe = a.family in SHARED_EXPERTS_MOE
-    if a.family is Family.LLAMA4:  # a dense layer's MLP, or a sparse one's shared expert
-        groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)] if dense \
-            else [_Linear(("shared_expert.gate_proj", "shared_expert.up_proj"), h),
-                  _Linear(("shared_expert.down_proj",), i)]
-    elif shared_experts_moe and dense:
-        groups += [_Linear(("gate_proj", "up_proj"), h), _Linear(("down_proj",), a.dense_intermediate_size)]
-    elif shared_experts_moe:
-        groups += [_Linear(("shared_experts.gate_proj", "shared_experts.up_proj"), h),
-                   _Linear(("shared_experts.down_proj",), a.shared_expert_intermediate_size)]
-    linears = sum(_group_input_bytes(g, t, split) for g in groups)
+    linears = sum(group_input_bytes(g, t, split) for g in groups) + int8_stash_bytes(a, t, split, groups, True)
 
     heads = a.num_attention_heads
     if flash_like:
@@ -347,56 +282,20 @@ def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     """The short-lived blocks whose segments PyTorch's caching allocator keeps cached beside a step's peak
     (planner.memory.allocator_slack_terms): one fp32 vocab-sized block of the loss (TRL's fused head: its bf16 tile),
     one decoder layer's saved tensors with what it holds beyond them at its peak (what recompute rebuilds under
-    checkpointing; what backward frees first without it), and QLoRA's largest dequantised weight (bitsandbytes
-    dequantises a 4-bit weight into a bf16 copy for each matmul past a few rows). `t` carries the activations'
+    checkpointing; what backward frees first without it), and a quantised model's largest dequantised weight
+    (bitsandbytes dequantises a 4-bit weight into a bf16 copy for each matmul past a few rows, an 8-bit one in each
+    backward). `t` carries the activations'
     precision (fp32 under hf-trainer QLoRA)."""
     tokens = t.sequences_per_micro_batch * t.sequence_length
     rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
     layer = _layers_saved_bytes(a, t, split, tokens)[1] + layer_peak_extra_bytes(a, t, split, tokens)
     dequantised = 0
-    if t.method is Method.QLORA:
+    if t.method.quantises:
         dequantised = 2 * max((x.in_features * x.out_features for x in lora_targets(a, (ALL_LINEAR,), _TARGETS)
                                if x.part == "decoder"), default=0)
     if recipes.fused_head(t):
         return recipes.fused_head_tile_bytes(a, t), layer, dequantised
     return rows * a.vocab_size * 4, layer, dequantised
-
-
-def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
-    """A recomputed dense gated MLP's backward: the gradient of the activated gate times up product, then one per
-    factor, alive with what the layer saved. Where the down projection's input is kept for backward (its weight
-    trains, or an adapter reads it) that input, counted as saved, is freed by then: one fewer (simulated: trl-sft
-    QLoRA on q,v and on q,k,v,o, 3; LoRA on every linear, 2). hf-trainer QLoRA's fp32 stream: 2 (simulated). Llama 4's
-    sparse layer, the largest: the gradient of every expert's output, which backward reshapes into a copy before the
-    batched matmuls' (simulated: Llama-4-Maverick, 2.5 GiB at 2,048 tokens beside the layer's saved tensors)."""
-    if a.family is Family.LLAMA4:
-        return a.num_experts * a.hidden_size * tokens * t.precision.activation_bytes
-    if a.num_experts or a.family in LAYER_NORM_FAMILIES:
-        return 0
-    down_read = t.method in (Method.FULL, Method.FREEZE) or any(
-        layer.part == "decoder" and layer.in_features == a.intermediate_size for layer in split.lora_layers)
-    tensors = 2 if down_read or recipes.fp32_stream(t) else 3
-    return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
-
-
-def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
-    """fp32 adapters on a bf16 stream: the widest adapted input's fp32 casts (recipes.adapter_cast_bytes) in a
-    layer's forward, with k.CAST_PEAK_HIDDEN_TENSORS hidden-sized tensors alive beside them."""
-    cast = recipes.adapter_cast_bytes(t, split, tokens)
-    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes if cast else 0
-
-
-def _head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:
-    """What TRL's fused head saved (counted outside the layers), freed by its backward before any layer's."""
-    return recipes.fused_head_saved_bytes(a, t) if recipes.fused_head(t) else 0
-
-
-def layer_peak_extra_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
-    """What the recomputed layer holds at its peak beyond what it saves: its MLP backward's gradients, or the fp32
-    adapters' casts in its forward; less what the fused head saved, freed by then. `t` carries the stream's
-    precision (recipes.activation_spec)."""
-    extra = max(_mlp_backward_bytes(a, t, split, tokens), _adapter_cast_peak_bytes(a, t, split, tokens))
-    return extra - _head_saved_bytes(a, t)
 
 
 def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
@@ -456,7 +355,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         first_layer = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
         adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
         if t.applies_lora_dropout:
-            first_layer += sum(n in adapted for n in _first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
+            first_layer += sum(n in adapted for n in first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
         if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
             first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
             first_layer += _latent_norms_bytes(a, b, False, "q_a_proj" not in adapted,
@@ -495,14 +394,16 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         if eager:
             eager += int(_before_scores_bytes_per_token(a, t, split) * tokens)
         layer = per_layer + layer_peak_extra_bytes(a, t, split, tokens)
-        body = layers * b * h * tokens + max(layer, eager, logits) + outside
+        # 8-bit linears keep their inputs through checkpointing (int8_stash_bytes)
+        kept = int8_stash_bytes(a, t, split, linear_groups(a, t), False) * tokens
+        body = layers * (b * h * tokens + kept) + max(layer, eager, logits) + outside
         logits_term = 0
     else:
         body = all_layers + outside
         # the last layer's softmax backward runs after the logits are freed, with every other layer's activations
         # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
         # fp32 adapters: the last layer's widest adapter input cast to fp32 in its forward, before the head runs
-        cast = recipes.adapter_cast_bytes(t, split, tokens) - _head_saved_bytes(a, t)
+        cast = recipes.adapter_cast_bytes(t, split, tokens) - head_saved_bytes(a, t)
         logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens), cast)
     vision = 0.0
     if a.vision is not None and split.vision_trainable and t.image_tokens:

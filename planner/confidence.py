@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.model import Architecture
-from contract.schema import Method, TrainingSpec
+from contract.schema import TrainingSpec
 from planner import constants as k
 from planner.memory import MemoryBreakdown
 
@@ -26,8 +26,6 @@ class Band:
 
 def allocated_error(a: Architecture, t: TrainingSpec) -> tuple[tuple[float, float], str]:
     """How far the allocated part has been found under and over the truth for the regime, and where from."""
-    if t.method is Method.LORA_8BIT:
-        return k.THIRD_PARTY_ERROR_QUANTISED, "worst third-party quantised rows: 8-bit bitsandbytes is not simulated"
     if t.zero_stage == 3:
         return k.SIMULATED_ERROR_ZERO3, "worst simulated ZeRO-3 rows, make bench-simulate"
     return k.SIMULATED_ERROR_ZERO0_TO_2, "worst simulated rows of ZeRO 0-2, make bench-simulate"

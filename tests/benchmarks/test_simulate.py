@@ -56,6 +56,10 @@ MATRIX = [
     # QLoRA: bitsandbytes' real CPU kernels against its fake ones, the 4-bit matmul allocating as on CUDA both times
     (TINY_LLAMA, Method.QLORA, 0, 1, True, Attention.SDPA, ALL),
     (TINY_LLAMA, Method.QLORA, 2, 2, False, Attention.EAGER, QV),
+    # 8-bit LoRA: LLM.int8's matmul allocating as its CUDA kernels do, on real CPU tensors and fake ones; its inputs
+    # kept on the autograd context through checkpointing
+    (TINY_LLAMA, Method.LORA_8BIT, 0, 1, True, Attention.SDPA, ALL),
+    (TINY_LLAMA, Method.LORA_8BIT, 0, 1, False, Attention.EAGER, QV),
 ]
 
 
@@ -150,9 +154,10 @@ def test_trl_sft_never_builds_the_logits_the_trainer_builds() -> None:
 # the memory model: the logits peak, the ZeRO-0 step transient, a ZeRO-2 partition over 4 ranks, eager
 # attention's softmax backward under checkpointing, Gemma 2's eager attention and soft-capping, the parameters
 # ZeRO-3 holds gathered (for a 1B model on 2 ranks, 80 % of them: a third of the peak), and ZeRO-1 over several
-# ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage; and QLoRA
+# ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage; QLoRA
 # under transformers' Trainer (4-bit weights dequantised by every matmul, the rest of the model and its residual
-# stream in fp32; the executor's QLoRA is held to real tensors in the matrix above and sized in make bench-simulate).
+# stream in fp32; the executor's QLoRA is held to real tensors in the matrix above and sized in make bench-simulate);
+# and 8-bit LoRA, whose linears keep their inputs through checkpointing.
 REGRESSION_ROWS = [
     Row("Qwen/Qwen2.5-0.5B", TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=1024)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024)),
@@ -165,6 +170,7 @@ REGRESSION_ROWS = [
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024, zero_stage=1), 4),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024,
                                                 recipe=Recipe.HF_TRAINER)),
+    Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.LORA_8BIT, sequence_length=1024)),
 ]
 
 

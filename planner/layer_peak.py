@@ -1,0 +1,49 @@
+"""What a recomputed decoder layer holds at its peak beyond the tensors it saves (planner.activations counts those):
+its MLP backward's gradients, fp32 adapters' input casts in its forward, less what TRL's fused head saved and freed.
+Pure functions, from what make bench-simulate shows."""
+
+from __future__ import annotations
+
+from contract.model import Architecture, Family
+from contract.schema import Method, TrainingSpec
+from planner import constants as k
+from planner import recipes
+from planner.architecture import LAYER_NORM_FAMILIES
+from planner.parameters import ParameterSplit
+
+
+def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """A recomputed dense gated MLP's backward: the gradient of the activated gate times up product, then one per
+    factor, alive with what the layer saved. Where the down projection's input is kept for backward (its weight
+    trains, or an adapter reads it) that input, counted as saved, is freed by then: one fewer (simulated: trl-sft
+    QLoRA on q,v and on q,k,v,o, 3; LoRA on every linear, 2). hf-trainer QLoRA's fp32 stream: 2 (simulated). Llama 4's
+    sparse layer, the largest: the gradient of every expert's output, which backward reshapes into a copy before the
+    batched matmuls' (simulated: Llama-4-Maverick, 2.5 GiB at 2,048 tokens beside the layer's saved tensors)."""
+    if a.family is Family.LLAMA4:
+        return a.num_experts * a.hidden_size * tokens * t.precision.activation_bytes
+    if a.num_experts or a.family in LAYER_NORM_FAMILIES:
+        return 0
+    down_read = t.method in (Method.FULL, Method.FREEZE) or any(
+        layer.part == "decoder" and layer.in_features == a.intermediate_size for layer in split.lora_layers)
+    tensors = 2 if down_read or recipes.fp32_stream(t) else 3
+    return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
+
+
+def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """fp32 adapters on a bf16 stream: the widest adapted input's fp32 casts (recipes.adapter_cast_bytes) in a
+    layer's forward, with k.CAST_PEAK_HIDDEN_TENSORS hidden-sized tensors alive beside them."""
+    cast = recipes.adapter_cast_bytes(t, split, tokens)
+    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes if cast else 0
+
+
+def head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:
+    """What TRL's fused head saved (counted outside the layers), freed by its backward before any layer's."""
+    return recipes.fused_head_saved_bytes(a, t) if recipes.fused_head(t) else 0
+
+
+def layer_peak_extra_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
+    """What the recomputed layer holds at its peak beyond what it saves: its MLP backward's gradients, or the fp32
+    adapters' casts in its forward; less what the fused head saved, freed by then. `t` carries the stream's
+    precision (recipes.activation_spec)."""
+    extra = max(_mlp_backward_bytes(a, t, split, tokens), _adapter_cast_peak_bytes(a, t, split, tokens))
+    return extra - head_saved_bytes(a, t)
