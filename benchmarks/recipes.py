@@ -53,8 +53,10 @@ def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
 
     from executor.training.peft_config import lora_config
 
+    if t.method is Method.FULL:
+        return model  # the model's own bf16 weights train
     if t.method not in (Method.LORA, Method.QLORA):
-        raise ValueError(f"hf-trainer is simulated for lora and qlora, not {t.method.value}")
+        raise ValueError(f"hf-trainer is simulated for lora, qlora and full, not {t.method.value}")
     if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing)
     return get_peft_model(model, lora_config(t.lora, model))
@@ -192,8 +194,8 @@ def trl_sft_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveByt
 
     from executor.training.peft_config import lora_config
 
-    if t.method not in (Method.LORA, Method.QLORA):
-        raise ValueError(f"trl-sft is simulated for lora and qlora, not {t.method.value}")
+    if t.method not in (Method.LORA, Method.QLORA, Method.FULL):
+        raise ValueError(f"trl-sft is simulated for lora, qlora and full, not {t.method.value}")
     peaks: list[Peak] = []
     examples = datasets.Dataset.from_dict({"input_ids": [[(r + i) % vocab_size for i in range(t.sequence_length)]
                                                          for r in range(steps * t.micro_batch_size)]})
@@ -203,7 +205,8 @@ def trl_sft_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveByt
                          gradient_checkpointing=t.gradient_checkpointing, max_length=t.sequence_length, **_QUIET)
         trainer = _marking_backward(SFTTrainer, counter)(
             model=model, args=args, train_dataset=examples, processing_class=_pad_only_tokenizer(),
-            peft_config=lora_config(t.lora, model), callbacks=[_step_callback(counter, peaks)])
+            peft_config=None if t.method is Method.FULL else lora_config(t.lora, model),
+            callbacks=[_step_callback(counter, peaks)])
         modules.name(trainer.model)
         trainer.train()
     return peaks

@@ -577,7 +577,12 @@ def _rows() -> list[Row]:
              Row("mistralai/Mistral-7B-v0.3", sft(spec(qlora, 4, 4096, lora_spec=qkvo))),
              Row("mistralai/Mistral-7B-v0.3", sft(spec(lora, 1, 1024, ckpt=False, attn=eager, lora_spec=qkvo))),
              Row("meta-llama/Llama-3.2-1B", sft(spec(lora, 8, 2048))),
-             Row("meta-llama/Llama-3.1-70B", sft(spec(qlora, 1, 2048)))]
+             Row("meta-llama/Llama-3.1-70B", sft(spec(qlora, 1, 2048))),
+             # full fine-tuning under either: the model loaded in bf16, its weights, gradients and AdamW states bf16
+             Row("meta-llama/Llama-3.2-1B", sft(spec(full, 4, 2048))),
+             Row("Qwen/Qwen2.5-7B", sft(spec(full, 1, 4096))),
+             Row("meta-llama/Llama-3.2-1B", hf(spec(full, 2, 2048))),
+             Row("Qwen/Qwen2.5-0.5B", hf(spec(full, 4, 1024, ckpt=False)))]
     return rows
 
 

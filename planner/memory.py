@@ -300,11 +300,12 @@ def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_byt
     """The short-lived blocks behind what PyTorch's caching allocator holds reserved beyond the allocated peak:
     segments they left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds
     whole, and segments never merge). One fp32 vocab-sized loss block, one layer's saved tensors, ZeRO-3's flat
-    gather buffer, for a full or partial fine-tune under ZeRO 1-3 the optimizer step's transient and the gradients
-    (their partitions and buckets come and go in sizes the activations' segments do not hold), and QLoRA's largest
-    dequantised weight (activations.transient_block_bytes). Each weighs SLACK_PER_BYTE, fitted to the allocator
-    replayed on the simulated step (make bench-simulate's reserved columns)."""
-    trains = t.method in (Method.FULL, Method.FREEZE) and t.zero_stage >= 1
+    gather buffer, for a full or partial fine-tune under ZeRO 1-3 or a Trainer the optimizer step's transient and the
+    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold), and a
+    quantised model's largest dequantised weight (activations.transient_block_bytes). Each weighs SLACK_PER_BYTE,
+    fitted to the allocator replayed on the simulated step (make bench-simulate's reserved columns)."""
+    # a full or partial fine-tune under ZeRO 1-3, or under a Trainer recipe (torch's AdamW and gradients set to None)
+    trains = t.method in (Method.FULL, Method.FREEZE) and (t.zero_stage >= 1 or t.recipe is not Recipe.TUNEFLEET)
     return (logits_block_bytes, layer_bytes, b.fetch_buffer_bytes, b.optimizer_step_bytes if trains else 0,
             b.gradients_bytes if trains else 0, dequantised_bytes)
 

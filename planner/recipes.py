@@ -33,11 +33,10 @@ from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
 from planner.parameters import ParameterSplit
 
-# torch AdamW keeps two fp32 states per trainable parameter and, stepping with its foreach implementation (CUDA's
-# default), one fp32 temporary per parameter at a time (torch/optim/adamw.py: _multi_tensor_adamw, the square root
-# of exp_avg_sq); PEFT's adapters and their gradients are fp32 (LoraModel: autocast_adapter_dtype)
+# torch AdamW keeps two states per trainable parameter in its dtype and, stepping with its foreach implementation
+# (CUDA's default), one temporary per parameter (torch/optim/adamw.py: _multi_tensor_adamw, the square root of
+# exp_avg_sq); PEFT's adapters and their gradients are fp32 (LoraModel: autocast_adapter_dtype)
 HF_ADAPTER_BYTES = 4
-HF_ADAMW_STEP_BYTES = 4
 # SFTTrainer casts a quantised model's adapters to bf16 (trl/trainer/sft_trainer.py, "When using QLoRA, the PEFT
 # adapter weights are converted to bf16")
 TRL_QLORA_ADAPTER_BYTES = 2
@@ -53,12 +52,21 @@ TRL_SAVED_BYTES_PER_TOKEN = 8 + 4 + 4
 
 
 def trainer_state_bytes(adapter_params: int, trainable_params: int, t: TrainingSpec) -> tuple[int, int, int, int]:
-    """(adapters, their gradients, AdamW's states, its step's temporary) under transformers' Trainer: adapters and
-    gradients in the adapters' dtype (`adapter_bytes`), two states of that dtype and no master copy; the foreach
-    step's temporary under hf-trainer (adamw_torch), none under trl-sft (adamw_torch_fused)."""
-    b = adapter_bytes(t)
-    step = trainable_params * HF_ADAMW_STEP_BYTES if t.recipe is Recipe.HF_TRAINER else 0
+    """(adapters, their gradients, AdamW's states, its step's temporary) under transformers' Trainer: the trained
+    parameters and their gradients in their dtype (`trained_param_bytes`), two AdamW states of that dtype and no
+    master copy; the foreach step's temporary, one per parameter in its dtype, under hf-trainer (adamw_torch), none
+    under trl-sft (adamw_torch_fused)."""
+    b = trained_param_bytes(t)
+    step = trainable_params * b if t.recipe is Recipe.HF_TRAINER else 0
     return adapter_params * b, trainable_params * b, trainable_params * ADAMW_STATES * b, step
+
+
+def trained_param_bytes(t: TrainingSpec) -> int:
+    """Bytes a trained parameter takes under a Trainer recipe: a full fine-tune trains the model's own bf16 weights;
+    adapters are PEFT's fp32, or bf16 where SFTTrainer casts them (QLoRA)."""
+    if t.method is Method.FULL:
+        return t.precision.activation_bytes
+    return adapter_bytes(t)
 
 
 def adapter_bytes(t: TrainingSpec) -> int:
@@ -122,6 +130,7 @@ def fused_head_backward_bytes(a: Architecture, t: TrainingSpec) -> int:
     n, h = _labelled(t), a.hidden_size
     return n * h * 4 + fused_head_tile_bytes(a, t) + n * h * t.precision.activation_bytes
 
+
 _FIELD = "training.recipe"
 
 
@@ -130,9 +139,13 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     if t.recipe is Recipe.TUNEFLEET:
         return
     name = t.recipe.value
-    if t.method not in (Method.LORA, Method.QLORA):
-        raise UnsupportedError(_FIELD, f"{name} is modelled for lora and qlora so far, not {t.method.value}; "
+    if t.method not in (Method.LORA, Method.QLORA, Method.FULL):
+        raise UnsupportedError(_FIELD, f"{name} is modelled for lora, qlora and full so far, not {t.method.value}; "
                                        "plan it with recipe tunefleet")
+    if t.method is Method.FULL and t.precision is not Precision.BF16:
+        raise UnsupportedError(_FIELD, f"{name} full fine-tuning is modelled with the model loaded in bf16 (its "
+                                       "weights, gradients and AdamW states bf16, no fp32 master copy); plan it with "
+                                       "--precision bf16")
     if world_size > 1 or t.zero_stage or t.offload is not Offload.NONE:
         raise UnsupportedError(_FIELD, f"{name} is modelled on one GPU without DeepSpeed (ZeRO 0, no offload); "
                                        "plan several GPUs with recipe tunefleet")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Recipe, TrainingSpec
+from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Precision, Recipe, TrainingSpec
 from contract.training import training_from_proto, training_to_proto
 from planner.catalog import default_catalog
 from planner.errors import UnsupportedError
@@ -80,7 +80,8 @@ def test_trl_sft_qlora_keeps_the_model_in_bf16_and_casts_the_adapters_to_bf16() 
 # (model, change, ranks, words); QLoRA without checkpointing is refused for hf-trainer alone (SFTTrainer does not
 # prepare a k-bit model, so its QLoRA is modelled either way)
 REFUSED = [
-    ("meta-llama/Llama-3.1-8B", dict(method=Method.FULL), 1, "lora and qlora"),
+    ("meta-llama/Llama-3.1-8B", dict(method=Method.FREEZE, freeze_trainable_layers=2), 1, "lora, qlora and full"),
+    ("meta-llama/Llama-3.1-8B", dict(method=Method.FULL, precision=Precision.FP32), 1, "--precision bf16"),
     ("meta-llama/Llama-3.1-8B", dict(zero_stage=2), 2, "one GPU without DeepSpeed"),
     ("meta-llama/Llama-3.1-8B", dict(objective=Objective.DPO), 1, "supervised fine-tuning"),
     ("bigcode/starcoder2-3b", {}, 1, "dense RMSNorm decoders"),
@@ -112,3 +113,17 @@ def test_qlora_quantises_the_linears_of_a_mixture_of_experts_not_its_expert_tens
     # transformers' replace_with_bnb_linear swaps nn.Linear modules; the fused experts are 3-D parameters
     assert split.quantised < split.total - experts
     assert gpu_memory(mixtral, TrainingSpec(method=Method.QLORA, lora=EVERY), 1).weights_bytes >= 2 * experts
+
+
+@pytest.mark.parametrize("recipe", [Recipe.HF_TRAINER, Recipe.TRL_SFT])
+def test_a_full_fine_tune_under_a_trainer_keeps_bf16_weights_gradients_and_states_without_a_master_copy(
+        recipe: Recipe) -> None:
+    t = TrainingSpec(method=Method.FULL, sequence_length=2048)
+    ours = gpu_memory(LLAMA, t, 1)
+    theirs = gpu_memory(LLAMA, replace(t, recipe=recipe), 1)
+    params = parameter_split(LLAMA, Method.FULL, t.lora, False, 0).trainable
+    assert theirs.weights_bytes == ours.weights_bytes == 2 * params
+    assert (theirs.gradients_bytes, theirs.optimizer_bytes) == (2 * params, 4 * params)
+    assert ours.optimizer_bytes == 12 * params  # DeepSpeed's fp32 master copy and states
+    # torch's foreach AdamW (hf-trainer's adamw_torch) keeps a bf16 temporary per parameter; the fused step none
+    assert theirs.optimizer_step_bytes == (2 * params if recipe is Recipe.HF_TRAINER else 0)
