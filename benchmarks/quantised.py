@@ -53,25 +53,31 @@ _PARAMS4BIT_ATTRIBUTES = ("blocksize", "compress_statistics", "quant_type", "qua
                           "bnb_quantized", "module")
 
 
-def _fake_params4bit_class() -> type:
-    """A fake tensor that is a Params4bit: it stays where it is (`.to` its own device and dtype is itself) and its
-    detached copy (nn.Module._apply wraps a fake parameter's conversion in a new Parameter) keeps its class and
-    quantisation state."""
-    import bitsandbytes as bnb
+def _fake_params_class(base: type, attributes: tuple[str, ...], what: str) -> type:
+    """A fake tensor that is a bitsandbytes parameter (`base`): it stays where it is (`.to` its own device and dtype is
+    itself) and its detached copy (nn.Module._apply wraps a fake parameter's conversion in a new Parameter) keeps its
+    class and quantisation `attributes`."""
 
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         if (device is None or device == self.device) and (dtype is None or dtype == self.dtype):
             return self
-        raise RuntimeError(f"a simulated 4-bit weight stays on {self.device} in {self.dtype}")
+        raise RuntimeError(f"a simulated {what} weight stays on {self.device} in {self.dtype}")
 
     def detach(self: Any) -> Any:
         detached = FakeTensor.detach(self)
         detached.__class__ = type(self)
-        detached.__dict__.update({name: getattr(self, name) for name in _PARAMS4BIT_ATTRIBUTES})
+        detached.__dict__.update({name: getattr(self, name) for name in attributes})
         return detached
 
-    return type("Params4bit", (FakeTensor, bnb.nn.Params4bit), {"to": to, "detach": detach, "__module__": __name__})
+    return type(base.__name__, (FakeTensor, base), {"to": to, "detach": detach, "__module__": __name__})
+
+
+def _fake_params4bit_class() -> type:
+    """A fake Params4bit (named so: PEFT's prepare_model_for_kbit_training looks for it)."""
+    import bitsandbytes as bnb
+
+    return _fake_params_class(bnb.nn.Params4bit, _PARAMS4BIT_ATTRIBUTES, "4-bit")
 
 
 @contextlib.contextmanager
@@ -106,23 +112,10 @@ def _packed(dense: torch.Tensor, meta_weight: Any, params_class: type) -> torch.
 
 
 def _fake_int8params_class() -> type:
-    """A fake tensor that is an Int8Params (its int8 rows as data, CB the same rows, SCB their fp32 absmax), staying
-    where it is as `_fake_params4bit_class`'s does."""
+    """A fake Int8Params: its int8 rows as data, CB the same rows, SCB their fp32 absmax."""
     import bitsandbytes as bnb
 
-    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
-        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
-        if (device is None or device == self.device) and (dtype is None or dtype == self.dtype):
-            return self
-        raise RuntimeError(f"a simulated 8-bit weight stays on {self.device} in {self.dtype}")
-
-    def detach(self: Any) -> Any:
-        detached = FakeTensor.detach(self)
-        detached.__class__ = type(self)
-        detached.__dict__.update({name: getattr(self, name) for name in ("CB", "SCB", "has_fp16_weights")})
-        return detached
-
-    return type("Int8Params", (FakeTensor, bnb.nn.Int8Params), {"to": to, "detach": detach, "__module__": __name__})
+    return _fake_params_class(bnb.nn.Int8Params, ("CB", "SCB", "has_fp16_weights"), "8-bit")
 
 
 def _rows_int8(dense: torch.Tensor, params_class: type) -> torch.Tensor:
