@@ -5,13 +5,13 @@ layers (embeddings, final norm, logits and loss). Pure functions; no I/O."""
 from __future__ import annotations
 
 from contract.model import Architecture, Family
-from contract.schema import ALL_LINEAR, Attention, Loss, Method, Objective, TrainingSpec
+from contract.schema import Attention, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.architecture import (
     LAYER_NORM_FAMILIES,
     SHARED_EXPERTS_MOE,
-    lora_targets,
+    linear_layers,
     norms_per_layer,
     qk_norm_rows,
 )
@@ -274,10 +274,6 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     return int(tokens * a.vocab_size * fp32_copies)
 
 
-# the field a LoRA target list is checked under (lora_targets names it in its errors)
-_TARGETS = "training.lora.target_modules"
-
-
 def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int, int]:
     """The short-lived blocks whose segments PyTorch's caching allocator keeps cached beside a step's peak
     (planner.memory.allocator_slack_terms): one fp32 vocab-sized block of the loss (TRL's fused head: its bf16 tile),
@@ -291,8 +287,8 @@ def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     layer = _layers_saved_bytes(a, t, split, tokens)[1] + layer_peak_extra_bytes(a, t, split, tokens)
     dequantised = 0
     if t.method.quantises:
-        dequantised = 2 * max((x.in_features * x.out_features for x in lora_targets(a, (ALL_LINEAR,), _TARGETS)
-                               if x.part == "decoder"), default=0)
+        dequantised = 2 * max((x.in_features * x.out_features for x in linear_layers(a) if x.part == "decoder"),
+                              default=0)
     if recipes.fused_head(t):
         return recipes.fused_head_tile_bytes(a, t), layer, dequantised
     return rows * a.vocab_size * 4, layer, dequantised

@@ -249,7 +249,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     grads: float
     optimizer: float
     step: float
-    if t.recipe is not Recipe.TUNEFLEET:  # a Trainer on one GPU, ZeRO 0, adapters only (recipes.check)
+    if t.recipe is not Recipe.TUNEFLEET:  # a Trainer on one GPU, ZeRO 0 (recipes.check)
         adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
     else:
         grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
