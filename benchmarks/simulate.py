@@ -535,7 +535,9 @@ def _rows() -> list[Row]:
              Row("meta-llama/Llama-3.1-70B", spec(qlora, 1, 2048)),
              # a mixture of experts: bitsandbytes quantises the linears, not the fused 3-D expert tensors
              Row("Qwen/Qwen1.5-MoE-A2.7B", spec(qlora, 1, 1024, lora_spec=q_v)),
-             Row("Qwen/Qwen3-30B-A3B", spec(qlora, 1, 2048))]
+             Row("Qwen/Qwen3-30B-A3B", spec(qlora, 1, 2048)),
+             # DeepSeek-V3's layout: its dense MLP and shared experts are linears bitsandbytes quantises
+             Row("moonshotai/Moonlight-16B-A3B", spec(qlora, 1, 2048))]
     # 8-bit LoRA: LLM.int8 base weights (int8 rows, fp32 row absmax), bitsandbytes' matmul allocating as its CUDA
     # kernels do with planner.constants.LLM_INT8_OUTLIER_COLUMNS outlier columns (benchmarks/quantised.py)
     int8 = Method.LORA_8BIT

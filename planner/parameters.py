@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from contract.model import Architecture
 from contract.schema import LoraSpec, Method, Precision, TrainingSpec
 from planner import constants as k
-from planner.architecture import LinearLayer, lora_parameter_count, lora_targets, parameter_counts
+from planner.architecture import LinearLayer, linear_layers, lora_parameter_count, lora_targets, parameter_counts
 from planner.memo import memo
 
 
@@ -41,7 +41,7 @@ def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vi
     counts = parameter_counts(arch)
     vision_trainable = arch.vision is not None and train_vision_tower
     linear_weights = sum(layer.count * layer.in_features * layer.out_features
-                         for layer in lora_targets(arch, ("all-linear",), "training.lora.target_modules"))
+                         for layer in linear_layers(arch) if layer.part != "head")
     # bitsandbytes quantises nn.Linear modules only (transformers' replace_with_bnb_linear): a mixture of experts'
     # fused 3-D expert tensors (transformers 5) stay in bf16 (simulated: Qwen1.5-MoE QLoRA, 25.0 GiB of weights)
     quantised = linear_weights if method.quantises else 0
