@@ -18,7 +18,11 @@ temporaries as large as the gradients, so the simulation asks for foreach (`_for
 the CPU's policy: for the RMSNorm decoders simulated here the two agree op for op (the ops CUDA alone keeps in
 fp32 — pow, rsqrt, softmax, log_softmax, sum — see fp32 inputs already: transformers upcasts before each), but a
 LayerNorm model would not (CUDA runs layer_norm in fp32 under autocast, the CPU in bf16), so hf-trainer rows are
-RMSNorm families only.
+RMSNorm families only. A full fine-tune trains the bf16 model's own weights (no PEFT).
+
+trl-sft — TRL's SFTTrainer with SFTConfig's defaults and the plan's LoRA as its peft_config (none for a full
+fine-tune), on tokenised sequences through TRL's own collator and fused LM head (`trl_sft_peaks`). What differs from
+CUDA, set to CUDA's way: the fused head's Triton folds and in-place fp32 accumulation (`_fused_head_as_on_cuda`).
 """
 
 from __future__ import annotations
@@ -186,8 +190,9 @@ def _pad_only_tokenizer() -> Any:
 def trl_sft_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int,
                   modules: ModuleStack) -> list[Peak]:
     """`steps` steps of TRL's SFTTrainer.train() with its defaults (SFTConfig: bf16 autocast, the fused LM head,
-    transformers' default optimizer, adamw_torch_fused) and the plan's LoRA as its peft_config, on full micro-batches
-    of tokenised sequences at the plan's length (labels are the inputs); each step's peak. `modules` names the
+    transformers' default optimizer, adamw_torch_fused) and the plan's LoRA as its peft_config (none for a full
+    fine-tune), on full micro-batches of tokenised sequences at the plan's length (labels are the inputs); each step's
+    peak. `modules` names the
     modules of the model the trainer wraps."""
     import datasets
     from trl import SFTConfig, SFTTrainer
