@@ -1,7 +1,7 @@
 """QLoRA and 8-bit LoRA under fake tensors: the base model quantised as transformers and bitsandbytes quantise it on a
 CUDA GPU, and bitsandbytes' 4-bit and LLM.int8 matmuls allocating what their CUDA kernels allocate (bitsandbytes
 0.50, constraints.txt). 8-bit: each weight quantised as Int8Params._quantize quantises it (int8 rows, an fp32 absmax
-a row; `_rows_int8`, the fake result given Int8Params' class as the 4-bit one is), and `int8_as_on_cuda`.
+a row; `_rows_int8`, the fake result given Int8Params' class as the 4-bit one is), and `kernels_as_on_cuda`.
 
 The executor loads a QLoRA model with transformers' bitsandbytes quantizer (executor.training.model._pretrained,
 `quantization`); `quantised` does the same to the fake model simulate.py built:
@@ -16,7 +16,7 @@ The executor loads a QLoRA model with transformers' bitsandbytes quantizer (exec
   given Params4bit's class and attributes instead (`_FAKE_PARAMS4BIT`, named Params4bit as PEFT's
   prepare_model_for_kbit_training looks for it). It stays where it is: `.to` to its own device is itself.
 
-What differs from the fake kernels, set to CUDA's way (`gemm_4bit_as_on_cuda`): bitsandbytes 0.50's 4-bit matmul
+What differs from the fake kernels, set to CUDA's way (`kernels_as_on_cuda`): bitsandbytes 0.50's 4-bit matmul
 (torch.ops.bitsandbytes.gemm_4bit) has a fake kernel that allocates the output only. Its CUDA kernel picks, by the
 rows it multiplies (M, the micro-batch's tokens) and the GPU (backends/cuda/ops.py: _gemm_4bit_use_custom_cuda),
 between a fused kernel (the output only; always at M <= 4) and `_dequant_linear_fallback` (always past M = 1536):
@@ -41,6 +41,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from contract.schema import Method
 from planner.constants import LLM_INT8_OUTLIER_COLUMNS
 
 # bitsandbytes' fused 4-bit kernel runs at most this many rows whatever the GPU (backends/cuda/ops.py:
@@ -186,12 +187,6 @@ def _dequant_linear_fallback(a: torch.Tensor, b: torch.Tensor, shape_b: list[int
     return torch.nn.functional.linear(a, weight, bias)
 
 
-@contextlib.contextmanager
-def gemm_4bit_as_on_cuda() -> Iterator[None]:
-    with _Gemm4bitOnCuda():
-        yield
-
-
 # 1 / 127: int8 rows back to their scale (bitsandbytes backends/default/ops.py: int8_vectorwise_dequant)
 INT8_DEQUANT_SCALE = 7.874015718698502e-3
 
@@ -256,7 +251,10 @@ def _mixed_scaled_mm(a: torch.Tensor, ca: torch.Tensor, cb: torch.Tensor, sca: t
     return output.addmm(sub_a, sub_b), sub_a
 
 
-@contextlib.contextmanager
-def int8_as_on_cuda() -> Iterator[None]:
-    with _Int8OnCuda():
-        yield
+def kernels_as_on_cuda(method: Method) -> contextlib.AbstractContextManager[Any]:
+    """bitsandbytes' matmul of `method`'s quantised weights as its CUDA kernels allocate (nothing for a dense model)."""
+    if method is Method.QLORA:
+        return _Gemm4bitOnCuda()
+    if method is Method.LORA_8BIT:
+        return _Int8OnCuda()
+    return contextlib.nullcontext()

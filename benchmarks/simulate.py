@@ -46,7 +46,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
-from benchmarks.quantised import gemm_4bit_as_on_cuda, int8_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
+from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks, loaded, trl_sft_peaks  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
@@ -377,8 +377,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     ranks = _process_group(world_size) if t.recipe is Recipe.TUNEFLEET else contextlib.nullcontext()
     dynamic_map = real_dynamic_map() if t.method is Method.QLORA else contextlib.nullcontext()
     with dynamic_map, _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
-            modules, gemm_4bit_as_on_cuda() if t.method is Method.QLORA else \
-            int8_as_on_cuda() if t.method is Method.LORA_8BIT else contextlib.nullcontext():
+            modules, kernels_as_on_cuda(t.method):
         torch.manual_seed(0)
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
         model = from_config(config, t)

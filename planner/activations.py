@@ -98,7 +98,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         norms += 2 * k.DROPOUT_MASK_BYTES * h  # the residual dropout on the attention and MLP outputs keeps its mask
     groups = linear_groups(a, t, dense)
     shared_experts_moe = a.family in SHARED_EXPERTS_MOE
-    linears = sum(group_input_bytes(g, t, split) for g in groups) + int8_stash_bytes(a, t, split, groups, True)
+    linears = sum(group_input_bytes(g, t, split) for g in groups) + int8_stash_bytes(t, split, groups, True)
 
     heads = a.num_attention_heads
     if flash_like:
@@ -290,7 +290,7 @@ def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
         dequantised = 2 * max((x.in_features * x.out_features for x in linear_layers(a) if x.part == "decoder"),
                               default=0)
     if recipes.fused_head(t):
-        return recipes.fused_head_tile_bytes(a, t), layer, dequantised
+        return recipes.fused_head_tile_bytes(t), layer, dequantised
     return rows * a.vocab_size * 4, layer, dequantised
 
 
@@ -349,7 +349,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     if not embeddings_train and not t.gradient_checkpointing:
         # the first layer's input norm (OLMo 2 has none: its norms read the attention and MLP outputs)
         first_layer = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
-        adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
+        adapted = split.adapted_decoder_names
         if t.applies_lora_dropout:
             first_layer += sum(n in adapted for n in first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
         if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
@@ -391,7 +391,7 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
             eager += int(_before_scores_bytes_per_token(a, t, split) * tokens)
         layer = per_layer + layer_peak_extra_bytes(a, t, split, tokens)
         # 8-bit linears keep their inputs through checkpointing (int8_stash_bytes)
-        kept = int8_stash_bytes(a, t, split, linear_groups(a, t), False) * tokens
+        kept = int8_stash_bytes(t, split, linear_groups(a, t), False) * tokens
         body = layers * (b * h * tokens + kept) + max(layer, eager, logits) + outside
         logits_term = 0
     else:

@@ -40,8 +40,7 @@ def group_input_bytes(group: Linear, t: TrainingSpec, split: ParameterSplit) -> 
     b = t.precision.activation_bytes
     if t.method in (Method.FULL, Method.FREEZE):
         return 0.0 if group.input_already_saved else b * group.width
-    lora_names = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
-    hits = sum(1 for n in group.names if n in lora_names)
+    hits = sum(1 for n in group.names if n in split.adapted_decoder_names)
     if not hits:
         return 0.0
     la = recipes.adapter_compute_bytes(t)
@@ -96,8 +95,7 @@ def linear_groups(a: Architecture, t: TrainingSpec, dense: bool = False) -> list
     return groups
 
 
-def int8_stash_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, groups: list[Linear],
-                      unsaved_only: bool) -> float:
+def int8_stash_bytes(t: TrainingSpec, split: ParameterSplit, groups: list[Linear], unsaved_only: bool) -> float:
     """LLM.int8's matmul (bitsandbytes autograd/_functions.py: MatMul8bitLt) keeps its input and the input's outlier
     columns (k.LLM_INT8_OUTLIER_COLUMNS) on its autograd context as plain attributes, not as saved tensors, so
     checkpointing's hooks never drop them: every 8-bit linear's input stays alive from the forward to its backward,
@@ -109,10 +107,9 @@ def int8_stash_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, gr
     if t.method is not Method.LORA_8BIT:
         return 0.0
     b = t.precision.activation_bytes
-    adapted = {layer.name for layer in split.lora_layers if layer.part == "decoder"}
-
     def saved_otherwise(g: Linear) -> bool:
-        return g.input_already_saved or (not t.applies_lora_dropout and any(n in adapted for n in g.names))
+        return g.input_already_saved or (not t.applies_lora_dropout and
+                                         any(n in split.adapted_decoder_names for n in g.names))
 
     inputs = sum(b * g.width for g in groups if not (unsaved_only and saved_otherwise(g)))
     return inputs + sum(len(g.names) for g in groups) * k.LLM_INT8_OUTLIER_COLUMNS * b

@@ -24,7 +24,7 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     if a.num_experts or a.family in LAYER_NORM_FAMILIES:
         return 0
     down_read = t.method in (Method.FULL, Method.FREEZE) or any(
-        layer.part == "decoder" and layer.in_features == a.intermediate_size for layer in split.lora_layers)
+        layer.in_features == a.intermediate_size for layer in split.decoder_lora_layers)
     tensors = 2 if down_read or recipes.fp32_stream(t) else 3
     return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
 

@@ -24,6 +24,15 @@ class ParameterSplit:
     trainable_decoder_layers: int
     vision_trainable: bool
 
+    @property
+    def decoder_lora_layers(self) -> tuple[LinearLayer, ...]:
+        """The adapted linears of the decoder layers (a trained vision tower's aside)."""
+        return tuple(layer for layer in self.lora_layers if layer.part == "decoder")
+
+    @property
+    def adapted_decoder_names(self) -> frozenset[str]:
+        return frozenset(layer.name for layer in self.decoder_lora_layers)
+
 
 def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
     if method is Method.QLORA:

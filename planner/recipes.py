@@ -83,7 +83,7 @@ def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> i
     down_proj's lora_A)."""
     if t.recipe is Recipe.TUNEFLEET or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
         return 0
-    widths = [layer.in_features for layer in split.lora_layers if layer.part == "decoder"]
+    widths = [layer.in_features for layer in split.decoder_lora_layers]
     return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.activation_bytes))
 
 
@@ -118,7 +118,7 @@ def fused_head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:
     return _labelled(t) * (a.hidden_size * t.precision.activation_bytes + TRL_SAVED_BYTES_PER_TOKEN)
 
 
-def fused_head_tile_bytes(a: Architecture, t: TrainingSpec) -> int:
+def fused_head_tile_bytes(t: TrainingSpec) -> int:
     """The head's one logits tile buffer, in the compute dtype: TRL_VOCAB_TILE columns wide whatever the vocabulary
     (chunked_logprob: `mm_buf`)."""
     return min(_labelled(t), TRL_TOKEN_TILE) * TRL_VOCAB_TILE * t.precision.activation_bytes
@@ -128,7 +128,7 @@ def fused_head_backward_bytes(a: Architecture, t: TrainingSpec) -> int:
     """The fused head's backward beyond what it saved: the fp32 gradient of the hidden states, the tile, and the
     gradient cast back to the activations' dtype as it returns."""
     n, h = _labelled(t), a.hidden_size
-    return n * h * 4 + fused_head_tile_bytes(a, t) + n * h * t.precision.activation_bytes
+    return n * h * 4 + fused_head_tile_bytes(t) + n * h * t.precision.activation_bytes
 
 
 _FIELD = "training.recipe"

@@ -10,7 +10,7 @@ import torch
 import transformers
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from benchmarks.quantised import FUSED_KERNEL_MAX_ROWS, gemm_4bit_as_on_cuda, quantised, real_dynamic_map
+from benchmarks.quantised import FUSED_KERNEL_MAX_ROWS, kernels_as_on_cuda, quantised, real_dynamic_map
 from contract.schema import Method, TrainingSpec
 from executor.training.live_bytes import LiveBytes, Peak
 from executor.training.model import quantization
@@ -65,7 +65,7 @@ def _matmul_peak_bytes(rows: int) -> tuple[int, torch.Tensor]:
         x = torch.zeros(rows, IN_FEATURES, dtype=torch.bfloat16)
         before = counter.live_bytes
         counter.peak = Peak(before)
-        with gemm_4bit_as_on_cuda():
+        with kernels_as_on_cuda(Method.QLORA):
             out = layer(x)
     return counter.peak.bytes - before, out
 
