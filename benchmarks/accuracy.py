@@ -129,12 +129,15 @@ def _zero(r: dict[str, str], gpus: int) -> int:
 
 
 def _recipe(r: dict[str, str], precision: Precision, gpus: int) -> Recipe:
-    """hf-trainer for a row trained with transformers' Trainer under autocast on one GPU without DeepSpeed or FSDP
-    and without a framework's own kernels (fms-acceleration's accelerated-peft plugins); tunefleet's model for the
-    rest (FSDP as ZeRO-3, bf16 weights without autocast as bf16-pure)."""
+    """hf-trainer for a row trained with transformers' Trainer under bf16 mixed precision, without DeepSpeed on one GPU
+    or under DeepSpeed ZeRO, and without a framework's own kernels (fms-acceleration's accelerated-peft plugins);
+    tunefleet's model for the rest (FSDP as ZeRO-3, bf16 weights without autocast as bf16-pure). What the hf-trainer
+    model does not cover (planner.recipes.check) falls back to tunefleet's."""
     trainer = "hf trainer" in r["optimizer"].lower() or "sft_trainer" in r["notes"].lower()
-    plain = not r["zero_stage"].strip() and gpus == 1 and "accelerated" not in r["quant"].lower()
-    return Recipe.HF_TRAINER if trainer and plain and precision is Precision.BF16 else Recipe.TUNEFLEET
+    zero = r["zero_stage"].strip()
+    plain = (not zero and gpus == 1) or zero.isdigit()
+    native = "accelerated" not in r["quant"].lower()
+    return Recipe.HF_TRAINER if trainer and plain and native and precision is Precision.BF16 else Recipe.TUNEFLEET
 
 
 def _gpu(r: dict[str, str], catalog: Catalog) -> Hardware:

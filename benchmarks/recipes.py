@@ -28,6 +28,7 @@ CUDA, set to CUDA's way: the fused head's Triton folds and in-place fp32 accumul
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -41,14 +42,20 @@ from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
 
 @contextlib.contextmanager
 def _foreach_as_on_cuda() -> Iterator[None]:
-    from torch.optim import optimizer
+    """torch's Adam and AdamW choose foreach as on CUDA tensors. torch.optim.adam binds the chooser by name at import,
+    so it is replaced there as well as where it is defined."""
+    from torch.optim import adam, optimizer
 
     original = optimizer._default_to_fused_or_foreach
-    optimizer._default_to_fused_or_foreach = lambda params, differentiable, use_fused=False: (False, True)
+
+    def foreach(params: Any, differentiable: bool, use_fused: bool = False) -> tuple[bool, bool]:
+        return False, True
+
+    optimizer._default_to_fused_or_foreach = adam._default_to_fused_or_foreach = foreach
     try:
         yield
     finally:
-        optimizer._default_to_fused_or_foreach = original
+        optimizer._default_to_fused_or_foreach = adam._default_to_fused_or_foreach = original
 
 
 def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
@@ -113,20 +120,56 @@ _QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, d
               disable_tqdm=True)
 
 
-def hf_trainer_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int) -> list[Peak]:
-    """`steps` steps of Trainer.train() on full micro-batches (every sequence at the plan's length); each step's
-    peak."""
+@contextlib.contextmanager
+def hf_trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
+    """The TrainingArguments a user's script builds, entered before the model is made: under ZeRO they carry the
+    Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition the weights
+    as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process group's: the
+    launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE and MASTER_ADDR), and the ranks' device is
+    the CPU. Transformers' DeepSpeed and accelerate's state are reset as the run ends."""
+    import transformers
+    from accelerate.state import AcceleratorState
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    from planner.trainer_deepspeed import trainer_deepspeed_config
+
+    deepspeed = trainer_deepspeed_config(t.zero_stage) if t.zero_stage else None
+    launcher = {"MASTER_ADDR": "127.0.0.1", "LOCAL_WORLD_SIZE": str(world_size)} if deepspeed else {}
+    outer = {name: os.environ.get(name) for name in launcher}
+    device = transformers.TrainingArguments.device
+    os.environ.update(launcher)
+    # a fake tensor's device is compared as written, and accelerate names the rank's CPU "cpu:0" where the model's
+    # tensors say "cpu": the same device, spelled one way
+    transformers.TrainingArguments.device = property(lambda args: (device.fget(args), torch.device("cpu"))[1])
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            yield transformers.TrainingArguments(
+                output_dir=out, bf16=True, optim="adamw_torch", per_device_train_batch_size=t.micro_batch_size,
+                gradient_accumulation_steps=t.gradient_accumulation_steps,
+                gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed, **_QUIET)
+    finally:
+        transformers.TrainingArguments.device = device
+        unset_hf_deepspeed_config()
+        AcceleratorState._reset_state(reset_partial_state=True)
+        for name, value in outer.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes,
+                     steps: int) -> list[Peak]:
+    """`steps` steps of Trainer.train() with `args` (`hf_trainer_arguments`) on full micro-batches (every sequence at
+    the plan's length); each step's peak."""
     import transformers
 
     peaks: list[Peak] = []
     n = t.sequence_length
     examples = [{"input_ids": torch.randint(0, vocab_size, (n,)), "attention_mask": torch.ones(n, dtype=torch.long),
                  "labels": torch.randint(0, vocab_size, (n,))} for _ in range(steps * t.micro_batch_size)]
-    with tempfile.TemporaryDirectory() as out, _foreach_as_on_cuda():
-        args = transformers.TrainingArguments(
-            output_dir=out, bf16=True, optim="adamw_torch", per_device_train_batch_size=t.micro_batch_size,
-            gradient_accumulation_steps=t.gradient_accumulation_steps, max_steps=steps,
-            gradient_checkpointing=t.gradient_checkpointing, **_QUIET)
+    args.max_steps = steps
+    with _foreach_as_on_cuda():
         _marking_backward(transformers.Trainer, counter)(
             model=model, args=args, train_dataset=examples, callbacks=[_step_callback(counter, peaks)]).train()
     return peaks

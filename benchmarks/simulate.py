@@ -47,7 +47,13 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
-from benchmarks.recipes import hf_trainer_model, hf_trainer_peaks, loaded, trl_sft_peaks  # noqa: E402
+from benchmarks.recipes import (  # noqa: E402
+    hf_trainer_arguments,
+    hf_trainer_model,
+    hf_trainer_peaks,
+    loaded,
+    trl_sft_peaks,
+)
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -373,13 +379,17 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         fake_mode.enter_context(_swappable(mode))
         fake_mode.enter_context(mode)
         fake_mode.enter_context(_Scalars())
-    # the executor's ranks join a process group; transformers' Trainer on one GPU runs without one
-    ranks = _process_group(world_size) if t.recipe is Recipe.TUNEFLEET else contextlib.nullcontext()
+    # the executor's ranks join a process group, as does transformers' Trainer under DeepSpeed; on one GPU without
+    # DeepSpeed it runs without one
+    deepspeed = t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
+    ranks = _process_group(world_size) if deepspeed else contextlib.nullcontext()
+    arguments = hf_trainer_arguments(t, world_size) if t.recipe is Recipe.HF_TRAINER else contextlib.nullcontext()
     dynamic_map = real_dynamic_map() if t.method is Method.QLORA else contextlib.nullcontext()
     with dynamic_map, _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
-            modules, kernels_as_on_cuda(t.method):
+            modules, kernels_as_on_cuda(t.method), arguments as trainer_args:
         torch.manual_seed(0)
-        zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 else None
+        # ZeRO-3 partitions the weights as they are made: the Trainer's arguments say so for hf-trainer
+        zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 and t.recipe is Recipe.TUNEFLEET else None
         model = from_config(config, t)
         bnb_config = quantization(t)
         if bnb_config is not None:
@@ -388,7 +398,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         if t.recipe is Recipe.HF_TRAINER:
             model = hf_trainer_model(model, t, quantized=bnb_config is not None)
             modules.name(model)
-            step_peaks = hf_trainer_peaks(model, t, vocab, counter, steps)
+            step_peaks = hf_trainer_peaks(model, trainer_args, t, vocab, counter, steps)
         elif t.recipe is Recipe.TRL_SFT:
             step_peaks = trl_sft_peaks(model, t, vocab, counter, steps, modules)
         else:

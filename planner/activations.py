@@ -373,9 +373,11 @@ def activation_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
     return total, logits
 
 
-def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int, int]:
+def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit,
+                     backward_buffer_bytes: int = 0) -> tuple[int, int, int]:
     """activation_bytes and what is kept as the forward ends, before the loss: checkpointed layers' inputs (or
-    every layer's saved tensors) and what is saved outside them."""
+    every layer's saved tensors) and what is saved outside them. `backward_buffer_bytes` is held from the first
+    gradient on (ZeRO 1-2's reduce buckets): beside the layers' backward, not the loss's."""
     b = t.precision.activation_bytes
     tokens = t.sequences_per_micro_batch * t.sequence_length
     all_layers, per_layer = _layers_saved_bytes(a, t, split, tokens)
@@ -392,7 +394,8 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         layer = per_layer + layer_peak_extra_bytes(a, t, split, tokens)
         # 8-bit linears keep their inputs through checkpointing (int8_stash_bytes)
         kept = int8_stash_bytes(t, split, linear_groups(a, t), False) * tokens
-        body = layers * (b * h * tokens + kept) + max(layer, eager, logits) + outside
+        body = layers * (b * h * tokens + kept) + max(layer + backward_buffer_bytes, eager + backward_buffer_bytes,
+                                                      logits) + outside
         logits_term = 0
     else:
         body = all_layers + outside
@@ -400,7 +403,8 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit) ->
         # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
         # fp32 adapters: the last layer's widest adapter input cast to fp32 in its forward, before the head runs
         cast = recipes.adapter_cast_bytes(t, split, tokens) - head_saved_bytes(a, t)
-        logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens), cast)
+        logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens) + backward_buffer_bytes, cast,
+                          backward_buffer_bytes)
     vision = 0.0
     if a.vision is not None and split.vision_trainable and t.image_tokens:
         patches = t.micro_batch_size * t.image_tokens * a.vision.spatial_merge_size ** 2

@@ -80,6 +80,9 @@ FP32_MASTER_BYTES = 4
 #   (stage_1_and_2.step: flatten_dense_tensors_aligned(...).to(fp32)) or one sub-group of it (stage3.step).
 ZERO0_STEP_GRAD_BYTES = 8
 ZERO_STEP_GRAD_BYTES = 6
+# ZeRO 1-2's gradient norm casts each gradient to fp64 where the device has it (deepspeed/runtime/zero/utils.py:
+# get_norm_dtype; CUDA does)
+GRAD_NORM_BYTES = 8
 # DeepSpeed's ZeRO-3 optimizer steps one sub-group of a rank's partition at a time; tunefleet's configs leave
 # sub_group_size at DeepSpeed's default (runtime/zero/config.py: sub_group_size = 1e9).
 STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000

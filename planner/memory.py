@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from contract import deepspeed_config as ds
 from contract.model import Architecture, Family, ModelSpec
 from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Recipe, TrainingSpec
 from planner import constants as k
@@ -19,6 +18,7 @@ from planner.activations import activation_terms, transient_block_bytes
 from planner.architecture import SHARED_EXPERTS_MOE, largest_layer_params, layer_expert_params, linear_layers
 from planner.memo import memo
 from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
+from planner.trainer_deepspeed import Buckets, buckets
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class MemoryBreakdown:
     cuda_context_bytes: int
     allocator_bytes: int
     optimizer_step_bytes: int = 0
-    # ZeRO 0-1 free the gradients at every step and backward builds them as it frees the activations; ZeRO 2-3
-    # keep the gradient partition allocated across steps
+    # ZeRO 0-2 free the gradients at every step (ZeRO-2 its partition, stage_1_and_2.step) and backward builds them
+    # as it frees the activations; ZeRO-3 keeps its flat gradient partition allocated across steps
     gradients_grow_in_backward: bool = False
     # The gradients alive while the step runs: all of them under ZeRO 0, the rank's reduced partition under ZeRO 1
     gradients_at_step_bytes: int = 0
@@ -127,40 +127,44 @@ def optimizer_bytes_per_trainable_param(t: TrainingSpec) -> float:
     return _optimizer_state_bytes(t) + master
 
 
-def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int) -> float:
+def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int, largest_trainable: int = 0) -> float:
     """What DeepSpeed's mixed-precision step allocates after backward has freed the activations: the fp32 copy of
-    the gradients it updates and the flattened tensor it builds them into."""
+    the gradients it updates and the flattened tensor it builds them into. Under ZeRO 1-2 the gradient norm comes
+    first, casting each gradient in the rank's partition to fp64 in turn (stage_1_and_2.get_grad_norm_direct,
+    zero.utils.get_norm_dtype): the largest trainable tensor's share of the partition, 8 bytes an element
+    (simulated: Llama-3.2-1B full on 4 ranks, its tied embedding, peaks there)."""
     if not t.precision.has_fp32_master or t.offload is not Offload.NONE:
         return 0.0
     if t.zero_stage == 0:
         return trainable * k.ZERO0_STEP_GRAD_BYTES
     partition = trainable / world_size
     if t.zero_stage == 3:
-        partition = min(partition, k.STAGE3_SUB_GROUP_ELEMENTS)
-    return partition * k.ZERO_STEP_GRAD_BYTES
+        return min(partition, k.STAGE3_SUB_GROUP_ELEMENTS) * recipes.zero_step_bytes_per_element(t)
+    norm = min(largest_trainable, partition) * k.GRAD_NORM_BYTES
+    return max(partition * recipes.zero_step_bytes_per_element(t), norm)
 
 
-def stage3_gathered_elements(a: Architecture, total_params: int) -> int:
+def stage3_gathered_elements(a: Architecture, total_params: int, b: Buckets) -> int:
     """Parameters ZeRO-3 holds gathered (full copies, beside every rank's partition) in forward and backward: up to
     stage3_max_live_parameters, or the largest module when that alone is bigger. The coordinator prefetches until
     that many are available and, from the second step on (a recorded trace), keeps what the trace marks as used
     again (partitioned_param_coordinator.fetch_sub_module, __params_to_release). Simulated: after the forward of a
     Llama-3.2-1B LoRA step on 2 ranks, 1.0e9 of its 1.24e9 parameters were gathered (8 to 12 of its 16 layers and
     the lm_head), 0.97e9 for Llama-3.1-8B (2 layers and the lm_head), 27 % and 11 % of their peaks."""
-    return min(max(ds.STAGE3_MAX_LIVE_PARAMETERS, largest_layer_params(a)), total_params)
+    return min(max(b.max_live_parameters, largest_layer_params(a)), total_params)
 
 
-def experts_released_between_uses(a: Architecture, t: TrainingSpec) -> bool:
+def experts_released_between_uses(a: Architecture, t: TrainingSpec, b: Buckets) -> bool:
     """Whether ZeRO-3 releases a layer's experts between their forward and their backward: they outgrow
     stage3_max_live_parameters and a shared expert runs after them, whose fetch (the first of backward) finds too
     many parameters live. Experts that end their layer (Mixtral, Qwen3-MoE, gpt-oss) are reused by backward at once
     and stay (simulated: Mixtral-8x7B, 1.4e9 expert parameters a layer, within 2 % under ZeRO-3)."""
     shared_after = a.family in (*SHARED_EXPERTS_MOE, Family.LLAMA4) or (a.family is Family.QWEN2_MOE and
                                                                         a.shared_expert_intermediate_size > 0)
-    return t.zero_stage == 3 and layer_expert_params(a) > ds.STAGE3_MAX_LIVE_PARAMETERS and shared_after
+    return t.zero_stage == 3 and layer_expert_params(a) > b.max_live_parameters and shared_after
 
 
-def regathered_experts_bytes(a: Architecture, t: TrainingSpec, dense_bytes: int) -> int:
+def regathered_experts_bytes(a: Architecture, t: TrainingSpec, b: Buckets, dense_bytes: int) -> int:
     """transformers' fused experts (grouped_mm) save their gathered weights for backward themselves — DeepSpeed's
     linear wrapper, which saves the parameter rather than its gathered storage, does not cover them. Where ZeRO-3
     releases the experts between uses (`experts_released_between_uses`), backward gathers them again through a flat
@@ -170,7 +174,7 @@ def regathered_experts_bytes(a: Architecture, t: TrainingSpec, dense_bytes: int)
     checkpointing, 226 GiB a rank (make bench-simulate). Llama 4's experts are batched matmuls, which save the
     parameter itself: backward gathers them again through one flat buffer of the layer's expert tensors, and no copy
     is held (simulated: Llama-4-Scout LoRA under ZeRO-3 on 8 ranks, the buffer beside the copies out of it)."""
-    if not experts_released_between_uses(a, t):
+    if not experts_released_between_uses(a, t, b):
         return 0
     if a.family is Family.LLAMA4:
         return layer_expert_params(a) * dense_bytes
@@ -178,14 +182,25 @@ def regathered_experts_bytes(a: Architecture, t: TrainingSpec, dense_bytes: int)
     return (held * layer_expert_params(a) + 2 * a.num_experts * a.intermediate_size * a.hidden_size) * dense_bytes
 
 
-def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method: Method) -> int:
+def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method: Method, b: Buckets) -> int:
     """Elements of the trainable parameters larger than the reduce bucket. ZeRO 1-2 with overlap_comm and
     contiguous_gradients copy each gradient into the bucket buffer as backward makes it and free its own storage,
     except a parameter larger than the bucket, whose gradient keeps its storage; ZeRO 1 (which does not partition
     gradients) keeps it until the step (stage_1_and_2.reduce_independent_p_g_buckets_and_remove_grads,
     reduce_ipg_grads). Adapters are never that large."""
+    return sum(size * count for size, count in _trained_tensor_sizes(a, split, method) if size > b.reduce_elements)
+
+
+def largest_trained_tensor(a: Architecture, split: ParameterSplit, method: Method) -> int:
+    """Elements of the largest trained weight of a full or partial fine-tune (0 for adapters, never large)."""
+    return max((size for size, _ in _trained_tensor_sizes(a, split, method)), default=0)
+
+
+def _trained_tensor_sizes(a: Architecture, split: ParameterSplit, method: Method) -> list[tuple[int, int]]:
+    """(elements, how many) of a full or partial fine-tune's trained weight tensors: the decoder's linears, fused
+    expert tensors and (full) the embedding and output head; none for adapters."""
     if method not in (Method.FULL, Method.FREEZE):
-        return 0
+        return []
     layers = split.trainable_decoder_layers  # the last ones: sparse before any dense layer that leads them
     sizes = [(layer.in_features * layer.out_features, min(layer.count, layers)) for layer in linear_layers(a)
              if layer.part == "decoder"]
@@ -195,19 +210,24 @@ def oversized_trainable_elements(a: Architecture, split: ParameterSplit, method:
                   (a.num_experts * a.hidden_size * a.intermediate_size, sparse)]
     if method is Method.FULL:
         sizes += [(a.vocab_size * a.hidden_size, 1 if a.tie_word_embeddings else 2)]
-    return sum(size * count for size, count in sizes if size > ds.REDUCE_BUCKET_ELEMENTS)
+    return sizes
 
 
-def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: int) -> int:
-    """Gradient reduce buckets (double-buffered with overlap_comm) and the all-gather bucket.
-    ZeRO-3's parameter prefetch bucket is the gathered working set, counted under weights."""
+def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: int, b: Buckets) -> tuple[int, int]:
+    """DeepSpeed's gradient buckets: (held throughout the step, held in backward only). ZeRO-3 keeps its reduce
+    bucket; ZeRO 1-2 allocate theirs, reduce_bucket_size elements whatever the trainable count (double-buffered with
+    overlap_comm), at the first gradient backward makes and release them as backward ends (stage_1_and_2:
+    setup_buckets from process_gradients, _release_ipg_buffers in the epilogue). ZeRO-3's parameter prefetch bucket
+    is the gathered working set, counted under weights."""
     if t.zero_stage == 0 and world_size == 1:
-        return 0
+        return 0, 0
     grad_bytes = 4 if t.precision is Precision.FP32 else 2
-    reduce = min(split.trainable, ds.REDUCE_BUCKET_ELEMENTS) * grad_bytes * 2
+    copies = 2 if b.overlap_comm else 1
     if t.zero_stage == 3:
-        return reduce
-    return reduce + min(split.trainable, ds.ALLGATHER_BUCKET_ELEMENTS) * grad_bytes
+        return min(split.trainable, b.reduce_elements) * grad_bytes * copies, 0
+    if t.zero_stage == 0:
+        return min(split.trainable, b.reduce_elements) * grad_bytes * copies, 0
+    return 0, b.reduce_elements * grad_bytes * copies
 
 
 # Entries of the per-GPU memory cache. A key is an Architecture, a TrainingSpec and a rank count: frozen values bounded
@@ -229,6 +249,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     recipes.check(a, t, n)
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     dense_bytes = 4 if t.precision is Precision.FP32 else 2
+    b = buckets(a, t, n)
 
     weights: float = weight_storage_bytes(split, t) + recipes.upcast_weight_bytes(split.total, split.quantised, t)
     if t.uses_reference_model:
@@ -236,7 +257,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     adapter: float = split.adapter * dense_bytes
     gathered = fetch_buffer = 0
     if t.zero_stage == 3:
-        gathered = stage3_gathered_elements(a, split.total) * dense_bytes
+        gathered = stage3_gathered_elements(a, split.total, b) * dense_bytes
         # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
         # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
         fetch_buffer = min(largest_layer_params(a), split.total) * dense_bytes
@@ -249,28 +270,28 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     grads: float
     optimizer: float
     step: float
-    if t.recipe is not Recipe.TUNEFLEET:  # a Trainer on one GPU, ZeRO 0 (recipes.check)
+    if not recipes.runs_deepspeed(t):  # a Trainer without DeepSpeed, on one GPU
         adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
     else:
         grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
         if t.zero_stage == 1 and n > 1:
             # backward moves each gradient into the reduce bucket and, once reduced, the rank's own into its
             # partition; gradients larger than the bucket keep their storage until the step
-            grads = (oversized_trainable_elements(a, split, t.method) + split.trainable / n) * dense_bytes
+            grads = (oversized_trainable_elements(a, split, t.method, b) + split.trainable / n) * dense_bytes
         optimizer = 0 if t.offload is not Offload.NONE else \
             split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
-        step = optimizer_step_bytes(t, split.trainable, n)
+        step = optimizer_step_bytes(t, split.trainable, n, largest_trained_tensor(a, split, t.method))
     stream = recipes.activation_spec(t)
-    activations, logits, forward_end = activation_terms(a, stream, split)
+    buffers, backward_buffers = _deepspeed_buffer_bytes(t, split, n, b)
+    activations, logits, forward_end = activation_terms(a, stream, split, backward_buffers)
     activations += recipes.head_copy_bytes(a, t)
-    buffers = _deepspeed_buffer_bytes(t, split, n)
-    # DeepSpeed frees the gradients at every step under ZeRO 0-1 (simulated), so backward builds them as it frees the
+    # DeepSpeed frees the gradients at every step under ZeRO 0-2 (simulated), so backward builds them as it frees the
     # activations — in a step's first micro-batch only: with gradient accumulation the later micro-batches start
     # their backward with every gradient of the ones before (simulated on real tensors: a tiny full fine-tune at
     # accumulation 2 peaked 18 % above accumulation 1, by its gradients). bf16-pure is a recipe DeepSpeed does not
     # run (torch optimizers whose foreach step allocates temporaries as large as the gradients, which stay): it
     # keeps the additive model its third-party rows were measured with (benchmarks/accuracy.py)
-    grows = t.zero_stage <= 1 and t.precision is not Precision.BF16_PURE and t.gradient_accumulation_steps == 1
+    grows = t.zero_stage <= 2 and t.precision is not Precision.BF16_PURE and t.gradient_accumulation_steps == 1
     # ZeRO 0's step flattens every gradient; ZeRO 1's step first frees the gradients outside the rank's partition
     # (stage_1_and_2.step: free_grad_in_param_list(params_not_in_partition)), the oversized ones among them
     at_step = grads if t.zero_stage == 0 else split.trainable * dense_bytes / n
@@ -282,9 +303,10 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,
         deepspeed_buffers_bytes=buffers, cuda_context_bytes=k.CUDA_CONTEXT_BYTES, allocator_bytes=0,
         optimizer_step_bytes=int(step), gradients_grow_in_backward=grows, gradients_at_step_bytes=int(at_step),
-        backward_end_bytes=tied, gathered_parameters_bytes=int(gathered), fetch_buffer_bytes=int(fetch_buffer),
+        backward_end_bytes=tied + backward_buffers, gathered_parameters_bytes=int(gathered),
+        fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
-        regathered_bytes=regathered_experts_bytes(a, t, dense_bytes),
+        regathered_bytes=regathered_experts_bytes(a, t, b, dense_bytes),
     )
     terms = allocator_slack_terms(breakdown, *transient_block_bytes(a, stream, split), t)
     return replace(breakdown, allocator_bytes=int(sum(c * x for c, x in zip(SLACK_PER_BYTE, terms, strict=True))))

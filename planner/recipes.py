@@ -29,9 +29,11 @@ from dataclasses import replace
 
 from contract.model import Architecture, Family
 from contract.schema import Method, Objective, Offload, Precision, Recipe, TrainingSpec
+from planner import constants as k
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
 from planner.parameters import ParameterSplit
+from planner.trainer_deepspeed import TRAINER_DEEPSPEED_STAGES
 
 # torch AdamW keeps two states per trainable parameter in its dtype and, stepping with its foreach implementation
 # (CUDA's default), one temporary per parameter (torch/optim/adamw.py: _multi_tensor_adamw, the square root of
@@ -40,8 +42,11 @@ HF_ADAPTER_BYTES = 4
 # SFTTrainer casts a quantised model's adapters to bf16 (trl/trainer/sft_trainer.py, "When using QLoRA, the PEFT
 # adapter weights are converted to bf16")
 TRL_QLORA_ADAPTER_BYTES = 2
-# torch AdamW's two states take their parameter's dtype (torch/optim/adamw.py: zeros_like(param))
+# torch AdamW's two states take their parameter's dtype (torch/optim/adamw.py: zeros_like(param)), and its foreach step
+# one temporary (torch/optim/adam.py: _multi_tensor_adam, exp_avg_sq_sqrt)
 ADAMW_STATES = 2
+ADAMW_STEP_TEMPORARIES = 1
+FP32_BYTES = 4
 
 # TRL 1.16's fused LM head: tokens per projection tile (chunked_logprob.TOKEN_CHUNK_SIZE) and vocabulary columns per
 # tile (utils._CHUNKED_LOGPROB_CHUNK_SIZE)
@@ -57,7 +62,7 @@ def trainer_state_bytes(adapter_params: int, trainable_params: int, t: TrainingS
     master copy; the foreach step's temporary, one per parameter in its dtype, under hf-trainer (adamw_torch), none
     under trl-sft (adamw_torch_fused)."""
     b = trained_param_bytes(t)
-    step = trainable_params * b if t.recipe is Recipe.HF_TRAINER else 0
+    step = trainable_params * b * ADAMW_STEP_TEMPORARIES if t.recipe is Recipe.HF_TRAINER else 0
     return adapter_params * b, trainable_params * b, trainable_params * ADAMW_STATES * b, step
 
 
@@ -81,7 +86,7 @@ def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> i
     widest adapted input's fp32 copy and fp32 dropout output (without dropout: its bf16 cast, saved beside the
     input) are alive together with what the layer saved before it (simulated: trl-sft Llama-3.1-8B, the peak at
     down_proj's lora_A)."""
-    if t.recipe is Recipe.TUNEFLEET or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
+    if runs_deepspeed(t) or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
         return 0
     widths = [layer.in_features for layer in split.decoder_lora_layers]
     return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.activation_bytes))
@@ -92,8 +97,13 @@ def zero3_fp32_adapters(t: TrainingSpec) -> bool:
     ZeRO-3 partitions as they are, where ZeRO 0-2 cast the whole module to bf16 (simulated: Llama-4-Scout LoRA
     without checkpointing on 8 ranks, every adapter's dropout output fp32; TRL works around the same mix for ZeRO-3,
     sft_trainer.py: autocast_adapter_dtype=False)."""
-    return t.recipe is Recipe.TUNEFLEET and t.zero_stage == 3 and t.method is Method.LORA and \
-        t.precision.activation_bytes != 4
+    return runs_deepspeed(t) and t.zero_stage == 3 and t.method is Method.LORA and t.precision.activation_bytes != 4
+
+
+def runs_deepspeed(t: TrainingSpec) -> bool:
+    """Whether DeepSpeed's engine runs the step — the executor's always, hf-trainer's under ZeRO 2-3 — which casts
+    the module to bf16 (ZeRO 0-2) instead of autocasting, and keeps the optimizer's fp32 master and states."""
+    return t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
 
 
 def adapter_compute_bytes(t: TrainingSpec) -> int:
@@ -143,12 +153,25 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
         raise UnsupportedError(_FIELD, f"{name} is modelled for lora, qlora and full so far, not {t.method.value}; "
                                        "plan it with recipe tunefleet")
     if t.method is Method.FULL and t.precision is not Precision.BF16:
-        raise UnsupportedError(_FIELD, f"{name} full fine-tuning is modelled with the model loaded in bf16 (its "
-                                       "weights, gradients and AdamW states bf16, no fp32 master copy); plan it with "
-                                       "--precision bf16")
-    if world_size > 1 or t.zero_stage or t.offload is not Offload.NONE:
-        raise UnsupportedError(_FIELD, f"{name} is modelled on one GPU without DeepSpeed (ZeRO 0, no offload); "
-                                       "plan several GPUs with recipe tunefleet")
+        raise UnsupportedError(_FIELD, f"{name} full fine-tuning is modelled with the model loaded in bf16 (without "
+                                       "DeepSpeed its weights, gradients and AdamW states bf16, no fp32 master copy; "
+                                       "under DeepSpeed, its bf16 mixed precision); plan it with --precision bf16")
+    if t.offload is not Offload.NONE:
+        raise UnsupportedError(_FIELD, f"{name} is modelled without offload; plan offload with recipe tunefleet")
+    if t.recipe is Recipe.HF_TRAINER and t.zero_stage:
+        if t.zero_stage not in TRAINER_DEEPSPEED_STAGES:
+            raise UnsupportedError("training.zero_stage", f"hf-trainer is modelled under DeepSpeed ZeRO "
+                                                          f"{' or '.join(map(str, TRAINER_DEEPSPEED_STAGES))} "
+                                                          "(LLaMA-Factory's configs) or without DeepSpeed (ZeRO 0, "
+                                                          "one GPU); choose one of those")
+        if t.method is Method.QLORA and t.zero_stage == 3:
+            raise UnsupportedError("training.zero_stage", "hf-trainer QLoRA is modelled under ZeRO 2 or without "
+                                                          "DeepSpeed, not ZeRO-3 (not simulated); plan it with --zero "
+                                                          "2 or with recipe tunefleet")
+    elif world_size > 1 or t.zero_stage:
+        raise UnsupportedError(_FIELD, f"{name} is modelled on one GPU without DeepSpeed (ZeRO 0) so far; plan "
+                                       "several GPUs with recipe hf-trainer under --zero 2 or 3, or with recipe "
+                                       "tunefleet")
     if t.objective is not Objective.SFT or a.vision is not None:
         raise UnsupportedError(_FIELD, f"{name} is modelled for supervised fine-tuning of language models; plan "
                                        "DPO and vision-language jobs with recipe tunefleet")
@@ -170,8 +193,19 @@ def covers(a: Architecture, t: TrainingSpec, world_size: int) -> bool:
 
 
 def fp32_stream(t: TrainingSpec) -> bool:
-    """Whether the step's activations are fp32 (hf-trainer QLoRA: prepare_model_for_kbit_training)."""
-    return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA
+    """Whether the step's activations are fp32: hf-trainer QLoRA without DeepSpeed (prepare_model_for_kbit_training's
+    fp32 casts; DeepSpeed's bf16 engine casts the module back to bf16)."""
+    return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA and not runs_deepspeed(t)
+
+
+def zero_step_bytes_per_element(t: TrainingSpec) -> int:
+    """What DeepSpeed's ZeRO 1-3 step allocates per element of the rank's gradient partition (or ZeRO-3 sub-group):
+    the flattened bf16 gradients and their fp32 copy (planner.constants.ZERO_STEP_GRAD_BYTES), and under a Trainer
+    recipe, whose torch AdamW DeepSpeed steps, then the fp32 copy beside the foreach step's temporary once the bf16
+    flat is freed (simulated: Llama-3.1-8B full under ZeRO 2 and 3, the peak at `_foreach_sqrt`)."""
+    if t.recipe is Recipe.TUNEFLEET:
+        return k.ZERO_STEP_GRAD_BYTES
+    return max(k.ZERO_STEP_GRAD_BYTES, FP32_BYTES + FP32_BYTES * ADAMW_STEP_TEMPORARIES)
 
 
 def activation_spec(t: TrainingSpec) -> TrainingSpec:

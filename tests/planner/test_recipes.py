@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Precision, Recipe, TrainingSpec
+from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Offload, Precision, Recipe, TrainingSpec
 from contract.training import training_from_proto, training_to_proto
 from planner.catalog import default_catalog
 from planner.errors import UnsupportedError
@@ -78,27 +78,33 @@ def test_trl_sft_qlora_keeps_the_model_in_bf16_and_casts_the_adapters_to_bf16() 
 
 
 # (model, change, ranks, words); QLoRA without checkpointing is refused for hf-trainer alone (SFTTrainer does not
-# prepare a k-bit model, so its QLoRA is modelled either way)
+# prepare a k-bit model, so its QLoRA is modelled either way), and hf-trainer alone is modelled under DeepSpeed
 REFUSED = [
     ("meta-llama/Llama-3.1-8B", dict(method=Method.FREEZE, freeze_trainable_layers=2), 1, "lora, qlora and full"),
     ("meta-llama/Llama-3.1-8B", dict(method=Method.FULL, precision=Precision.FP32), 1, "--precision bf16"),
-    ("meta-llama/Llama-3.1-8B", dict(zero_stage=2), 2, "one GPU without DeepSpeed"),
+    ("meta-llama/Llama-3.1-8B", dict(offload=Offload.OPTIMIZER, zero_stage=2), 2, "without offload"),
     ("meta-llama/Llama-3.1-8B", dict(objective=Objective.DPO), 1, "supervised fine-tuning"),
     ("bigcode/starcoder2-3b", {}, 1, "dense RMSNorm decoders"),
     ("mistralai/Mixtral-8x7B-v0.1", {}, 1, "dense RMSNorm decoders"),
 ]
-CASES = [(Recipe.HF_TRAINER, *case) for case in REFUSED] + [(Recipe.TRL_SFT, *case) for case in REFUSED] + [
+FIELD = "training.recipe"
+CASES = [(recipe, *case, FIELD) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT) for case in REFUSED] + [
     (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, gradient_checkpointing=False), 1,
-     "--grad-ckpt")]
+     "--grad-ckpt", FIELD),
+    (Recipe.TRL_SFT, "meta-llama/Llama-3.1-8B", dict(zero_stage=2), 2, "one GPU without DeepSpeed", FIELD),
+    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", {}, 2, "one GPU without DeepSpeed", FIELD),
+    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(zero_stage=1), 2, "ZeRO 2 or 3", "training.zero_stage"),
+    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, zero_stage=3), 2, "not ZeRO-3",
+     "training.zero_stage")]
 
 
-@pytest.mark.parametrize(("recipe", "model", "change", "ranks", "words"), CASES)
+@pytest.mark.parametrize(("recipe", "model", "change", "ranks", "words", "field"), CASES)
 def test_what_the_trainer_model_does_not_cover_is_refused_by_name(recipe: Recipe, model: str, change: dict, ranks: int,
-                                                                  words: str) -> None:
+                                                                  words: str, field: str) -> None:
     t = replace(TrainingSpec(recipe=recipe), **change)
     with pytest.raises(UnsupportedError, match=words) as caught:
         gpu_memory(CATALOG.model(model).architecture, t, ranks)
-    assert caught.value.field == "training.recipe"
+    assert caught.value.field == field
 
 
 def test_the_executors_recipe_is_unchanged_by_the_trainers_terms() -> None:
