@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from contract.schema import Method, TrainingSpec
+from contract.schema import Method, Recipe, TrainingSpec
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
 
 
@@ -56,6 +56,25 @@ def _foreach_as_on_cuda() -> Iterator[None]:
         yield
     finally:
         optimizer._default_to_fused_or_foreach = adam._default_to_fused_or_foreach = original
+
+
+@contextlib.contextmanager
+def _deepspeed_step_marked(counter: LiveBytes) -> Iterator[None]:
+    """Under DeepSpeed, accelerate steps the engine inside the Trainer's backward (DeepSpeedEngineWrapper.backward:
+    engine.step), before the Trainer's optimizer callbacks run: the engine's step marks the step phase itself."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    original = DeepSpeedEngine._take_model_step
+
+    def marked(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.set_phase("step")
+        return original(engine, *args, **kwargs)
+
+    DeepSpeedEngine._take_model_step = marked
+    try:
+        yield
+    finally:
+        DeepSpeedEngine._take_model_step = original
 
 
 def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
@@ -121,46 +140,46 @@ _QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, d
 
 
 @contextlib.contextmanager
-def hf_trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
-    """The TrainingArguments a user's script builds, entered before the model is made: under ZeRO they carry the
-    Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition the weights
-    as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process group's: the
-    launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE and MASTER_ADDR), and the ranks' device is
-    the CPU. Transformers' DeepSpeed and accelerate's state are reset as the run ends."""
+def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
+    """The arguments a user's script builds for the recipe's trainer, entered before the model is made:
+    TrainingArguments for hf-trainer (optim adamw_torch), SFTConfig with its defaults for trl-sft. Under ZeRO they
+    carry the Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition
+    the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process group's: the
+    launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE, DeepSpeed the master's address, which no
+    fake collective dials) and which device. Transformers' DeepSpeed and accelerate's state are reset as the run ends."""
     import transformers
     from accelerate.state import AcceleratorState
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+    from trl import SFTConfig
 
     from planner.trainer_deepspeed import trainer_deepspeed_config
 
     deepspeed = trainer_deepspeed_config(t.zero_stage) if t.zero_stage else None
-    launcher = {"MASTER_ADDR": "127.0.0.1", "LOCAL_WORLD_SIZE": str(world_size)} if deepspeed else {}
-    outer = {name: os.environ.get(name) for name in launcher}
-    device = transformers.TrainingArguments.device
+    # a fake tensor's device is compared as written, and accelerate names a rank's CPU "cpu:0" unless told the
+    # device: the model's tensors say "cpu", so every batch moved to "cpu:0" would be copied where a real one is not
+    launcher = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": str(world_size),
+                "ACCELERATE_TORCH_DEVICE": "cpu"} if deepspeed else {}
+    outer = dict(os.environ)  # transformers also sets ACCELERATE_USE_DEEPSPEED, which must not outlive the run
     os.environ.update(launcher)
-    # a fake tensor's device is compared as written, and accelerate names the rank's CPU "cpu:0" where the model's
-    # tensors say "cpu": the same device, spelled one way
-    transformers.TrainingArguments.device = property(lambda args: (device.fget(args), torch.device("cpu"))[1])
     try:
         with tempfile.TemporaryDirectory() as out:
-            yield transformers.TrainingArguments(
-                output_dir=out, bf16=True, optim="adamw_torch", per_device_train_batch_size=t.micro_batch_size,
-                gradient_accumulation_steps=t.gradient_accumulation_steps,
-                gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed, **_QUIET)
+            common = dict(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
+                          gradient_accumulation_steps=t.gradient_accumulation_steps,
+                          gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed, **_QUIET)
+            if t.recipe is Recipe.TRL_SFT:
+                yield SFTConfig(max_length=t.sequence_length, **common)
+            else:
+                yield transformers.TrainingArguments(bf16=True, optim="adamw_torch", **common)
     finally:
-        transformers.TrainingArguments.device = device
         unset_hf_deepspeed_config()
         AcceleratorState._reset_state(reset_partial_state=True)
-        for name, value in outer.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        os.environ.clear()
+        os.environ.update(outer)
 
 
 def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes,
                      steps: int) -> list[Peak]:
-    """`steps` steps of Trainer.train() with `args` (`hf_trainer_arguments`) on full micro-batches (every sequence at
+    """`steps` steps of Trainer.train() with `args` (`trainer_arguments`) on full micro-batches (every sequence at
     the plan's length); each step's peak."""
     import transformers
 
@@ -169,7 +188,7 @@ def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, co
     examples = [{"input_ids": torch.randint(0, vocab_size, (n,)), "attention_mask": torch.ones(n, dtype=torch.long),
                  "labels": torch.randint(0, vocab_size, (n,))} for _ in range(steps * t.micro_batch_size)]
     args.max_steps = steps
-    with _foreach_as_on_cuda():
+    with _foreach_as_on_cuda(), _deepspeed_step_marked(counter):
         _marking_backward(transformers.Trainer, counter)(
             model=model, args=args, train_dataset=examples, callbacks=[_step_callback(counter, peaks)]).train()
     return peaks
@@ -230,15 +249,14 @@ def _pad_only_tokenizer() -> Any:
                                                 eos_token="</s>")
 
 
-def trl_sft_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int,
+def trl_sft_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes, steps: int,
                   modules: ModuleStack) -> list[Peak]:
-    """`steps` steps of TRL's SFTTrainer.train() with its defaults (SFTConfig: bf16 autocast, the fused LM head,
-    transformers' default optimizer, adamw_torch_fused) and the plan's LoRA as its peft_config (none for a full
-    fine-tune), on full micro-batches of tokenised sequences at the plan's length (labels are the inputs); each step's
-    peak. `modules` names the
-    modules of the model the trainer wraps."""
+    """`steps` steps of TRL's SFTTrainer.train() with `args` (`trainer_arguments`: SFTConfig's defaults, bf16
+    autocast, the fused LM head, transformers' default optimizer, adamw_torch_fused) and the plan's LoRA as its
+    peft_config (none for a full fine-tune), on full micro-batches of tokenised sequences at the plan's length (labels
+    are the inputs); each step's peak. `modules` names the modules of the model the trainer wraps."""
     import datasets
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     from executor.training.peft_config import lora_config
 
@@ -247,10 +265,8 @@ def trl_sft_peaks(model: Any, t: TrainingSpec, vocab_size: int, counter: LiveByt
     peaks: list[Peak] = []
     examples = datasets.Dataset.from_dict({"input_ids": [[(r + i) % vocab_size for i in range(t.sequence_length)]
                                                          for r in range(steps * t.micro_batch_size)]})
-    with tempfile.TemporaryDirectory() as out, _fused_head_as_on_cuda():
-        args = SFTConfig(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
-                         gradient_accumulation_steps=t.gradient_accumulation_steps, max_steps=steps,
-                         gradient_checkpointing=t.gradient_checkpointing, max_length=t.sequence_length, **_QUIET)
+    args.max_steps = steps
+    with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter):
         trainer = _marking_backward(SFTTrainer, counter)(
             model=model, args=args, train_dataset=examples, processing_class=_pad_only_tokenizer(),
             peft_config=None if t.method is Method.FULL else lora_config(t.lora, model),

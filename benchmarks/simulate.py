@@ -48,10 +48,10 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from benchmarks.common import RESULTS  # noqa: E402
 from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import (  # noqa: E402
-    hf_trainer_arguments,
     hf_trainer_model,
     hf_trainer_peaks,
     loaded,
+    trainer_arguments,
     trl_sft_peaks,
 )
 from common.units import GiB  # noqa: E402
@@ -379,16 +379,16 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         fake_mode.enter_context(_swappable(mode))
         fake_mode.enter_context(mode)
         fake_mode.enter_context(_Scalars())
-    # the executor's ranks join a process group, as does transformers' Trainer under DeepSpeed; on one GPU without
-    # DeepSpeed it runs without one
+    # the executor's ranks join a process group, as do the Trainer recipes under DeepSpeed; on one GPU without
+    # DeepSpeed they run without one
     deepspeed = t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
     ranks = _process_group(world_size) if deepspeed else contextlib.nullcontext()
-    arguments = hf_trainer_arguments(t, world_size) if t.recipe is Recipe.HF_TRAINER else contextlib.nullcontext()
+    arguments = contextlib.nullcontext() if t.recipe is Recipe.TUNEFLEET else trainer_arguments(t, world_size)
     dynamic_map = real_dynamic_map() if t.method is Method.QLORA else contextlib.nullcontext()
     with dynamic_map, _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
             modules, kernels_as_on_cuda(t.method), arguments as trainer_args:
         torch.manual_seed(0)
-        # ZeRO-3 partitions the weights as they are made: the Trainer's arguments say so for hf-trainer
+        # ZeRO-3 partitions the weights as they are made: the Trainer's arguments say so for its recipes
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 and t.recipe is Recipe.TUNEFLEET else None
         model = from_config(config, t)
         bnb_config = quantization(t)
@@ -400,7 +400,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
             modules.name(model)
             step_peaks = hf_trainer_peaks(model, trainer_args, t, vocab, counter, steps)
         elif t.recipe is Recipe.TRL_SFT:
-            step_peaks = trl_sft_peaks(model, t, vocab, counter, steps, modules)
+            step_peaks = trl_sft_peaks(model, trainer_args, t, vocab, counter, steps, modules)
         else:
             model = prepare_model(model, t, quantized=bnb_config is not None)
             step_peaks = _executor_peaks(model, t, config, ds_config, vocab, counter, modules, steps)
@@ -594,6 +594,27 @@ def _rows() -> list[Row]:
              Row("Qwen/Qwen2.5-7B", sft(spec(full, 1, 4096))),
              Row("meta-llama/Llama-3.2-1B", hf(spec(full, 2, 2048))),
              Row("Qwen/Qwen2.5-0.5B", hf(spec(full, 4, 1024, ckpt=False)))]
+    # hf-trainer under DeepSpeed on several GPUs, with LLaMA-Factory's ZeRO 2 and 3 configs (planner.trainer_deepspeed)
+    rows += [Row("meta-llama/Llama-3.2-1B", hf(spec(lora, 1, 2048, zero=2)), 2),
+             Row("meta-llama/Llama-3.2-1B", hf(spec(lora, 1, 2048, zero=3)), 2),
+             Row("meta-llama/Llama-3.2-1B", hf(spec(full, 1, 2048, zero=2)), 4),
+             Row("meta-llama/Llama-3.2-1B", hf(spec(full, 1, 2048, zero=3)), 4),
+             Row("meta-llama/Llama-3.1-8B", hf(spec(lora, 2, 2048, zero=2)), 2),
+             Row("meta-llama/Llama-3.1-8B", hf(spec(qlora, 1, 2048, zero=2)), 2),
+             Row("meta-llama/Llama-3.1-8B", hf(spec(full, 1, 2048, zero=2)), 4),
+             Row("meta-llama/Llama-3.1-8B", hf(spec(full, 1, 2048, zero=3)), 4),
+             Row("Qwen/Qwen2.5-7B", hf(spec(full, 2, 1024, zero=2)), 8),
+             Row("mistralai/Mistral-7B-v0.3", hf(spec(qlora, 2, 4096, lora_spec=qkvo, zero=2)), 2),
+             Row("Qwen/Qwen3-8B", hf(spec(lora, 1, 4096, zero=3)), 4),
+             Row("meta-llama/Llama-3.1-70B", hf(spec(lora, 2, 2048, zero=3)), 8)]
+    # trl-sft under DeepSpeed: the same configs, SFTTrainer's fused head and adamw_torch_fused
+    rows += [Row("meta-llama/Llama-3.1-8B", sft(spec(lora, 2, 2048, zero=2)), 2),
+             Row("meta-llama/Llama-3.1-8B", sft(spec(qlora, 1, 4096, zero=2)), 2),
+             Row("meta-llama/Llama-3.1-8B", sft(spec(full, 1, 2048, zero=3)), 4),
+             Row("meta-llama/Llama-3.2-1B", sft(spec(full, 2, 2048, zero=2)), 4),
+             Row("Qwen/Qwen2.5-7B", sft(spec(lora, 1, 4096, zero=3)), 4)]
+    # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
+    rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows
 
 

@@ -36,6 +36,7 @@ SLACK_PER_FETCH_BUFFER_BYTE = 0.456
 SLACK_PER_STEP_BYTE = 0.237
 SLACK_PER_GRADIENT_BYTE = 0.440
 SLACK_PER_DEQUANTISED_BYTE = 3.956
+SLACK_PER_REDUCE_BUCKET_BYTE = 0.0
 # How far the replayed reserved bytes were found above and below the model's over those rows (under, over): Fit's
 # range (planner/confidence.py). Worst under: a Gemma-3-1B full fine-tune on one GPU without checkpointing; worst
 # over: Llama-3.2-1B LoRA under TRL's SFTTrainer at 16k tokens a micro-batch.

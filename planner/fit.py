@@ -176,8 +176,11 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
 def _hf_trainer_note(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> str | None:
     """The figures are for tunefleet's executor, where DeepSpeed trains the whole module in bf16; under transformers'
     Trainer, PEFT's prepare_model_for_kbit_training keeps the rest of a QLoRA model and its activations in fp32
-    (planner/recipes.py). None where the hf-trainer model does not cover the job."""
+    (planner/recipes.py). None where the hf-trainer model does not cover the job, or runs it under DeepSpeed, whose
+    bf16 engine casts the model back to bf16 as the executor does."""
     hf = replace(t, recipe=Recipe.HF_TRAINER)
+    if not recipes.fp32_stream(hf):
+        return None
     try:
         total = per_gpu_memory(model, hf, hw).total_bytes
     except UnsupportedError:
@@ -186,11 +189,13 @@ def _hf_trainer_note(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> str | N
             f"needs {gib(total)} per GPU: fp32 non-4-bit weights and activations (prepare_model_for_kbit_training)")
 
 
-HF_TRAINER_NOTE = ("recipe hf-trainer: planned as transformers' Trainer + PEFT runs the job (simulated, make "
+HF_TRAINER_NOTE = ("recipe hf-trainer: planned as transformers' Trainer + PEFT runs the job — without DeepSpeed at "
+                   "ZeRO 0, under ZeRO 2 or 3 with LLaMA-Factory's DeepSpeed configs (simulated, make "
                    "bench-simulate); tunefleet's executor runs its own recipe and refuses this plan: plan with "
                    "--recipe tunefleet to run it on the fleet")
 TRL_SFT_NOTE = ("recipe trl-sft: planned as TRL's SFTTrainer + PEFT runs the job with its defaults (its fused LM head, "
-                "adamw_torch_fused; simulated, make bench-simulate); tunefleet's executor runs its own recipe and "
+                "adamw_torch_fused) — without DeepSpeed at ZeRO 0, under ZeRO 2 or 3 with LLaMA-Factory's DeepSpeed "
+                "configs (simulated, make bench-simulate); tunefleet's executor runs its own recipe and "
                 "refuses this plan: plan with --recipe tunefleet to run it on the fleet")
 RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE}
 

@@ -49,6 +49,9 @@ class MemoryBreakdown:
     forward_end_bytes: int = 0
     # ZeRO-3, in backward: expert tensors gathered again beside the copies their forward saved (regathered_experts)
     regathered_bytes: int = 0
+    # ZeRO 1-2: the reduce bucket, held from the first gradient to the end of backward (counted in the activations'
+    # backward and at its end; kept here for the allocator's slack)
+    reduce_bucket_bytes: int = 0
 
     @property
     def overhead_bytes(self) -> int:
@@ -306,7 +309,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         backward_end_bytes=tied + backward_buffers, gathered_parameters_bytes=int(gathered),
         fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
-        regathered_bytes=regathered_experts_bytes(a, t, b, dense_bytes),
+        regathered_bytes=regathered_experts_bytes(a, t, b, dense_bytes), reduce_bucket_bytes=backward_buffers,
     )
     terms = allocator_slack_terms(breakdown, *transient_block_bytes(a, stream, split), t)
     return replace(breakdown, allocator_bytes=int(sum(c * x for c, x in zip(SLACK_PER_BYTE, terms, strict=True))))
@@ -314,22 +317,24 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
 
 # The allocator's slack per byte of each of allocator_slack_terms (planner/constants.py: fitted by benchmarks/slack_fit)
 SLACK_PER_BYTE = (k.SLACK_PER_LOGITS_BLOCK_BYTE, k.SLACK_PER_LAYER_BYTE, k.SLACK_PER_FETCH_BUFFER_BYTE,
-                  k.SLACK_PER_STEP_BYTE, k.SLACK_PER_GRADIENT_BYTE, k.SLACK_PER_DEQUANTISED_BYTE)
+                  k.SLACK_PER_STEP_BYTE, k.SLACK_PER_GRADIENT_BYTE, k.SLACK_PER_DEQUANTISED_BYTE,
+                  k.SLACK_PER_REDUCE_BUCKET_BYTE)
 
 
 def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int, dequantised_bytes: int,
-                          t: TrainingSpec) -> tuple[int, int, int, int, int, int]:
+                          t: TrainingSpec) -> tuple[int, int, int, int, int, int, int]:
     """The short-lived blocks behind what PyTorch's caching allocator holds reserved beyond the allocated peak:
     segments they left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds
     whole, and segments never merge). One fp32 vocab-sized loss block, one layer's saved tensors, ZeRO-3's flat
     gather buffer, for a full or partial fine-tune under ZeRO 1-3 or a Trainer the optimizer step's transient and the
-    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold), and a
-    quantised model's largest dequantised weight (activations.transient_block_bytes). Each weighs SLACK_PER_BYTE,
+    gradients (their partitions and buckets come and go in sizes the activations' segments do not hold), a
+    quantised model's largest dequantised weight (activations.transient_block_bytes), and ZeRO 1-2's reduce bucket,
+    made as the activations are freed and freed before the step. Each weighs SLACK_PER_BYTE,
     fitted to the allocator replayed on the simulated step (make bench-simulate's reserved columns)."""
     # a full or partial fine-tune under ZeRO 1-3, or under a Trainer recipe (torch's AdamW and gradients set to None)
     trains = t.method in (Method.FULL, Method.FREEZE) and (t.zero_stage >= 1 or t.recipe is not Recipe.TUNEFLEET)
     return (logits_block_bytes, layer_bytes, b.fetch_buffer_bytes, b.optimizer_step_bytes if trains else 0,
-            b.gradients_bytes if trains else 0, dequantised_bytes)
+            b.gradients_bytes if trains else 0, dequantised_bytes, b.reduce_bucket_bytes)
 
 
 def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:

@@ -95,13 +95,14 @@ def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> i
 def zero3_fp32_adapters(t: TrainingSpec) -> bool:
     """The executor's LoRA under ZeRO-3 keeps PEFT's fp32 adapters (get_peft_model: autocast_adapter_dtype), which
     ZeRO-3 partitions as they are, where ZeRO 0-2 cast the whole module to bf16 (simulated: Llama-4-Scout LoRA
-    without checkpointing on 8 ranks, every adapter's dropout output fp32; TRL works around the same mix for ZeRO-3,
-    sft_trainer.py: autocast_adapter_dtype=False)."""
-    return runs_deepspeed(t) and t.zero_stage == 3 and t.method is Method.LORA and t.precision.activation_bytes != 4
+    without checkpointing on 8 ranks, every adapter's dropout output fp32); so does hf-trainer's. TRL works around
+    the mix for ZeRO-3 (sft_trainer.py: autocast_adapter_dtype=False), so trl-sft's adapters are bf16."""
+    return runs_deepspeed(t) and t.recipe is not Recipe.TRL_SFT and t.zero_stage == 3 and t.method is Method.LORA \
+        and t.precision.activation_bytes != 4
 
 
 def runs_deepspeed(t: TrainingSpec) -> bool:
-    """Whether DeepSpeed's engine runs the step — the executor's always, hf-trainer's under ZeRO 2-3 — which casts
+    """Whether DeepSpeed's engine runs the step — the executor's always, a Trainer recipe's under ZeRO 2-3 — which casts
     the module to bf16 (ZeRO 0-2) instead of autocasting, and keeps the optimizer's fp32 master and states."""
     return t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
 
@@ -158,20 +159,19 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
                                        "under DeepSpeed, its bf16 mixed precision); plan it with --precision bf16")
     if t.offload is not Offload.NONE:
         raise UnsupportedError(_FIELD, f"{name} is modelled without offload; plan offload with recipe tunefleet")
-    if t.recipe is Recipe.HF_TRAINER and t.zero_stage:
+    if t.zero_stage:
         if t.zero_stage not in TRAINER_DEEPSPEED_STAGES:
-            raise UnsupportedError("training.zero_stage", f"hf-trainer is modelled under DeepSpeed ZeRO "
+            raise UnsupportedError("training.zero_stage", f"{name} is modelled under DeepSpeed ZeRO "
                                                           f"{' or '.join(map(str, TRAINER_DEEPSPEED_STAGES))} "
                                                           "(LLaMA-Factory's configs) or without DeepSpeed (ZeRO 0, "
                                                           "one GPU); choose one of those")
         if t.method is Method.QLORA and t.zero_stage == 3:
-            raise UnsupportedError("training.zero_stage", "hf-trainer QLoRA is modelled under ZeRO 2 or without "
+            raise UnsupportedError("training.zero_stage", f"{name} QLoRA is modelled under ZeRO 2 or without "
                                                           "DeepSpeed, not ZeRO-3 (not simulated); plan it with --zero "
                                                           "2 or with recipe tunefleet")
-    elif world_size > 1 or t.zero_stage:
-        raise UnsupportedError(_FIELD, f"{name} is modelled on one GPU without DeepSpeed (ZeRO 0) so far; plan "
-                                       "several GPUs with recipe hf-trainer under --zero 2 or 3, or with recipe "
-                                       "tunefleet")
+    elif world_size > 1:
+        raise UnsupportedError(_FIELD, f"{name} without DeepSpeed (ZeRO 0) is modelled on one GPU; plan several "
+                                       "GPUs with --zero 2 or 3 (DeepSpeed), or with recipe tunefleet")
     if t.objective is not Objective.SFT or a.vision is not None:
         raise UnsupportedError(_FIELD, f"{name} is modelled for supervised fine-tuning of language models; plan "
                                        "DPO and vision-language jobs with recipe tunefleet")
@@ -201,9 +201,10 @@ def fp32_stream(t: TrainingSpec) -> bool:
 def zero_step_bytes_per_element(t: TrainingSpec) -> int:
     """What DeepSpeed's ZeRO 1-3 step allocates per element of the rank's gradient partition (or ZeRO-3 sub-group):
     the flattened bf16 gradients and their fp32 copy (planner.constants.ZERO_STEP_GRAD_BYTES), and under a Trainer
-    recipe, whose torch AdamW DeepSpeed steps, then the fp32 copy beside the foreach step's temporary once the bf16
-    flat is freed (simulated: Llama-3.1-8B full under ZeRO 2 and 3, the peak at `_foreach_sqrt`)."""
-    if t.recipe is Recipe.TUNEFLEET:
+    recipe whose torch AdamW DeepSpeed steps with foreach (hf-trainer's adamw_torch), then the fp32 copy beside the
+    step's temporary once the bf16 flat is freed (simulated: Llama-3.1-8B full under ZeRO 2 and 3, the peak at
+    `_foreach_sqrt`); trl-sft's fused AdamW keeps none."""
+    if t.recipe is not Recipe.HF_TRAINER:  # DeepSpeed's fused Adam, or trl-sft's adamw_torch_fused: no temporary
         return k.ZERO_STEP_GRAD_BYTES
     return max(k.ZERO_STEP_GRAD_BYTES, FP32_BYTES + FP32_BYTES * ADAMW_STEP_TEMPORARIES)
 

@@ -125,6 +125,24 @@ def test_a_fake_trainer_step_peaks_at_the_same_bytes_as_the_real_step(recipe: Re
     assert fake.by_phase["init"] < fake.peak_bytes
 
 
+# The Trainer recipes under DeepSpeed on two fake ranks, with LLaMA-Factory's ZeRO 2 and 3 configs: the weights
+# partitioned as ZeRO-3 loads them, the trainer's torch AdamW stepped by DeepSpeed's ZeRO optimizer
+TRAINER_DEEPSPEED = [(recipe, method, zero) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)
+                     for method in (Method.LORA, Method.FULL) for zero in (2, 3)]
+
+
+@pytest.mark.parametrize(("recipe", "method", "zero"), TRAINER_DEEPSPEED,
+                         ids=[f"{r.value}-{m.value}-zero{z}" for r, m, z in TRAINER_DEEPSPEED])
+def test_a_fake_trainer_step_under_deepspeed_peaks_at_the_same_bytes_as_the_real_step(recipe: Recipe, method: Method,
+                                                                                     zero: int) -> None:
+    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, lora=ALL, zero_stage=zero, recipe=recipe)
+    real = simulate(TINY_LLAMA, t, 2, fake=False)
+    fake = simulate(TINY_LLAMA, t, 2, fake=True)
+    assert fake.step_peak_bytes == real.step_peak_bytes
+    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
+    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+
+
 def test_trl_sft_never_builds_the_logits_the_trainer_builds() -> None:
     """The fused head scores the vocabulary one bf16 tile of 32,768 columns at a time: with a vocabulary that wide,
     SFTTrainer's step peaks below transformers' Trainer's on the same job by at least the fp32 log-probabilities it
@@ -149,7 +167,9 @@ def test_trl_sft_never_builds_the_logits_the_trainer_builds() -> None:
 # ranks, where only gradients larger than the reduce bucket (here the embedding's) keep their own storage; QLoRA
 # under transformers' Trainer (4-bit weights dequantised by every matmul, the rest of the model and its residual
 # stream in fp32; the executor's QLoRA is held to real tensors in the matrix above and sized in make bench-simulate);
-# and 8-bit LoRA, whose linears keep their inputs through checkpointing.
+# 8-bit LoRA, whose linears keep their inputs through checkpointing; and a full fine-tune under the Trainer with
+# DeepSpeed ZeRO-2 on 4 ranks, where LLaMA-Factory's 5e8-element reduce bucket comes with the first gradient and
+# torch AdamW's foreach step keeps an fp32 temporary beside the partition's fp32 gradients.
 REGRESSION_ROWS = [
     Row("Qwen/Qwen2.5-0.5B", TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=1024)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024)),
@@ -163,6 +183,8 @@ REGRESSION_ROWS = [
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.QLORA, micro_batch_size=2, sequence_length=1024,
                                                 recipe=Recipe.HF_TRAINER)),
     Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.LORA_8BIT, sequence_length=1024)),
+    Row("meta-llama/Llama-3.2-1B", TrainingSpec(method=Method.FULL, sequence_length=1024, zero_stage=2,
+                                                recipe=Recipe.HF_TRAINER), 4),
 ]
 
 

@@ -8,12 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Offload, Precision, Recipe, TrainingSpec
+from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Offload, Precision, Recipe, TrainingSpec, Workload
 from contract.training import training_from_proto, training_to_proto
 from planner.catalog import default_catalog
 from planner.errors import UnsupportedError
 from planner.memory import gpu_memory
 from planner.parameters import parameter_split
+from planner.search import Constraints, recommend
 
 CATALOG = default_catalog()
 LLAMA = CATALOG.model("meta-llama/Llama-3.1-8B").architecture
@@ -45,6 +46,31 @@ def test_qlora_under_the_trainer_keeps_the_rest_of_the_model_and_its_activations
     fp32_inputs = 2 * LLAMA.hidden_size * 4096 * LLAMA.num_layers
     head_copy = 2 * LLAMA.vocab_size * LLAMA.hidden_size
     assert theirs.activations_bytes - ours.activations_bytes >= fp32_inputs + head_copy
+
+
+def test_the_trainer_under_deepspeed_holds_the_executors_state_with_llama_factorys_buckets() -> None:
+    """hf-trainer under ZeRO 2-3: DeepSpeed's engine keeps the bf16 model, fp32 master and AdamW states as the
+    executor's does; what differs is LLaMA-Factory's buckets and torch AdamW's foreach step beside the fp32 gradients."""
+    t = TrainingSpec(method=Method.FULL, zero_stage=2)
+    ours, theirs = gpu_memory(LLAMA, t, 4), gpu_memory(LLAMA, replace(t, recipe=Recipe.HF_TRAINER), 4)
+    assert (theirs.weights_bytes, theirs.gradients_bytes, theirs.optimizer_bytes) == \
+        (ours.weights_bytes, ours.gradients_bytes, ours.optimizer_bytes)
+    # ds_z2_config.json's 5e8-element bf16 reduce bucket, held through backward only, not overlapped
+    assert (theirs.reduce_bucket_bytes, theirs.deepspeed_buffers_bytes) == (500_000_000 * 2, 0)
+    assert ours.reduce_bucket_bytes == 50_000_000 * 2 * 2  # the executor's, double-buffered by overlap_comm
+    partition = parameter_split(LLAMA, Method.FULL, t.lora, False, 0).trainable / 4
+    assert theirs.optimizer_step_bytes == pytest.approx(partition * (4 + 4))  # fp32 gradients + foreach temporary
+    assert ours.optimizer_step_bytes == pytest.approx(partition * (2 + 4))  # flattened bf16 + fp32 gradients
+    # ZeRO-3: hidden²-element reduce bucket ("auto"), held throughout
+    z3 = gpu_memory(LLAMA, replace(t, zero_stage=3, recipe=Recipe.HF_TRAINER), 4)
+    assert (z3.deepspeed_buffers_bytes, z3.reduce_bucket_bytes) == (LLAMA.hidden_size ** 2 * 2, 0)
+
+
+def test_qlora_under_the_trainers_deepspeed_stays_bf16() -> None:
+    """DeepSpeed's bf16 engine casts what prepare_model_for_kbit_training made fp32 back to bf16."""
+    t = TrainingSpec(method=Method.QLORA, lora=EVERY, zero_stage=2)
+    ours, theirs = gpu_memory(LLAMA, t, 2), gpu_memory(LLAMA, replace(t, recipe=Recipe.HF_TRAINER), 2)
+    assert (theirs.weights_bytes, theirs.activations_bytes) == (ours.weights_bytes, ours.activations_bytes)
 
 
 def test_the_recipe_round_trips_through_the_proto() -> None:
@@ -91,11 +117,10 @@ FIELD = "training.recipe"
 CASES = [(recipe, *case, FIELD) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT) for case in REFUSED] + [
     (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, gradient_checkpointing=False), 1,
      "--grad-ckpt", FIELD),
-    (Recipe.TRL_SFT, "meta-llama/Llama-3.1-8B", dict(zero_stage=2), 2, "one GPU without DeepSpeed", FIELD),
-    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", {}, 2, "one GPU without DeepSpeed", FIELD),
-    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(zero_stage=1), 2, "ZeRO 2 or 3", "training.zero_stage"),
-    (Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(method=Method.QLORA, zero_stage=3), 2, "not ZeRO-3",
-     "training.zero_stage")]
+    *[(recipe, "meta-llama/Llama-3.1-8B", change, 2, words, field) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)
+      for change, words, field in ((dict(), "is modelled on one GPU", FIELD),
+                                   (dict(zero_stage=1), "ZeRO 2 or 3", "training.zero_stage"),
+                                   (dict(method=Method.QLORA, zero_stage=3), "not ZeRO-3", "training.zero_stage"))]]
 
 
 @pytest.mark.parametrize(("recipe", "model", "change", "ranks", "words", "field"), CASES)
@@ -133,3 +158,17 @@ def test_a_full_fine_tune_under_a_trainer_keeps_bf16_weights_gradients_and_state
     assert ours.optimizer_bytes == 12 * params  # DeepSpeed's fp32 master copy and states
     # torch's foreach AdamW (hf-trainer's adamw_torch) keeps a bf16 temporary per parameter; the fused step none
     assert theirs.optimizer_step_bytes == (2 * params if recipe is Recipe.HF_TRAINER else 0)
+
+
+def test_recommend_plans_a_trainer_recipe_on_several_gpus_under_its_deepspeed() -> None:
+    """A 70B LoRA does not fit one 80 GB GPU under the Trainer; under its DeepSpeed ZeRO 2-3 it does on several, and
+    every option Recommend returns is a layout the recipe's model covers."""
+    model = CATALOG.model("meta-llama/Llama-3.1-70B")
+    base = TrainingSpec(method=Method.LORA, lora=EVERY, recipe=Recipe.HF_TRAINER)
+    found = recommend(model, base, Workload(dataset_tokens=10_000_000), Constraints(allowed_gpus=("h100-sxm-80gb",)),
+                      CATALOG, limit=50)
+    assert found.candidates
+    for c in found.candidates:
+        t, hw = c.fit.training, c.fit.hardware
+        assert t.recipe is Recipe.HF_TRAINER and hw.world_size > 1 and t.zero_stage in (2, 3)
+        assert t.offload is Offload.NONE
