@@ -144,9 +144,10 @@ def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
     """The arguments a user's script builds for the recipe's trainer, entered before the model is made:
     TrainingArguments for hf-trainer (optim adamw_torch), SFTConfig with its defaults for trl-sft. Under ZeRO they
     carry the Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition
-    the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process group's: the
-    launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE, DeepSpeed the master's address, which no
-    fake collective dials) and which device. Transformers' DeepSpeed and accelerate's state are reset as the run ends."""
+    the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process
+    group's: the launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE, DeepSpeed the master's
+    address, which no fake collective dials) and which device. Transformers' DeepSpeed, accelerate's state and the
+    environment are restored as the run ends."""
     import transformers
     from accelerate.state import AcceleratorState
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config

@@ -50,7 +50,8 @@ def test_qlora_under_the_trainer_keeps_the_rest_of_the_model_and_its_activations
 
 def test_the_trainer_under_deepspeed_holds_the_executors_state_with_llama_factorys_buckets() -> None:
     """hf-trainer under ZeRO 2-3: DeepSpeed's engine keeps the bf16 model, fp32 master and AdamW states as the
-    executor's does; what differs is LLaMA-Factory's buckets and torch AdamW's foreach step beside the fp32 gradients."""
+    executor's does; what differs is LLaMA-Factory's buckets and torch AdamW's foreach step beside the fp32
+    gradients."""
     t = TrainingSpec(method=Method.FULL, zero_stage=2)
     ours, theirs = gpu_memory(LLAMA, t, 4), gpu_memory(LLAMA, replace(t, recipe=Recipe.HF_TRAINER), 4)
     assert (theirs.weights_bytes, theirs.gradients_bytes, theirs.optimizer_bytes) == \
