@@ -2,7 +2,7 @@
 training.recipe is not tunefleet with these.
 
 hf-trainer — transformers' Trainer + PEFT without DeepSpeed, on one GPU, as a user's script (and LLaMA-Factory,
-ms-swift or Axolotl underneath) runs it:
+ms-swift or Axolotl underneath) runs it (under DeepSpeed: below):
 - the model loaded in bf16 (QLoRA: quantised as from_pretrained(quantization_config=...) quantises it, then PEFT's
   prepare_model_for_kbit_training with its defaults: every non-4-bit parameter cast to fp32, gradient checkpointing
   as the plan says), LoRA adapters from get_peft_model (PEFT keeps them in fp32 on a bf16 or 4-bit base);
@@ -23,6 +23,11 @@ RMSNorm families only. A full fine-tune trains the bf16 model's own weights (no 
 trl-sft — TRL's SFTTrainer with SFTConfig's defaults and the plan's LoRA as its peft_config (none for a full
 fine-tune), on tokenised sequences through TRL's own collator and fused LM head (`trl_sft_peaks`). What differs from
 CUDA, set to CUDA's way: the fused head's Triton folds and in-place fp32 accumulation (`_fused_head_as_on_cuda`).
+
+Under ZeRO 2-3 either trainer gets LLaMA-Factory's DeepSpeed config (planner.trainer_deepspeed) in its arguments
+(`trainer_arguments`), made before the model so that ZeRO-3 partitions it as it loads, and runs on the fake process
+group of the plan's ranks: accelerate builds the DeepSpeed engine around the Trainer's optimizer and steps it inside
+backward (`_deepspeed_step_marked`).
 """
 
 from __future__ import annotations

@@ -299,8 +299,11 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     # (stage_1_and_2.step: free_grad_in_param_list(params_not_in_partition)), the oversized ones among them
     at_step = grads if t.zero_stage == 0 else split.trainable * dense_bytes / n
     # a tied embedding gets two gradients (lm_head's, then the embedding lookup's) and their sum, all full-size, as
-    # backward ends (simulated: Gemma 2's peak at the `add`)
-    tied = 2 * a.vocab_size * a.hidden_size * dense_bytes if a.tie_word_embeddings and t.method is Method.FULL else 0
+    # backward ends (simulated: Gemma 2's peak at the `add`); ZeRO 0-1 count one of them among the gradients, ZeRO-2's
+    # partition none (simulated: Llama-3.2-1B full under trl-sft on 4 ranks, its peak at that `add`)
+    tied_copies = 3 if t.zero_stage == 2 else 2
+    tied = tied_copies * a.vocab_size * a.hidden_size * dense_bytes \
+        if a.tie_word_embeddings and t.method is Method.FULL else 0
     breakdown = MemoryBreakdown(
         weights_bytes=int(weights), adapter_bytes=int(adapter), gradients_bytes=int(grads),
         optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,

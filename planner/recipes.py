@@ -21,6 +21,11 @@ trl-sft (TRL's SFTTrainer + PEFT with SFTConfig's defaults, no DeepSpeed, one GP
 - transformers' default optimizer, adamw_torch_fused: the fused step allocates nothing;
 - QLoRA without prepare_model_for_kbit_training: the rest of the model stays bf16, and SFTTrainer casts the
   adapters to bf16 (so their gradients and AdamW's states are bf16 too).
+
+Either under DeepSpeed ZeRO 2-3 (planner.trainer_deepspeed: LLaMA-Factory's configs, on any number of GPUs): the
+engine's state as the executor's (bf16 module, fp32 master and AdamW states, partitioned), no autocast, and the
+Trainer's optimizer stepped over the fp32 partition (`zero_step_bytes_per_element`); what memory.py reads through
+`runs_deepspeed`.
 """
 
 from __future__ import annotations
