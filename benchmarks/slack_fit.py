@@ -5,7 +5,8 @@ allocator replayed on the same allocations (benchmarks/results/simulate.csv). Th
 fits it, by non-negative least squares weighted by 1 / reserved bytes, to the short-lived blocks the planner knows
 (planner.memory.allocator_slack_terms): one fp32 loss block, one layer's saved tensors, ZeRO-3's flat gather buffer
 and, for a full or partial fine-tune under ZeRO 1-3, the optimizer step's transient and the gradients; a quantised
-model's largest dequantised weight; ZeRO 1-2's reduce bucket, held through backward. It prints the
+model's largest dequantised weight; ZeRO 1-2's reduce bucket, held through backward; a tied embedding's gradients
+as backward ends. It prints the
 coefficients, the error of simulated allocated + modelled slack against the replay (worst under and over: the
 SLACK_MODEL_ERROR range) and the flat 12 % it replaced.
 
@@ -28,7 +29,8 @@ from planner.catalog import Catalog, default_catalog
 from planner.memory import SLACK_PER_BYTE, allocator_slack_terms, per_gpu_memory
 from planner.parameters import parameter_split
 
-FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients", "dequantised", "reduce bucket")
+FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients", "dequantised", "reduce bucket",
+            "tied gradients")
 FLAT_FRACTION = k.ALLOCATOR_OVERHEAD_FRACTION  # the slack the planner assumed before this fit
 
 

@@ -299,11 +299,13 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     # (stage_1_and_2.step: free_grad_in_param_list(params_not_in_partition)), the oversized ones among them
     at_step = grads if t.zero_stage == 0 else split.trainable * dense_bytes / n
     # a tied embedding gets two gradients (lm_head's, then the embedding lookup's) and their sum, all full-size, as
-    # backward ends (simulated: Gemma 2's peak at the `add`); ZeRO 0-1 count one of them among the gradients, ZeRO-2's
-    # partition none (simulated: Llama-3.2-1B full under trl-sft on 4 ranks, its peak at that `add`)
-    tied_copies = 3 if t.zero_stage == 2 else 2
-    tied = tied_copies * a.vocab_size * a.hidden_size * dense_bytes \
-        if a.tie_word_embeddings and t.method is Method.FULL else 0
+    # backward ends (simulated: Gemma 2's peak at the `add`); the gradients counted above hold one of them under ZeRO
+    # 0 (all of them) and ZeRO 1 when it outgrows the reduce bucket (its own storage kept), none under ZeRO-2's
+    # partition (simulated: Llama-3.2-1B full under trl-sft on 4 ranks, its peak at that `add`)
+    embedding = a.vocab_size * a.hidden_size
+    counted = t.zero_stage == 0 or (t.zero_stage == 1 and embedding > b.reduce_elements) or t.zero_stage == 3
+    tied_copies = 2 if counted else 3
+    tied = tied_copies * embedding * dense_bytes if a.tie_word_embeddings and t.method is Method.FULL else 0
     breakdown = MemoryBreakdown(
         weights_bytes=int(weights), adapter_bytes=int(adapter), gradients_bytes=int(grads),
         optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,
@@ -321,23 +323,25 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
 # The allocator's slack per byte of each of allocator_slack_terms (planner/constants.py: fitted by benchmarks/slack_fit)
 SLACK_PER_BYTE = (k.SLACK_PER_LOGITS_BLOCK_BYTE, k.SLACK_PER_LAYER_BYTE, k.SLACK_PER_FETCH_BUFFER_BYTE,
                   k.SLACK_PER_STEP_BYTE, k.SLACK_PER_GRADIENT_BYTE, k.SLACK_PER_DEQUANTISED_BYTE,
-                  k.SLACK_PER_REDUCE_BUCKET_BYTE)
+                  k.SLACK_PER_REDUCE_BUCKET_BYTE, k.SLACK_PER_TIED_GRADIENT_BYTE)
 
 
 def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_bytes: int, dequantised_bytes: int,
-                          t: TrainingSpec) -> tuple[int, int, int, int, int, int, int]:
+                          t: TrainingSpec) -> tuple[int, int, int, int, int, int, int, int]:
     """The short-lived blocks behind what PyTorch's caching allocator holds reserved beyond the allocated peak:
     segments they left cached which the peak's own requests cannot reuse (a freed block serves only requests it holds
     whole, and segments never merge). One fp32 vocab-sized loss block, one layer's saved tensors, ZeRO-3's flat
     gather buffer, for a full or partial fine-tune under ZeRO 1-3 or a Trainer the optimizer step's transient and the
     gradients (their partitions and buckets come and go in sizes the activations' segments do not hold), a
-    quantised model's largest dequantised weight (activations.transient_block_bytes), and ZeRO 1-2's reduce bucket,
-    made as the activations are freed and freed before the step. Each weighs SLACK_PER_BYTE,
+    quantised model's largest dequantised weight (activations.transient_block_bytes), ZeRO 1-2's reduce bucket, made
+    as the activations are freed and freed before the step, and a tied embedding's gradients as backward ends. Each
+    weighs SLACK_PER_BYTE,
     fitted to the allocator replayed on the simulated step (make bench-simulate's reserved columns)."""
     # a full or partial fine-tune under ZeRO 1-3, or under a Trainer recipe (torch's AdamW and gradients set to None)
     trains = t.method in (Method.FULL, Method.FREEZE) and (t.zero_stage >= 1 or t.recipe is not Recipe.TUNEFLEET)
     return (logits_block_bytes, layer_bytes, b.fetch_buffer_bytes, b.optimizer_step_bytes if trains else 0,
-            b.gradients_bytes if trains else 0, dequantised_bytes, b.reduce_bucket_bytes)
+            b.gradients_bytes if trains else 0, dequantised_bytes, b.reduce_bucket_bytes,
+            b.backward_end_bytes - b.reduce_bucket_bytes)
 
 
 def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdown:

@@ -46,24 +46,30 @@ def test_more_micro_batch_or_sequence_never_needs_less(model: str, method: Metho
 @settings(max_examples=200, deadline=None)
 @given(model=MODELS, method=METHODS, gpus=st.sampled_from([2, 4, 8]), mb=st.integers(1, 8))
 def test_higher_zero_stage_never_needs_more_per_gpu(model: str, method: Method, gpus: int, mb: int) -> None:
+    """What each stage allocates (the allocator's slack is a regression over the simulated rows, not a law)."""
     b = [per_gpu_memory(CATALOG.model(model), TrainingSpec(method=method, zero_stage=z, micro_batch_size=mb), hw(gpus))
          for z in range(4)]
-    assert b[1].total_bytes <= b[0].total_bytes
+    # ZeRO 1-2 allocate their reduce bucket at its full size whatever the trainable count, where ZeRO 0's all-reduce
+    # flattens only the gradients there are: for a small LoRA, a ZeRO-1 step can hold that much more
+    assert b[1].allocated_bytes <= b[0].allocated_bytes + b[1].reduce_bucket_bytes
+    assert b[2].allocated_bytes <= b[1].allocated_bytes
     # ZeRO-3 holds full copies of the parameters it gathers (up to stage3_max_live_parameters) beside every rank's
     # partition: for a model not much larger than that, more than ZeRO-2's whole weights (simulated: Llama-3.2-1B
     # on 2 ranks gathers 1.0e9 of its 1.24e9 parameters); and it keeps its flat gradient partition across steps, where
     # ZeRO-2 frees its own in the step (simulated: Llama-3.2-1B full on 4 ranks peaks at the loss with none), and it
     # gathers through a flat buffer; beyond those it never needs more
     held = b[3].gathered_parameters_bytes + b[3].gradients_bytes + b[3].fetch_buffer_bytes
-    assert b[3].total_bytes <= b[2].total_bytes + held * (1 + ALLOCATOR_OVERHEAD_FRACTION) + 1
-    assert b[2].total_bytes <= b[1].total_bytes
+    assert b[3].allocated_bytes <= b[2].allocated_bytes + held
 
 
 @settings(max_examples=200, deadline=None)
 @given(model=MODELS, method=METHODS, zero=st.integers(1, 3), gpus=st.sampled_from([1, 2, 4]))
 def test_more_gpus_never_need_more_per_gpu_at_zero_1_and_up(model: str, method: Method, zero: int, gpus: int) -> None:
     t = TrainingSpec(method=method, zero_stage=zero)
-    assert total(model, t, gpus * 2) <= total(model, t, gpus)
+    few, more = (per_gpu_memory(CATALOG.model(model), t, hw(n)) for n in (gpus, gpus * 2))
+    # beyond the second reduce bucket overlap_comm adds once there is a second rank (contract.deepspeed_config)
+    overlap = more.reduce_bucket_bytes - few.reduce_bucket_bytes
+    assert more.total_bytes <= few.total_bytes + overlap * (1 + ALLOCATOR_OVERHEAD_FRACTION)
 
 
 @settings(max_examples=100, deadline=None)
