@@ -226,11 +226,9 @@ def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: 
         return 0, 0
     grad_bytes = 4 if t.precision is Precision.FP32 else 2
     copies = 2 if b.overlap_comm else 1
-    if t.zero_stage == 3:
-        return min(split.trainable, b.reduce_elements) * grad_bytes * copies, 0
-    if t.zero_stage == 0:
-        return min(split.trainable, b.reduce_elements) * grad_bytes * copies, 0
-    return 0, b.reduce_elements * grad_bytes * copies
+    if t.zero_stage in (1, 2):
+        return 0, b.reduce_elements * grad_bytes * copies
+    return min(split.trainable, b.reduce_elements) * grad_bytes * copies, 0
 
 
 # Entries of the per-GPU memory cache. A key is an Architecture, a TrainingSpec and a rank count: frozen values bounded

@@ -48,11 +48,10 @@ def trainer_deepspeed_config(stage: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Buckets:
-    """What DeepSpeed's buffers are sized by (elements): the gradient reduce bucket, ZeRO 1-2's all-gather bucket and
-    ZeRO-3's live-parameter limit, and whether overlap_comm double-buffers the reduce."""
+    """What DeepSpeed's buffers are sized by (elements): the gradient reduce bucket and ZeRO-3's live-parameter limit,
+    and whether overlap_comm double-buffers the reduce."""
 
     reduce_elements: int
-    allgather_elements: int
     max_live_parameters: int
     overlap_comm: bool
 
@@ -62,10 +61,9 @@ def buckets(a: Architecture, t: TrainingSpec, world_size: int) -> Buckets:
     on several ranks), or a Trainer recipe's `trainer_deepspeed_config` once transformers has filled its "auto"
     entries for `a` (integrations/deepspeed.py, trainer_config_finalize: reduce_bucket_size = hidden_size²)."""
     if t.recipe is Recipe.TUNEFLEET:
-        return Buckets(reduce_elements=ds.REDUCE_BUCKET_ELEMENTS, allgather_elements=ds.ALLGATHER_BUCKET_ELEMENTS,
-                       max_live_parameters=ds.STAGE3_MAX_LIVE_PARAMETERS, overlap_comm=world_size > 1)
+        return Buckets(reduce_elements=ds.REDUCE_BUCKET_ELEMENTS, max_live_parameters=ds.STAGE3_MAX_LIVE_PARAMETERS,
+                       overlap_comm=world_size > 1)
     if t.zero_stage == 3:
-        return Buckets(reduce_elements=a.hidden_size * a.hidden_size, allgather_elements=0,
-                       max_live_parameters=Z3_MAX_LIVE_PARAMETERS, overlap_comm=False)
-    return Buckets(reduce_elements=Z2_BUCKET_ELEMENTS, allgather_elements=Z2_BUCKET_ELEMENTS,
-                   max_live_parameters=Z3_MAX_LIVE_PARAMETERS, overlap_comm=False)
+        return Buckets(reduce_elements=a.hidden_size * a.hidden_size, max_live_parameters=Z3_MAX_LIVE_PARAMETERS,
+                       overlap_comm=False)
+    return Buckets(reduce_elements=Z2_BUCKET_ELEMENTS, max_live_parameters=Z3_MAX_LIVE_PARAMETERS, overlap_comm=False)
