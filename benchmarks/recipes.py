@@ -147,7 +147,8 @@ _QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, d
 @contextlib.contextmanager
 def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
     """The arguments a user's script builds for the recipe's trainer, entered before the model is made:
-    TrainingArguments for hf-trainer (optim adamw_torch), SFTConfig with its defaults for trl-sft. Under ZeRO they
+    TrainingArguments for hf-trainer (optim adamw_torch), SFTConfig and DPOConfig with their defaults for trl-sft and
+    trl-dpo. Under ZeRO they
     carry the Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition
     the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process
     group's: the launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE, DeepSpeed the master's
@@ -156,7 +157,7 @@ def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
     import transformers
     from accelerate.state import AcceleratorState
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-    from trl import SFTConfig
+    from trl import DPOConfig, SFTConfig
 
     from planner.trainer_deepspeed import trainer_deepspeed_config
 
@@ -174,6 +175,9 @@ def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
                           gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed, **_QUIET)
             if t.recipe is Recipe.TRL_SFT:
                 yield SFTConfig(max_length=t.sequence_length, **common)
+            elif t.recipe is Recipe.TRL_DPO:
+                yield DPOConfig(max_length=t.sequence_length, precompute_ref_log_probs=t.dpo.precompute_reference,
+                                **common)
             else:
                 yield transformers.TrainingArguments(bf16=True, optim="adamw_torch", **common)
     finally:
@@ -244,13 +248,15 @@ def _fused_head_as_on_cuda() -> Iterator[None]:
          chunked_logprob._addmm_fp32) = saved
 
 
-def _pad_only_tokenizer() -> Any:
-    """SFTTrainer's processing class: the batches come tokenised, so it only names the padding token (a word-level
-    tokenizer built locally; nothing is downloaded)."""
+def _word_tokenizer() -> Any:
+    """TRL's processing class: a word-level tokenizer built locally (nothing is downloaded) that splits on spaces and
+    knows one word, "a", beside padding and end of sequence. SFTTrainer's batches come tokenised, so it only names the
+    padding token; DPOTrainer tokenises its text, one token a word."""
     import transformers
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models, pre_tokenizers
 
-    backend = Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1, "</s>": 2}, unk_token="<unk>"))
+    backend = Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1, "</s>": 2, "a": 3}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
                                                 eos_token="</s>")
 
@@ -274,7 +280,60 @@ def trl_sft_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, count
     args.max_steps = steps
     with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter):
         trainer = _marking_backward(SFTTrainer, counter)(
-            model=model, args=args, train_dataset=examples, processing_class=_pad_only_tokenizer(),
+            model=model, args=args, train_dataset=examples, processing_class=_word_tokenizer(),
+            peft_config=None if t.method is Method.FULL else lora_config(t.lora, model),
+            callbacks=[_step_callback(counter, peaks)])
+        modules.name(trainer.model)
+        trainer.train()
+    return peaks
+
+
+@contextlib.contextmanager
+def _reference_log_probs_given() -> Iterator[None]:
+    """With precompute_ref_log_probs DPOTrainer scores the dataset with the reference before training and stores the
+    log-probs with it: a NumPy column (which a fake tensor cannot give) in a cache file keyed by the model's hash. The
+    steps' bytes do not depend on the values, and the pass ends before the first step: the stand-in adds the two
+    columns as zeros, and names the model for the cache it does not use (hash_module reads every weight's values)."""
+    from trl.trainer import dpo_trainer
+    from trl.trainer.dpo_trainer import DPOTrainer
+
+    original, hash_module = DPOTrainer._precompute_ref_logps, dpo_trainer.hash_module
+
+    def given(trainer: Any, dataset: Any, name: str, batch_size: int) -> Any:
+        zeros = [0.0] * len(dataset)
+        return dataset.add_column("ref_chosen_logps", zeros).add_column("ref_rejected_logps", zeros)
+
+    DPOTrainer._precompute_ref_logps, dpo_trainer.hash_module = given, lambda module: "simulated"
+    try:
+        yield
+    finally:
+        DPOTrainer._precompute_ref_logps, dpo_trainer.hash_module = original, hash_module
+
+
+def trl_dpo_peaks(model: Any, reference: Any, args: Any, t: TrainingSpec, counter: LiveBytes, steps: int,
+                  modules: ModuleStack) -> list[Peak]:
+    """`steps` steps of TRL's DPOTrainer.train() with `args` (`trainer_arguments`: DPOConfig's defaults, bf16
+    autocast, the fused LM head for policy and reference, dropout off, adamw_torch_fused) and the plan's LoRA as its
+    peft_config (the reference the base with the adapter off; a full fine-tune's, `reference`, the model loaded again
+    as a script passes it to DPOTrainer, which would otherwise load it from the model's hub id), on
+    preference pairs whose chosen and rejected completions fill the plan's length after an empty prompt: every
+    position but the last is scored, the most a pair of that length can cost; each step's peak."""
+    import datasets
+    from trl import DPOTrainer
+
+    from executor.training.peft_config import lora_config
+
+    if t.method not in (Method.LORA, Method.QLORA, Method.FULL):
+        raise ValueError(f"trl-dpo is simulated for lora, qlora and full, not {t.method.value}")
+    peaks: list[Peak] = []
+    completion = " ".join(["a"] * (t.sequence_length - 1) + ["</s>"])
+    pairs = steps * t.micro_batch_size
+    examples = datasets.Dataset.from_dict({"prompt": [""] * pairs, "chosen": [completion] * pairs,
+                                           "rejected": [completion] * pairs})
+    args.max_steps = steps
+    with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter), _reference_log_probs_given():
+        trainer = _marking_backward(DPOTrainer, counter)(
+            model=model, ref_model=reference, args=args, train_dataset=examples, processing_class=_word_tokenizer(),
             peft_config=None if t.method is Method.FULL else lora_config(t.lora, model),
             callbacks=[_step_callback(counter, peaks)])
         modules.name(trainer.model)

@@ -52,6 +52,7 @@ from benchmarks.recipes import (  # noqa: E402
     hf_trainer_peaks,
     loaded,
     trainer_arguments,
+    trl_dpo_peaks,
     trl_sft_peaks,
 )
 from common.units import GiB  # noqa: E402
@@ -401,6 +402,10 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
             step_peaks = hf_trainer_peaks(model, trainer_args, t, vocab, counter, steps)
         elif t.recipe is Recipe.TRL_SFT:
             step_peaks = trl_sft_peaks(model, trainer_args, t, vocab, counter, steps, modules)
+        elif t.recipe is Recipe.TRL_DPO:
+            # a full fine-tune's reference: the model loaded again, as the user's script hands it to DPOTrainer
+            reference = from_config(config, t) if t.uses_reference_model else None
+            step_peaks = trl_dpo_peaks(model, reference, trainer_args, t, counter, steps, modules)
         else:
             model = prepare_model(model, t, quantized=bnb_config is not None)
             step_peaks = _executor_peaks(model, t, config, ds_config, vocab, counter, modules, steps)
@@ -613,6 +618,18 @@ def _rows() -> list[Row]:
              Row("meta-llama/Llama-3.1-8B", sft(spec(full, 1, 2048, zero=3)), 4),
              Row("meta-llama/Llama-3.2-1B", sft(spec(full, 2, 2048, zero=2)), 4),
              Row("Qwen/Qwen2.5-7B", sft(spec(lora, 1, 4096, zero=3)), 4)]
+    # trl-dpo: TRL's DPOTrainer with its defaults, chosen and rejected through the fused head; the reference the base
+    # with the adapter off, a frozen copy (full) or precomputed
+
+    def trl_dpo(t: TrainingSpec, precompute: bool = False) -> TrainingSpec:
+        return replace(t, recipe=Recipe.TRL_DPO, objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute))
+
+    rows += [Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(lora, 1, 2048))),
+             Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(lora, 1, 2048), precompute=True)),
+             Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(qlora, 1, 2048))),
+             Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 2, 2048))),
+             Row("Qwen/Qwen2.5-7B", trl_dpo(spec(lora, 1, 4096))),
+             Row("mistralai/Mistral-7B-v0.3", trl_dpo(spec(qlora, 2, 2048, lora_spec=qkvo)))]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -72,6 +72,7 @@ class Recipe(enum.Enum):
     TUNEFLEET = "tunefleet"
     HF_TRAINER = "hf-trainer"
     TRL_SFT = "trl-sft"
+    TRL_DPO = "trl-dpo"
 
 
 class Loss(enum.Enum):

@@ -197,7 +197,13 @@ TRL_SFT_NOTE = ("recipe trl-sft: planned as TRL's SFTTrainer + PEFT runs the job
                 "adamw_torch_fused) — without DeepSpeed at ZeRO 0, under ZeRO 2 or 3 with LLaMA-Factory's DeepSpeed "
                 "configs (simulated, make bench-simulate); tunefleet's executor runs its own recipe and "
                 "refuses this plan: plan with --recipe tunefleet to run it on the fleet")
-RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE}
+TRL_DPO_NOTE = ("recipe trl-dpo: planned as TRL's DPOTrainer + PEFT runs the job with its defaults (chosen and "
+                "rejected through its fused LM head, dropout off, adamw_torch_fused; the reference the base with the "
+                "adapter off, a frozen copy for a full fine-tune, or precomputed), with every position of a pair "
+                "scored, the most a pair of that length can cost (simulated, make bench-simulate); tunefleet's "
+                "executor runs its own recipe and refuses this plan: plan with --recipe tunefleet to run it on the "
+                "fleet")
+RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE, Recipe.TRL_DPO: TRL_DPO_NOTE}
 
 
 def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:

@@ -125,6 +125,24 @@ def test_a_fake_trainer_step_peaks_at_the_same_bytes_as_the_real_step(recipe: Re
     assert fake.by_phase["init"] < fake.peak_bytes
 
 
+# TRL's DPOTrainer, its own step: chosen and rejected through the fused head, the reference the base with the adapter
+# off, a frozen copy (full) or precomputed before the first step
+TRL_DPO = [(Method.LORA, False), (Method.QLORA, False), (Method.FULL, False), (Method.LORA, True)]
+
+
+@pytest.mark.parametrize(("method", "precompute"), TRL_DPO,
+                         ids=[f"{m.value}{'-precomputed' if p else ''}" for m, p in TRL_DPO])
+def test_a_fake_trl_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method, precompute: bool) -> None:
+    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=256, lora=ALL, recipe=Recipe.TRL_DPO,
+                     objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute))
+    real = simulate(TINY_LLAMA, t, fake=False)
+    fake = simulate(TINY_LLAMA, t, fake=True)
+    assert fake.step_peak_bytes == real.step_peak_bytes
+    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
+    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+    assert fake.by_phase["init"] < fake.peak_bytes
+
+
 # The Trainer recipes under DeepSpeed on two fake ranks, with LLaMA-Factory's ZeRO 2 and 3 configs: the weights
 # partitioned as ZeRO-3 loads them, the trainer's torch AdamW stepped by DeepSpeed's ZeRO optimizer
 TRAINER_DEEPSPEED = [(recipe, method, zero) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)

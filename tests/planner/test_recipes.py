@@ -8,7 +8,18 @@ from dataclasses import replace
 
 import pytest
 
-from contract.schema import ALL_LINEAR, LoraSpec, Method, Objective, Offload, Precision, Recipe, TrainingSpec, Workload
+from contract.schema import (
+    ALL_LINEAR,
+    DpoSpec,
+    LoraSpec,
+    Method,
+    Objective,
+    Offload,
+    Precision,
+    Recipe,
+    TrainingSpec,
+    Workload,
+)
 from contract.training import training_from_proto, training_to_proto
 from planner.catalog import default_catalog
 from planner.errors import UnsupportedError
@@ -124,6 +135,17 @@ CASES = [(recipe, *case, FIELD) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT
                                    (dict(method=Method.QLORA, zero_stage=3), "not ZeRO-3", "training.zero_stage"))]]
 
 
+DPO = dict(objective=Objective.DPO)
+CASES += [(Recipe.TRL_DPO, "meta-llama/Llama-3.1-8B", change, ranks, words, field) for change, ranks, words, field in (
+    ({}, 1, "--dpo", "training.objective"),
+    (dict(DPO, gradient_checkpointing=False), 1, "--grad-ckpt", "training.gradient_checkpointing"),
+    (dict(DPO, zero_stage=2), 2, "one GPU without DeepSpeed", FIELD),
+    (dict(DPO, dpo_reference_model=True), 1, "adapter off", "training.dpo_reference_model"))]
+CASES += [(Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", DPO, 1, "plan DPO with recipe trl-dpo", FIELD)]
+CASES += [(recipe, "meta-llama/Llama-3.1-8B", dict(gradient_checkpointing=False, lora=LoraSpec(dropout=0.0)), 1,
+           "without LoRA dropout", "training.gradient_checkpointing") for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)]
+
+
 @pytest.mark.parametrize(("recipe", "model", "change", "ranks", "words", "field"), CASES)
 def test_what_the_trainer_model_does_not_cover_is_refused_by_name(recipe: Recipe, model: str, change: dict, ranks: int,
                                                                   words: str, field: str) -> None:
@@ -173,3 +195,20 @@ def test_recommend_plans_a_trainer_recipe_on_several_gpus_under_its_deepspeed() 
         t, hw = c.fit.training, c.fit.hardware
         assert t.recipe is Recipe.HF_TRAINER and hw.world_size > 1 and t.zero_stage in (2, 3)
         assert t.offload is Offload.NONE
+
+
+def test_trl_dpo_scores_chosen_and_rejected_through_trl_sft_s_head() -> None:
+    """DPOTrainer over a micro-batch of pairs is SFTTrainer's step over twice the rows (dropout off, as DPOConfig
+    turns it off): the same activations and fused head, the same adapters and optimizer; a full fine-tune adds the
+    frozen reference copy, and precomputed log-probs hold none."""
+    no_dropout = LoraSpec(target_modules=(ALL_LINEAR,), dropout=0.0)
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=1, sequence_length=2048, lora=no_dropout)
+    dpo = gpu_memory(LLAMA, replace(t, recipe=Recipe.TRL_DPO, objective=Objective.DPO), 1)
+    sft = gpu_memory(LLAMA, replace(t, recipe=Recipe.TRL_SFT, micro_batch_size=2), 1)
+    assert (dpo.activations_bytes, dpo.logits_bytes) == (sft.activations_bytes, sft.logits_bytes)
+    assert (dpo.adapter_bytes, dpo.optimizer_bytes, dpo.weights_bytes) == \
+        (sft.adapter_bytes, sft.optimizer_bytes, sft.weights_bytes)
+    full = replace(t, method=Method.FULL, recipe=Recipe.TRL_DPO, objective=Objective.DPO)
+    before_training = replace(full, dpo=DpoSpec(precompute_reference=True))
+    copy, precomputed = gpu_memory(LLAMA, full, 1), gpu_memory(LLAMA, before_training, 1)
+    assert copy.weights_bytes == 2 * precomputed.weights_bytes

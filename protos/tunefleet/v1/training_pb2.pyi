@@ -64,6 +64,7 @@ class Recipe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RECIPE_TUNEFLEET: _ClassVar[Recipe]
     RECIPE_HF_TRAINER: _ClassVar[Recipe]
     RECIPE_TRL_SFT: _ClassVar[Recipe]
+    RECIPE_TRL_DPO: _ClassVar[Recipe]
 METHOD_UNSPECIFIED: Method
 METHOD_FULL: Method
 METHOD_LORA: Method
@@ -98,6 +99,7 @@ RECIPE_UNSPECIFIED: Recipe
 RECIPE_TUNEFLEET: Recipe
 RECIPE_HF_TRAINER: Recipe
 RECIPE_TRL_SFT: Recipe
+RECIPE_TRL_DPO: Recipe
 
 class LoraSpec(_message.Message):
     __slots__ = ("rank", "alpha", "dropout", "target_modules")
