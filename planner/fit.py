@@ -207,8 +207,9 @@ RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE
 
 
 def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
-    """Where the executor's DPO reference lives, so the breakdown's terms read as what it holds."""
-    pairs = (f"activations and logits cover chosen + rejected ({t.sequences_per_example} × {t.micro_batch_size} "
+    """Where the DPO reference lives, so the breakdown's terms read as what it holds."""
+    loss = "TRL's fused LM head" if recipes.fused_head(t) else "logits"
+    pairs = (f"activations and {loss} cover chosen + rejected ({t.sequences_per_example} × {t.micro_batch_size} "
              "sequences in one forward pass)")
     if t.dpo.precompute_reference:
         return f"DPO: reference log-probs computed once before step 1 and kept with the job, none held; {pairs}"
