@@ -13,7 +13,7 @@ import torch
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from benchmarks.simulate import Row, planned_bytes, simulate  # noqa: E402
+from benchmarks.simulate import Row, Simulated, planned_bytes, simulate  # noqa: E402
 from contract.schema import (  # noqa: E402
     ALL_LINEAR,
     Attention,
@@ -86,6 +86,17 @@ def test_a_fake_step_peaks_at_the_same_bytes_as_the_real_step(config: dict, meth
     assert sum(fake.by_phase.values()) == fake.peak_bytes
 
 
+def _fake_equals_real(t: TrainingSpec, ranks: int = 1) -> Simulated:
+    """The step of `t` on TINY_LLAMA, run on real tensors and on fake ones: the same per-step peaks, the same peak
+    (bytes, phase and op) and the same replayed reserved peak. Returns the fake run."""
+    real = simulate(TINY_LLAMA, t, ranks, fake=False)
+    fake = simulate(TINY_LLAMA, t, ranks, fake=True)
+    assert fake.step_peak_bytes == real.step_peak_bytes
+    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
+    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+    return fake
+
+
 # DPO as the executor runs it: chosen and rejected rows in one forward, the reference the policy with its adapter off,
 # a separate frozen copy (partitioned under ZeRO-3), or log-probs computed before the first step
 DPO_MATRIX = [(Method.LORA, False, False, 0, 1), (Method.LORA, False, True, 2, 2), (Method.FULL, False, False, 3, 2),
@@ -100,11 +111,7 @@ def test_a_fake_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method
     t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, zero_stage=zero, lora=ALL,
                      objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute),
                      dpo_reference_model=separate)
-    real = simulate(TINY_LLAMA, t, ranks, fake=False)
-    fake = simulate(TINY_LLAMA, t, ranks, fake=True)
-    assert fake.step_peak_bytes == real.step_peak_bytes
-    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
-    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+    _fake_equals_real(t, ranks)
 
 
 # The Trainer recipes, the library's own step on real tensors and fake: transformers' Trainer + PEFT (hf-trainer),
@@ -117,11 +124,7 @@ TRAINERS = [(recipe, method, seq) for recipe, seq in ((Recipe.HF_TRAINER, 32), (
 @pytest.mark.parametrize(("recipe", "method", "seq"), TRAINERS, ids=[f"{r.value}-{m.value}" for r, m, _ in TRAINERS])
 def test_a_fake_trainer_step_peaks_at_the_same_bytes_as_the_real_step(recipe: Recipe, method: Method, seq: int) -> None:
     t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=seq, lora=ALL, recipe=recipe)
-    real = simulate(TINY_LLAMA, t, fake=False)
-    fake = simulate(TINY_LLAMA, t, fake=True)
-    assert fake.step_peak_bytes == real.step_peak_bytes
-    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
-    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+    fake = _fake_equals_real(t)
     assert fake.by_phase["init"] < fake.peak_bytes
 
 
@@ -135,11 +138,7 @@ TRL_DPO = [(Method.LORA, False), (Method.QLORA, False), (Method.FULL, False), (M
 def test_a_fake_trl_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method, precompute: bool) -> None:
     t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=256, lora=ALL, recipe=Recipe.TRL_DPO,
                      objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute))
-    real = simulate(TINY_LLAMA, t, fake=False)
-    fake = simulate(TINY_LLAMA, t, fake=True)
-    assert fake.step_peak_bytes == real.step_peak_bytes
-    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
-    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+    fake = _fake_equals_real(t)
     assert fake.by_phase["init"] < fake.peak_bytes
 
 
@@ -154,11 +153,7 @@ TRAINER_DEEPSPEED = [(recipe, method, zero) for recipe in (Recipe.HF_TRAINER, Re
 def test_a_fake_trainer_step_under_deepspeed_peaks_at_the_same_bytes_as_the_real_step(recipe: Recipe, method: Method,
                                                                                      zero: int) -> None:
     t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, lora=ALL, zero_stage=zero, recipe=recipe)
-    real = simulate(TINY_LLAMA, t, 2, fake=False)
-    fake = simulate(TINY_LLAMA, t, 2, fake=True)
-    assert fake.step_peak_bytes == real.step_peak_bytes
-    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
-    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
+    _fake_equals_real(t, 2)
 
 
 def test_trl_sft_never_builds_the_logits_the_trainer_builds() -> None:
