@@ -4,18 +4,15 @@ caching allocator replayed on each reserves the same bytes."""
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import replace
 
 import pytest
 import torch
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from benchmarks.simulate import Row, Simulated, planned_bytes, simulate  # noqa: E402
+from benchmarks.simulate import Row, planned_bytes, simulate  # noqa: E402
 from contract.schema import (  # noqa: E402
-    ALL_LINEAR,
     Attention,
     DpoSpec,
     LoraSpec,
@@ -25,18 +22,15 @@ from contract.schema import (  # noqa: E402
     TrainingSpec,
 )
 from planner.catalog import default_catalog  # noqa: E402
-from planner.hf_config import architecture_from_config, config_json
-from planner.memory import gpu_memory
+from planner.hf_config import config_json
+from tests.benchmarks.tiny import ALL, TINY_LLAMA, fake_equals_real
 
-TINY_LLAMA = dict(model_type="llama", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
 TINY_GEMMA2 = dict(model_type="gemma2", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
                    sliding_window=16)
 # a mixture of experts (transformers' grouped_mm experts: every shape static, whatever the routing)
 TINY_MIXTRAL = {**TINY_LLAMA, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
 QV = LoraSpec(target_modules=("q_proj", "v_proj"), dropout=0.0)
-ALL = LoraSpec(target_modules=(ALL_LINEAR,))  # dropout 0.05: a dropout mask per adapter
 
 # (config, method, ZeRO stage, ranks, checkpointing, attention, LoRA): ZeRO 1-3 on 2 ranks, where partitioning
 # changes what each rank holds
@@ -86,17 +80,6 @@ def test_a_fake_step_peaks_at_the_same_bytes_as_the_real_step(config: dict, meth
     assert sum(fake.by_phase.values()) == fake.peak_bytes
 
 
-def _fake_equals_real(t: TrainingSpec, ranks: int = 1) -> Simulated:
-    """The step of `t` on TINY_LLAMA, run on real tensors and on fake ones: the same per-step peaks, the same peak
-    (bytes, phase and op) and the same replayed reserved peak. Returns the fake run."""
-    real = simulate(TINY_LLAMA, t, ranks, fake=False)
-    fake = simulate(TINY_LLAMA, t, ranks, fake=True)
-    assert fake.step_peak_bytes == real.step_peak_bytes
-    assert (fake.peak_bytes, fake.phase, fake.op) == (real.peak_bytes, real.phase, real.op)
-    assert fake.peak_reserved_bytes == real.peak_reserved_bytes
-    return fake
-
-
 # DPO as the executor runs it: chosen and rejected rows in one forward, the reference the policy with its adapter off,
 # a separate frozen copy (partitioned under ZeRO-3), or log-probs computed before the first step
 DPO_MATRIX = [(Method.LORA, False, False, 0, 1), (Method.LORA, False, True, 2, 2), (Method.FULL, False, False, 3, 2),
@@ -111,65 +94,7 @@ def test_a_fake_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method
     t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, zero_stage=zero, lora=ALL,
                      objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute),
                      dpo_reference_model=separate)
-    _fake_equals_real(t, ranks)
-
-
-# The Trainer recipes, the library's own step on real tensors and fake: transformers' Trainer + PEFT (hf-trainer),
-# autocast and all; TRL's SFTTrainer (trl-sft), its fused LM head and collator (which passes position ids: the
-# packed-sequence check reads them), over a sequence long enough for the activations, not the weights, to make the peak
-TRAINERS = [(recipe, method, seq) for recipe, seq in ((Recipe.HF_TRAINER, 32), (Recipe.TRL_SFT, 256))
-            for method in (Method.LORA, Method.QLORA)]
-
-
-@pytest.mark.parametrize(("recipe", "method", "seq"), TRAINERS, ids=[f"{r.value}-{m.value}" for r, m, _ in TRAINERS])
-def test_a_fake_trainer_step_peaks_at_the_same_bytes_as_the_real_step(recipe: Recipe, method: Method, seq: int) -> None:
-    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=seq, lora=ALL, recipe=recipe)
-    fake = _fake_equals_real(t)
-    assert fake.by_phase["init"] < fake.peak_bytes
-
-
-# TRL's DPOTrainer, its own step: chosen and rejected through the fused head, the reference the base with the adapter
-# off, a frozen copy (full) or precomputed before the first step
-TRL_DPO = [(Method.LORA, False), (Method.QLORA, False), (Method.FULL, False), (Method.LORA, True)]
-
-
-@pytest.mark.parametrize(("method", "precompute"), TRL_DPO,
-                         ids=[f"{m.value}{'-precomputed' if p else ''}" for m, p in TRL_DPO])
-def test_a_fake_trl_dpo_step_peaks_at_the_same_bytes_as_the_real_step(method: Method, precompute: bool) -> None:
-    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=256, lora=ALL, recipe=Recipe.TRL_DPO,
-                     objective=Objective.DPO, dpo=DpoSpec(precompute_reference=precompute))
-    fake = _fake_equals_real(t)
-    assert fake.by_phase["init"] < fake.peak_bytes
-
-
-# The Trainer recipes under DeepSpeed on two fake ranks, with LLaMA-Factory's ZeRO 2 and 3 configs: the weights
-# partitioned as ZeRO-3 loads them, the trainer's torch AdamW stepped by DeepSpeed's ZeRO optimizer
-TRAINER_DEEPSPEED = [(recipe, method, zero) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)
-                     for method in (Method.LORA, Method.FULL) for zero in (2, 3)]
-
-
-@pytest.mark.parametrize(("recipe", "method", "zero"), TRAINER_DEEPSPEED,
-                         ids=[f"{r.value}-{m.value}-zero{z}" for r, m, z in TRAINER_DEEPSPEED])
-def test_a_fake_trainer_step_under_deepspeed_peaks_at_the_same_bytes_as_the_real_step(recipe: Recipe, method: Method,
-                                                                                     zero: int) -> None:
-    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, lora=ALL, zero_stage=zero, recipe=recipe)
-    _fake_equals_real(t, 2)
-
-
-def test_trl_sft_never_builds_the_logits_the_trainer_builds() -> None:
-    """The fused head scores the vocabulary one bf16 tile of 32,768 columns at a time: with a vocabulary that wide,
-    SFTTrainer's step peaks below transformers' Trainer's on the same job by at least the fp32 log-probabilities it
-    never saves, and the planner's prediction for each is within 3 % of its simulated peak."""
-    vocab, tokens = 32768, 2 * 256
-    wide = {**TINY_LLAMA, "vocab_size": vocab}
-    t = TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=256, lora=ALL)
-    trainer = simulate(wide, replace(t, recipe=Recipe.HF_TRAINER))
-    sft = simulate(wide, replace(t, recipe=Recipe.TRL_SFT))
-    assert trainer.peak_bytes - sft.peak_bytes >= tokens * vocab * 4
-    architecture = architecture_from_config(json.dumps(wide))
-    for simulated, recipe in ((trainer, Recipe.HF_TRAINER), (sft, Recipe.TRL_SFT)):
-        planned = gpu_memory(architecture, replace(t, recipe=recipe), 1).allocated_bytes
-        assert abs(planned - simulated.peak_bytes) <= 0.03 * simulated.peak_bytes, (recipe, planned, simulated)
+    fake_equals_real(t, ranks)
 
 
 # A handful of the benchmark's rows at a size the suite can afford (make bench-simulate runs the full-size table):
