@@ -148,12 +148,11 @@ _QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, d
 def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
     """The arguments a user's script builds for the recipe's trainer, entered before the model is made:
     TrainingArguments for hf-trainer (optim adamw_torch), SFTConfig and DPOConfig with their defaults for trl-sft and
-    trl-dpo. Under ZeRO they
-    carry the Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition
-    the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process
-    group's: the launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE, DeepSpeed the master's
-    address, which no fake collective dials) and which device. Transformers' DeepSpeed, accelerate's state and the
-    environment are restored as the run ends."""
+    trl-dpo. Under ZeRO they carry the Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells
+    ZeRO-3's loading to partition the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the
+    ranks are the fake process group's: the launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE,
+    DeepSpeed the master's address, which no fake collective dials) and which device. Transformers' DeepSpeed,
+    accelerate's state and the environment are restored as the run ends."""
     import transformers
     from accelerate.state import AcceleratorState
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
@@ -270,19 +269,25 @@ def trl_sft_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, count
     import datasets
     from trl import SFTTrainer
 
+    examples = datasets.Dataset.from_dict({"input_ids": [[(r + i) % vocab_size for i in range(t.sequence_length)]
+                                                         for r in range(steps * t.micro_batch_size)]})
+    return _trl_peaks(SFTTrainer, dict(model=model, args=args, train_dataset=examples), t, counter, steps, modules)
+
+
+def _trl_peaks(trainer_class: Any, given: dict[str, Any], t: TrainingSpec, counter: LiveBytes, steps: int,
+               modules: ModuleStack) -> list[Peak]:
+    """`steps` steps of a TRL trainer built with `given` (model, arguments, dataset), the word tokenizer and the plan's
+    LoRA as its peft_config (none for a full fine-tune), its fused head as on CUDA; each step's peak."""
     from executor.training.peft_config import lora_config
 
     if t.method not in (Method.LORA, Method.QLORA, Method.FULL):
-        raise ValueError(f"trl-sft is simulated for lora, qlora and full, not {t.method.value}")
+        raise ValueError(f"{t.recipe.value} is simulated for lora, qlora and full, not {t.method.value}")
     peaks: list[Peak] = []
-    examples = datasets.Dataset.from_dict({"input_ids": [[(r + i) % vocab_size for i in range(t.sequence_length)]
-                                                         for r in range(steps * t.micro_batch_size)]})
-    args.max_steps = steps
+    given["args"].max_steps = steps
     with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter):
-        trainer = _marking_backward(SFTTrainer, counter)(
-            model=model, args=args, train_dataset=examples, processing_class=_word_tokenizer(),
-            peft_config=None if t.method is Method.FULL else lora_config(t.lora, model),
-            callbacks=[_step_callback(counter, peaks)])
+        trainer = _marking_backward(trainer_class, counter)(
+            **given, processing_class=_word_tokenizer(), callbacks=[_step_callback(counter, peaks)],
+            peft_config=None if t.method is Method.FULL else lora_config(t.lora, given["model"]))
         modules.name(trainer.model)
         trainer.train()
     return peaks
@@ -321,21 +326,10 @@ def trl_dpo_peaks(model: Any, reference: Any, args: Any, t: TrainingSpec, counte
     import datasets
     from trl import DPOTrainer
 
-    from executor.training.peft_config import lora_config
-
-    if t.method not in (Method.LORA, Method.QLORA, Method.FULL):
-        raise ValueError(f"trl-dpo is simulated for lora, qlora and full, not {t.method.value}")
-    peaks: list[Peak] = []
     completion = " ".join(["a"] * (t.sequence_length - 1) + ["</s>"])
     pairs = steps * t.micro_batch_size
     examples = datasets.Dataset.from_dict({"prompt": [""] * pairs, "chosen": [completion] * pairs,
                                            "rejected": [completion] * pairs})
-    args.max_steps = steps
-    with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter), _reference_log_probs_given():
-        trainer = _marking_backward(DPOTrainer, counter)(
-            model=model, ref_model=reference, args=args, train_dataset=examples, processing_class=_word_tokenizer(),
-            peft_config=None if t.method is Method.FULL else lora_config(t.lora, model),
-            callbacks=[_step_callback(counter, peaks)])
-        modules.name(trainer.model)
-        trainer.train()
-    return peaks
+    with _reference_log_probs_given():
+        return _trl_peaks(DPOTrainer, dict(model=model, ref_model=reference, args=args, train_dataset=examples), t,
+                          counter, steps, modules)
