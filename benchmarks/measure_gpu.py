@@ -92,7 +92,7 @@ class Measurement:
     max_allocated_bytes: int = 0
     max_reserved_bytes: int = 0
     device_used_bytes: int = 0
-    non_pytorch_bytes: int = 0  # the device's used memory less what PyTorch's allocator holds: CUDA context, NCCL, cuBLAS
+    non_pytorch_bytes: int = 0  # device used less what PyTorch's allocator holds: CUDA context, NCCL, cuBLAS
     step_time_s: float = 0.0
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
