@@ -1,9 +1,10 @@
 """Measure real peak memory and step time of training configurations, for the planner's accuracy benchmark.
 
 Each group (model × method × ZeRO stage × offload × checkpointing) runs in its own process: a randomly
-initialised model built from the catalog architecture's real config (QLoRA quantises it with bitsandbytes
-through a local save), PEFT adapters, the DeepSpeed engine from the planner's generated config, then a sweep
-of micro-batch × sequence length, smallest first. Per shape it records torch.cuda.max_memory_allocated,
+initialised model built from the catalog architecture's real config and wrapped by the executor's own functions
+(executor.training.model: checkpointing, PEFT adapters, training mode; QLoRA saved locally and read back through
+`load_model`, which quantises it with bitsandbytes), the DeepSpeed engine from the planner's generated config,
+then a sweep of micro-batch × sequence length, smallest first. Per shape it records torch.cuda.max_memory_allocated,
 max_memory_reserved, the device's used memory (what nvidia-smi shows for the only process on the GPU) and
 the median step time after a warm-up step, with the planner's prediction beside them, to
 benchmarks/results/gpu_measurements.csv.
@@ -93,6 +94,8 @@ class Measurement:
     max_reserved_bytes: int = 0
     device_used_bytes: int = 0
     non_pytorch_bytes: int = 0  # device used less what PyTorch's allocator holds: CUDA context, NCCL, cuBLAS
+    checkpointing_in_effect: bool = False  # asked for, and the model in training mode (where transformers applies it)
+    optimizer: str = ""  # DeepSpeed's wrapper and the optimizer inside it
     step_time_s: float = 0.0
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -107,10 +110,13 @@ def training_spec(g: Group, micro_batch: int, sequence_length: int) -> TrainingS
 
 # --- one group, in its own process ------------------------------------------------------------------
 def _build(g: Group, device: str, workdir: Path) -> Any:
+    """The model as the executor loads and wraps it (executor.training.model): dense weights made on the device with
+    `from_config`; QLoRA's saved and read back through the executor's `load_model`, which quantises on load."""
     import torch
     import transformers
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
+    from contract.run_config import DatasetConfig, RunConfig
+    from executor.training.model import Host, from_config, load_model, prepare_model
     from tests.fixtures.hf_configs import hf_config
 
     if g.model == "tiny":
@@ -118,29 +124,18 @@ def _build(g: Group, device: str, workdir: Path) -> Any:
                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
     else:
         config = hf_config(default_catalog().model(g.model).architecture)
-    config._attn_implementation = {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[g.attention]
+    t = training_spec(g, 1, 1)
     torch.manual_seed(0)
-    if g.method == "qlora":
-        # bitsandbytes quantises on load: save the random bf16 weights locally, load them back in NF4
-        transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(workdir)
-        quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16,
-                                                bnb_4bit_quant_storage=torch.bfloat16)
-        model = transformers.AutoModelForCausalLM.from_pretrained(workdir, quantization_config=quant,
-                                                                  dtype=torch.bfloat16,
-                                                                  device_map={"": 0 if device == "cuda" else "cpu"})
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=g.gradient_checkpointing,
-                                                gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        if g.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
-    if g.method in ("lora", "qlora"):
-        model = get_peft_model(model, LoraConfig(r=g.lora_rank, lora_alpha=2 * g.lora_rank, lora_dropout=0.0,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-    return model, config.vocab_size
+    with torch.device(device):
+        model = from_config(config, t)
+    if g.method != "qlora":
+        return prepare_model(model, t), config.vocab_size
+    model.save_pretrained(workdir)
+    del model
+    cfg = RunConfig(plan_id=g.model, model_path=str(workdir), dataset=DatasetConfig(), training=t, world_size=1,
+                    max_steps=1, epochs=1.0, seed=0, checkpoint_every_steps=0, output_dir=workdir,
+                    deepspeed_config_json="{}")
+    return load_model(cfg, Host(gpu_count=int(device == "cuda"))), config.vocab_size
 
 
 def _engine(g: Group, model: Any, micro_batch: int) -> Any:
@@ -148,10 +143,11 @@ def _engine(g: Group, model: Any, micro_batch: int) -> Any:
 
     t = training_spec(g, micro_batch, 1)
     config = deepspeed_config(t, 1, warmup_steps=0)
-    # torch's fused AdamW in place of DeepSpeed's FusedAdam, which would first JIT-build with nvcc on the GPU host (a
-    # minute of its time): both update in place and allocate nothing beyond their states (torch's adds a 4-byte step
-    # tensor per parameter).
-    config["optimizer"]["params"].update(torch_adam=True, fused=True)
+    # The executor's optimizer, DeepSpeed's FusedAdam, JIT-built by the first group (about a minute; later groups load
+    # it from torch's extensions cache). Not torch's AdamW (torch_adam): DeepSpeed wraps an optimizer that is not
+    # its own FusedAdam in FP16_UnfusedOptimizer at ZeRO-0, whose step holds one fp32 gradient at a time where the
+    # executor's FP16_Optimizer flattens them all (runtime/engine.py: _configure_fp16_optimizer). Measured on an H100
+    # with torch's AdamW, a Llama-3.2-1B full ZeRO-0 step peaked 4 bytes a parameter below the executor's.
     engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
                                       config=config)
     return engine
@@ -207,8 +203,12 @@ def run_group(g: Group) -> list[Measurement]:
         # One engine for every shape: DeepSpeed takes whatever batch it is given; the configured micro-batch
         # only enters its batch-size bookkeeping.
         engine = _engine(g, model, 1)
+        in_effect = bool(getattr(engine.module, "is_activation_checkpointing", False)) and engine.module.training
+        inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        optimizer = f"{type(engine.optimizer).__name__}({type(inner).__name__})"
         for micro_batch, seq in g.shapes:
             m = _measure_shape(engine, vocab, micro_batch, seq, device)
+            m.checkpointing_in_effect, m.optimizer = in_effect, optimizer
             out.append(m)
             print(json.dumps(asdict(m)), flush=True)
             if m.status == "oom":
@@ -221,7 +221,7 @@ def _versions() -> dict[str, str]:
     code = ("import json, torch, transformers, peft, deepspeed\n"
             "v = dict(torch=torch.__version__, transformers=transformers.__version__, peft=peft.__version__, "
             "deepspeed=deepspeed.__version__, cuda=str(torch.version.cuda), "
-            "gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')\n"
+            "device_name=torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')\n"
             "try:\n import bitsandbytes; v['bitsandbytes'] = bitsandbytes.__version__\n"
             "except ImportError:\n v['bitsandbytes'] = ''\nprint(json.dumps(v))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
