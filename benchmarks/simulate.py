@@ -479,6 +479,10 @@ def _rows() -> list[Row]:
     rows += [Row("meta-llama/Llama-3.1-8B", spec(full, 1, 2048)),
              Row("meta-llama/Llama-3.1-8B", spec(lora, 1, 2048, zero=3), 2),
              Row("meta-llama/Llama-3.2-1B", spec(lora, 1, 2048, zero=3), 2),
+             # ZeRO-3 on one rank: the partition is the whole parameter, nothing is gathered (measured on an H100 too,
+             # benchmarks/results/gpu_measurements_h100.csv)
+             Row("meta-llama/Llama-3.2-1B", spec(full, 2, 2048, zero=3)),
+             Row("meta-llama/Llama-3.1-8B", spec(lora, 2, 4096, zero=3)),
              # DPO: chosen and rejected in one forward; the reference the adapter off, a frozen copy, or precomputed
              Row("meta-llama/Llama-3.1-8B", dpo(spec(lora, 1, 2048))),
              Row("meta-llama/Llama-3.1-8B", dpo(spec(lora, 2, 1024, ckpt=False))),
@@ -648,11 +652,11 @@ THIRD_PARTY_RESERVED = {
 
 
 def _third_party_reserved(results: list[dict[str, Any]]) -> None:
-    """The replayed reserved peak plus the planner's CUDA context against what nvidia-smi showed for the same
-    configuration."""
+    """The replayed reserved peak plus the planner's CUDA context and cuBLAS workspace against what nvidia-smi showed
+    for the same configuration (one-GPU Trainer rows: no NCCL)."""
     from benchmarks.accuracy import PUBLIC
     from benchmarks.common import print_table
-    from planner.constants import CUDA_CONTEXT_BYTES
+    from planner.constants import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 
     with PUBLIC.open() as f:
         measured = list(csv.DictReader(f))
@@ -661,7 +665,7 @@ def _third_party_reserved(results: list[dict[str, Any]]) -> None:
         if r["row"] in THIRD_PARTY_RESERVED and int(r["simulated_reserved_bytes"]):
             index = THIRD_PARTY_RESERVED[r["row"]]
             smi = float(measured[index]["measured_peak_gib_per_gpu"]) * GiB
-            replayed = int(r["simulated_reserved_bytes"]) + CUDA_CONTEXT_BYTES
+            replayed = int(r["simulated_reserved_bytes"]) + CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
             table.append([index, r["row"], f"{smi / GiB:.2f}", f"{replayed / GiB:.2f}",
                           f"{relative_error(smi, replayed):+.1%}"])
     if table:
@@ -670,13 +674,14 @@ def _third_party_reserved(results: list[dict[str, Any]]) -> None:
 
 
 def planned_bytes(row: Row, catalog: Any) -> tuple[int, int]:
-    """The planner's (allocated, reserved) prediction: Fit's total less the CUDA context and the allocator's slack,
-    and less the CUDA context only."""
+    """The planner's (allocated, reserved) prediction as fake tensors see it: Fit's total less the CUDA context,
+    cuBLAS's workspace (which only a real GPU allocates) and the allocator's slack, and less the first two only."""
     from planner.memory import per_gpu_memory
 
     hardware = Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=row.world_size)
     planned = per_gpu_memory(catalog.model(row.model), row.training, hardware)
-    return planned.allocated_bytes, planned.total_bytes - planned.cuda_context_bytes
+    unseen = planned.cuda_context_bytes + planned.cuda_workspace_bytes
+    return planned.allocated_bytes - planned.cuda_workspace_bytes, planned.total_bytes - unseen
 
 
 def _result(row: Row, simulated_bytes: int, reserved_bytes: int, peak_at: str, seconds: float,

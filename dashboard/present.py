@@ -124,7 +124,9 @@ def breakdown(fit: plan_pb2.FitResult) -> tuple[list[Segment], float, float, flo
     resident = [("weights", g.weights_bytes, "s-weights"), ("adapters", g.adapter_bytes, "s-adapters"),
                 ("optimizer states", g.optimizer_bytes, "s-optimizer"),
                 ("DeepSpeed buffers", g.deepspeed_buffers_bytes, "s-buffers"),
-                ("CUDA context", g.cuda_context_bytes, "s-context"), ("allocator slack", g.allocator_bytes, "s-slack")]
+                ("cuBLAS workspace", g.cuda_workspace_bytes, "s-buffers"),
+                ("CUDA context, NCCL", g.cuda_context_bytes, "s-context"),
+                ("allocator slack", g.allocator_bytes, "s-slack")]
     used = sum(b for _, b, _ in resident)
     peak_transient = max(0, g.total_bytes - used)
     backward = g.activations_bytes + g.gathered_parameters_bytes + g.regathered_experts_bytes

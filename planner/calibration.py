@@ -82,21 +82,23 @@ class Likely:
     basis: str
 
 
-def likely(c: ClassCalibration, allocated_bytes: int, capacity_bytes: int) -> Likely | None:
-    """The peak's range over the class's runs (each run's error applied to this job), and the share of them under
-    which it fits; None below MIN_RUNS runs that measured memory."""
+def likely(c: ClassCalibration, allocated_bytes: int, capacity_bytes: int, context_bytes: int) -> Likely | None:
+    """The peak's range over the class's runs (each run's error applied to this job, `context_bytes` outside the
+    allocator beside it), and the share of them under which it fits; None below MIN_RUNS runs that measured
+    memory."""
     runs = c.memory_runs
     if len(runs) < MIN_RUNS:
         return None
-    context_low, context_high = k.CUDA_CONTEXT_RANGE_BYTES
+    context_low = context_bytes - k.OUTSIDE_ALLOCATOR_SPREAD_BYTES
+    context_high = context_bytes + k.OUTSIDE_ALLOCATOR_SPREAD_BYTES
     peaks = [allocated_bytes * r.allocated_ratio * (1 + r.slack) for r in runs]
     fitting = sum(1 for p in peaks if p + context_high <= capacity_bytes)
     ratios = [r.allocated_ratio for r in runs]
     slacks = [r.slack for r in runs]
     return Likely(int(min(peaks) + context_low), int(math.ceil(max(peaks) + context_high)), fitting / len(peaks),
                   f"calibrated on {len(runs)} runs of this fleet's {c.gpu_class}: allocated x{min(ratios):.3f}-"
-                  f"{max(ratios):.3f} of the prediction, allocator slack {min(slacks):.0%}-{max(slacks):.0%}; CUDA "
-                  f"context {context_low / k.MiB:.0f}-{context_high / k.MiB:.0f} MiB")
+                  f"{max(ratios):.3f} of the prediction, allocator slack {min(slacks):.0%}-{max(slacks):.0%}; "
+                  f"outside the allocator {context_low / k.MiB:.0f}-{context_high / k.MiB:.0f} MiB")
 
 
 def calibrate(samples: list[tuple[str, Run]]) -> dict[str, ClassCalibration]:

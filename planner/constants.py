@@ -10,9 +10,24 @@ from common.units import GiB, MiB
 
 # --- Memory -------------------------------------------------------------------------------
 
-# CUDA context + cuBLAS/cuDNN workspaces a PyTorch process holds outside the caching allocator.
-# Initial: 500-700 MiB is what nvidia-smi shows for an idle torch 2.x process on Ampere/Hopper.
+# A process's device memory outside PyTorch's caching allocator (nvidia-smi's figure for it less
+# torch.cuda.memory_reserved). Measured on one H100 80GB HBM3 (driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130;
+# benchmarks/results/gpu_measurements_h100.csv and _device.txt, 2026-11-26): 619 MiB after the first tensor, the CUDA
+# context alone, within the 500-700 MiB that nvidia-smi shows for an idle torch 2.x process on Ampere/Hopper.
 CUDA_CONTEXT_BYTES = 600 * MiB
+# The same once a DeepSpeed rank has initialised NCCL and run its step: 1,333 MiB at ZeRO 0-2 in every group (1,315
+# with eager attention, which loads no SDPA kernels), 1,723 MiB under ZeRO-3, which adds a communicator: NCCL's
+# buffers, with the kernels and library handles a step loads. Measured on one rank; a rank with peers holds NCCL
+# buffers for them too, so these are the least a rank of several holds.
+DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES = 1333 * MiB
+ZERO3_RANK_OUTSIDE_ALLOCATOR_BYTES = 1723 * MiB
+# Fit's band around the figure above: the spread of the sources for an idle process (500-700 MiB).
+OUTSIDE_ALLOCATOR_SPREAD_BYTES = 100 * MiB
+# cuBLAS's workspaces, which PyTorch allocates through its caching allocator per handle and stream
+# (aten/src/ATen/cuda/CublasHandlePool.cpp; larger on Hopper), so that max_memory_allocated counts them and fake
+# tensors never see them. Measured on the H100: every peak that activations decide, 64.0-65.1 MiB above the simulated
+# one under ZeRO 0-2 (82 MiB under ZeRO-3).
+CUBLAS_WORKSPACE_BYTES = 64 * MiB
 
 # Reserved-but-unallocated memory of PyTorch's caching allocator, as a fraction of the peak allocated bytes, where no
 # step is simulated (serving, planner/inference.py) and for fleet Feedback from before it carried the predicted
@@ -43,8 +58,6 @@ SLACK_PER_TIED_GRADIENT_BYTE = 0.704
 # ZeRO-2 on 4 ranks (a 1B model whose step's one-off blocks, the fp64 norm copy of its embedding among them, are
 # half its allocated peak); worst over: Llama-3.2-1B LoRA under TRL's SFTTrainer at 16k tokens a micro-batch.
 SLACK_MODEL_ERROR = (0.129, 0.140)
-# The CUDA context's range, for Fit's band (planner/confidence.py): the same sources' spread.
-CUDA_CONTEXT_RANGE_BYTES = (500 * MiB, 700 * MiB)
 # How far the truth has been found above and below the planner's allocated prediction (under, over), by regime:
 # the executor's step simulated at full size (make bench-simulate, its "truth above/below the plan" lines,
 # benchmarks/results/simulate.csv, 2026-11-26: 125 rows of ZeRO 0-2, QLoRA, 8-bit LoRA, transformers' Trainer's and

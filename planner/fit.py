@@ -269,7 +269,7 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(model.note)
     found = suggestions(model, t, hw, catalog, best) if not ok else ()
     likely, probability = band(gpu, model.architecture, t), None
-    calibrated = calibration.likely(cal, gpu.allocated_bytes, hw.gpu.memory_bytes) \
+    calibrated = calibration.likely(cal, gpu.allocated_bytes, hw.gpu.memory_bytes, gpu.cuda_context_bytes) \
         if (cal := catalog.calibration(hw.gpu.name)) is not None else None
     if calibrated is not None:
         likely = Band(calibrated.low_bytes, calibrated.high_bytes, calibrated.basis)

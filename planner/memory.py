@@ -30,6 +30,7 @@ class MemoryBreakdown:
     activations_bytes: int
     logits_bytes: int
     deepspeed_buffers_bytes: int
+    # the process's device memory outside PyTorch's caching allocator: CUDA context, NCCL, loaded kernels
     cuda_context_bytes: int
     allocator_bytes: int
     optimizer_step_bytes: int = 0
@@ -52,10 +53,13 @@ class MemoryBreakdown:
     # ZeRO 1-2: the reduce bucket, held from the first gradient to the end of backward (counted in the activations'
     # backward and at its end; kept here for the allocator's slack)
     reduce_bucket_bytes: int = 0
+    # cuBLAS's workspaces, allocated through PyTorch's caching allocator (k.CUBLAS_WORKSPACE_BYTES)
+    cuda_workspace_bytes: int = 0
 
     @property
     def overhead_bytes(self) -> int:
-        return self.deepspeed_buffers_bytes + self.cuda_context_bytes + self.allocator_bytes
+        return (self.deepspeed_buffers_bytes + self.cuda_workspace_bytes + self.cuda_context_bytes
+                + self.allocator_bytes)
 
     @property
     def allocated_bytes(self) -> int:
@@ -244,6 +248,14 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
     return gpu_memory(model.architecture, t, hw.world_size)
 
 
+def outside_allocator_bytes(t: TrainingSpec) -> int:
+    """A rank's device memory outside PyTorch's allocator: the CUDA context, and where DeepSpeed runs the step, the
+    NCCL communicators it initialises (measured on an H100, k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES)."""
+    if not recipes.runs_deepspeed(t):
+        return k.CUDA_CONTEXT_BYTES
+    return k.ZERO3_RANK_OUTSIDE_ALLOCATOR_BYTES if t.zero_stage == 3 else k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES
+
+
 @memo(MEMORY_CACHE_ENTRIES)
 def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     """`per_gpu_memory` on `n` ranks, for any GPU."""
@@ -256,12 +268,18 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     if t.uses_reference_model:
         weights *= 2  # a frozen reference copy stored like the policy's base weights
     adapter: float = split.adapter * dense_bytes
-    gathered = fetch_buffer = 0
+    gathered = fetch_buffer = regathered = 0
     if t.zero_stage == 3:
-        gathered = stage3_gathered_elements(a, split.total, b) * dense_bytes
-        # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
-        # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
-        fetch_buffer = min(largest_layer_params(a), split.total) * dense_bytes
+        # On one rank the partition is the whole parameter, which DeepSpeed views in place of gathering it
+        # (partition_parameters.all_gather_coalesced -> _no_gather_coalesced). Simulated, Llama-3.2-1B full at
+        # 2 x 2,048 tokens: 24.69 GiB, where gathering had been planned at 26.56; on an H100, 24.76 (+ cuBLAS's
+        # workspace, benchmarks/results/gpu_measurements_h100.csv).
+        if n > 1:
+            gathered = stage3_gathered_elements(a, split.total, b) * dense_bytes
+            # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
+            # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
+            fetch_buffer = min(largest_layer_params(a), split.total) * dense_bytes
+            regathered = regathered_experts_bytes(a, t, b, dense_bytes)
         weights = 0 if t.offload is Offload.ALL else weights / n
         adapter = adapter / n
     if t.method in (Method.FULL, Method.FREEZE):
@@ -307,12 +325,13 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     breakdown = MemoryBreakdown(
         weights_bytes=int(weights), adapter_bytes=int(adapter), gradients_bytes=int(grads),
         optimizer_bytes=int(optimizer), activations_bytes=activations, logits_bytes=logits,
-        deepspeed_buffers_bytes=buffers, cuda_context_bytes=k.CUDA_CONTEXT_BYTES, allocator_bytes=0,
+        deepspeed_buffers_bytes=buffers, cuda_context_bytes=outside_allocator_bytes(t), allocator_bytes=0,
+        cuda_workspace_bytes=k.CUBLAS_WORKSPACE_BYTES,
         optimizer_step_bytes=int(step), gradients_grow_in_backward=grows, gradients_at_step_bytes=int(at_step),
         backward_end_bytes=tied + backward_buffers, gathered_parameters_bytes=int(gathered),
         fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
-        regathered_bytes=regathered_experts_bytes(a, t, b, dense_bytes), reduce_bucket_bytes=backward_buffers,
+        regathered_bytes=regathered, reduce_bucket_bytes=backward_buffers,
     )
     terms = allocator_slack_terms(breakdown, *transient_block_bytes(a, stream, split), t)
     return replace(breakdown, allocator_bytes=int(sum(c * x for c, x in zip(SLACK_PER_BYTE, terms, strict=True))))

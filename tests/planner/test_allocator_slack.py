@@ -71,4 +71,4 @@ def test_fit_s_range_holds_the_total_and_names_the_replayed_allocator() -> None:
     under, over = k.SLACK_MODEL_ERROR
     reserved = r.per_gpu.allocated_bytes + r.per_gpu.allocator_bytes
     assert r.band.high_bytes >= reserved * (1 + under)
-    assert r.band.low_bytes <= reserved * (1 - over) + k.CUDA_CONTEXT_RANGE_BYTES[0]
+    assert r.band.low_bytes <= reserved * (1 - over) + r.per_gpu.cuda_context_bytes - k.OUTSIDE_ALLOCATOR_SPREAD_BYTES

@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.schema import Hardware, Method, Offload, Precision, TrainingSpec
+from contract.schema import Hardware, Method, Offload, Precision, Recipe, TrainingSpec
 from planner.catalog import default_catalog
 from planner.constants import ALLOCATOR_OVERHEAD_FRACTION
 from planner.memory import host_memory, per_gpu_memory
@@ -67,9 +67,11 @@ def test_higher_zero_stage_never_needs_more_per_gpu(model: str, method: Method, 
 def test_more_gpus_never_need_more_per_gpu_at_zero_1_and_up(model: str, method: Method, zero: int, gpus: int) -> None:
     t = TrainingSpec(method=method, zero_stage=zero)
     few, more = (per_gpu_memory(CATALOG.model(model), t, hw(n)) for n in (gpus, gpus * 2))
-    # beyond the second reduce bucket overlap_comm adds once there is a second rank (contract.deepspeed_config)
+    # beyond the second reduce bucket overlap_comm adds once there is a second rank (contract.deepspeed_config), and
+    # ZeRO-3's gathered copies and fetch buffer, which one rank, whose partition is the whole parameter, does without
     overlap = more.reduce_bucket_bytes - few.reduce_bucket_bytes
-    assert more.total_bytes <= few.total_bytes + overlap * (1 + ALLOCATOR_OVERHEAD_FRACTION)
+    gathering = more.gathered_parameters_bytes + more.fetch_buffer_bytes if gpus == 1 and zero == 3 else 0
+    assert more.total_bytes <= few.total_bytes + (overlap + gathering) * (1 + ALLOCATOR_OVERHEAD_FRACTION)
 
 
 @settings(max_examples=100, deadline=None)
@@ -95,7 +97,7 @@ def test_breakdown_terms_add_up_to_the_total() -> None:
     b = per_gpu_memory(CATALOG.model("meta-llama/Llama-3.1-8B"), TrainingSpec(method=Method.FULL, zero_stage=2), hw(4))
     parts = (b.weights_bytes + b.adapter_bytes + b.gradients_bytes + b.optimizer_bytes
              + max(b.activations_bytes, b.optimizer_step_bytes)
-             + b.deepspeed_buffers_bytes + b.cuda_context_bytes + b.allocator_bytes)
+             + b.deepspeed_buffers_bytes + b.cuda_workspace_bytes + b.cuda_context_bytes + b.allocator_bytes)
     assert parts == b.total_bytes
     assert b.logits_bytes <= b.activations_bytes
     assert b.optimizer_step_bytes > 0, "the ZeRO-2 step builds the fp32 copy of the rank's gradient partition"
@@ -116,3 +118,23 @@ def test_accumulating_gradients_keeps_them_through_the_next_backward(model: str,
     assert many.total_bytes >= one.total_bytes
     if zero <= 1 and one.activations_decide_peak:
         assert many.total_bytes - one.total_bytes >= one.gradients_bytes > 0
+
+
+def test_zero3_on_one_rank_gathers_nothing() -> None:
+    """One rank's partition is the whole parameter, which DeepSpeed views in place of gathering it (simulated: a
+    Llama-3.2-1B full step at 2 x 2,048 tokens peaks at 24.69 GiB; on an H100, 24.76 with cuBLAS's workspace)."""
+    t = TrainingSpec(method=Method.FULL, zero_stage=3, micro_batch_size=2, sequence_length=2048)
+    one, two = (per_gpu_memory(CATALOG.model("meta-llama/Llama-3.2-1B"), t, hw(n)) for n in (1, 2))
+    assert (one.gathered_parameters_bytes, one.fetch_buffer_bytes, one.regathered_bytes) == (0, 0, 0)
+    assert two.gathered_parameters_bytes > 0 and two.fetch_buffer_bytes > 0
+
+
+def test_a_deepspeed_rank_holds_nccl_beside_the_cuda_context() -> None:
+    """Outside PyTorch's allocator a one-GPU Trainer holds the CUDA context; a DeepSpeed rank NCCL's communicators
+    too, ZeRO-3 one more; everyone's allocated peak has cuBLAS's workspace in it (measured on an H100)."""
+    m = CATALOG.model("meta-llama/Llama-3.1-8B")
+    trainer, executor, zero3 = (per_gpu_memory(m, t, hw()) for t in (
+        TrainingSpec(method=Method.LORA, recipe=Recipe.TRL_SFT), TrainingSpec(method=Method.LORA),
+        TrainingSpec(method=Method.LORA, zero_stage=3)))
+    assert trainer.cuda_context_bytes < executor.cuda_context_bytes < zero3.cuda_context_bytes
+    assert all(b.cuda_workspace_bytes > 0 for b in (trainer, executor, zero3))
