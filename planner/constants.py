@@ -158,6 +158,17 @@ MFU_HALF_SATURATION_TOKENS = 512
 # Throughput penalty of dequantising base weights every matmul (bitsandbytes NF4 / int8).
 # Initial, from the fms-acceleration A100 rows: QLoRA ran at 0.87 of LoRA's tokens/s.
 QUANTISED_MFU_FACTOR = {"qlora": 0.85, "lora-8bit": 0.6}
+# The host's share of a step, which the GPU cannot outrun on small steps: Python and kernel launches per decoder
+# layer and pass (forward; backward counts twice, a checkpointed re-run once more), a little more per adapted linear,
+# and under ZeRO-3 the hooks that fetch and release every parameter tensor. Fitted to the executor's steps measured on
+# one H100 80GB HBM3 host (benchmarks/results/gpu_measurements_h100.csv, 2026-11-26) where the GPU's work was small:
+# Llama-3.2-1B full ZeRO-2 0.16 s (16 layers x 4 passes: 2.5 ms); LoRA on all linears 0.20-0.22 s at 1B, 0.35-0.38 s
+# at 3B, 0.35 s at 8B (2.7-3.2 ms a layer-pass: about 0.06 ms an adapted linear more); ZeRO-3 1.8 ms a parameter
+# tensor (Llama-3.1-8B LoRA 1.69 s at every shape, 738 tensors; Llama-3.2-1B full 0.38-0.46 s). A slower host CPU
+# takes longer.
+HOST_S_PER_LAYER_PASS = 2.5e-3
+HOST_S_PER_ADAPTER_PASS = 0.06e-3
+ZERO3_HOST_S_PER_TENSOR = 1.8e-3
 # Share of collective communication hidden behind compute (DeepSpeed overlap_comm). Initial.
 COMMUNICATION_OVERLAP_FRACTION = 0.5
 # Effective host<->GPU bandwidth for DeepSpeed offload over PCIe with pinned memory. Initial.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from contract.model import ModelSpec
+from contract.model import Architecture, ModelSpec
 from contract.schema import Hardware, Interconnect, Method, Objective, Offload, Precision, TrainingSpec
 from planner import constants as k
-from planner.architecture import parameter_counts
+from planner.architecture import linear_layers, lora_targets, norms_per_layer, parameter_counts
 from planner.parameters import parameter_split
 
 
@@ -20,11 +20,12 @@ class StepTime:
     communication_s: float
     offload_s: float
     tokens_per_step: int
+    host_s: float = 0.0  # the host's share (`host_s`): the step takes at least this long
 
     @property
     def step_s(self) -> float:
         exposed = self.communication_s * (1 - k.COMMUNICATION_OVERLAP_FRACTION)
-        return max(self.compute_s + exposed + self.offload_s, self.communication_s)
+        return max(self.compute_s + exposed + self.offload_s, self.communication_s, self.host_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -56,6 +57,21 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     if t.objective is Objective.DPO and not t.dpo.precompute_reference:
         total += forward  # reference log-probs: one extra forward without grad (precomputed: once, before step 1)
     return float(total)
+
+
+def host_s(a: Architecture, t: TrainingSpec) -> float:
+    """What the host spends on a step's micro-steps, which the GPU's work hides only once it is longer: launches per
+    decoder layer and pass and per adapted linear, and ZeRO-3's fetch and release hooks per parameter tensor
+    (k.HOST_S_PER_LAYER_PASS: measured on an H100 host)."""
+    adapted = sum(layer.count for layer in lora_targets(a, t.lora.target_modules, "training.lora.target_modules")) \
+        if t.method.uses_adapters else 0
+    passes = 4 if t.gradient_checkpointing else 3
+    seconds = (a.num_layers * k.HOST_S_PER_LAYER_PASS + adapted * k.HOST_S_PER_ADAPTER_PASS) * passes
+    if t.zero_stage == 3:
+        tensors = sum(layer.count * (2 if layer.bias else 1) for layer in linear_layers(a)) + \
+            a.num_layers * norms_per_layer(a) + 2 * adapted + 1
+        seconds += tensors * k.ZERO3_HOST_S_PER_TENSOR
+    return seconds * t.gradient_accumulation_steps
 
 
 def _link_bandwidth(hw: Hardware) -> float:
@@ -109,7 +125,7 @@ def step_time(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> StepTime:
         offload += split.trainable / hw.nodes / k.CPU_ADAM_PARAMS_PER_S  # each node steps its share on CPU
         if t.offload is Offload.ALL:
             offload += t.gradient_accumulation_steps * 2 * split.total / n * elem / k.OFFLOAD_PCIE_BYTES_PER_S
-    return StepTime(fpt, utilisation, compute, communication, offload, tokens_per_step)
+    return StepTime(fpt, utilisation, compute, communication, offload, tokens_per_step, host_s(a, t))
 
 
 def total_steps(tokens_per_step: int, dataset_tokens: int, epochs: float, max_steps: int) -> int:
