@@ -167,7 +167,7 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     if t.offload is not Offload.NONE:
         raise UnsupportedError(_FIELD, f"{name} is modelled without offload; plan offload with recipe tunefleet")
     if t.recipe is Recipe.TRL_DPO:
-        _check_trl_dpo(t, world_size)
+        _check_trl_dpo(t)
     elif t.objective is not Objective.SFT:
         raise UnsupportedError(_FIELD, f"{name} is modelled for supervised fine-tuning; plan DPO with recipe trl-dpo "
                                        "or tunefleet")
@@ -202,14 +202,12 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
                                        f"{a.family.value}; plan it with recipe tunefleet")
 
 
-def _check_trl_dpo(t: TrainingSpec, world_size: int) -> None:
-    """TRL's DPOTrainer as simulated: DPO on one GPU without DeepSpeed, the reference the base with the adapter off
-    (adapters) or a frozen copy (full), or precomputed."""
+def _check_trl_dpo(t: TrainingSpec) -> None:
+    """TRL's DPOTrainer as simulated: DPO on one GPU without DeepSpeed or under the Trainer's ZeRO 2-3 (`check`),
+    the reference the base with the adapter off (adapters), a frozen copy (full; TRL's prepare_deepspeed partitions it
+    under ZeRO-3 and holds it whole otherwise), or precomputed."""
     if t.objective is not Objective.DPO:
         raise UnsupportedError("training.objective", "trl-dpo is TRL's DPO trainer; plan it with --dpo")
-    if world_size > 1 or t.zero_stage:
-        raise UnsupportedError(_FIELD, "trl-dpo is modelled on one GPU without DeepSpeed (ZeRO 0) so far; plan "
-                                       "several GPUs with recipe tunefleet")
     if t.dpo_reference_model and t.method.uses_adapters:
         raise UnsupportedError("training.dpo_reference_model", "trl-dpo's reference for an adapter is the base with "
                                                                "the adapter off (DPOTrainer without ref_model); "
