@@ -634,13 +634,10 @@ def _rows() -> list[Row]:
              Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 2, 2048))),
              Row("Qwen/Qwen2.5-7B", trl_dpo(spec(lora, 1, 4096))),
              Row("mistralai/Mistral-7B-v0.3", trl_dpo(spec(qlora, 2, 2048, lora_spec=qkvo))),
-             # under the Trainer's DeepSpeed: TRL's prepare_deepspeed partitions a full fine-tune's frozen copy under
-             # ZeRO-3 and holds it whole under ZeRO-2
+             # under the Trainer's ZeRO-2: TRL's prepare_deepspeed holds a full fine-tune's frozen copy whole
              Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(lora, 1, 2048, zero=2)), 2),
              Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(qlora, 1, 2048, zero=2)), 2),
-             Row("Qwen/Qwen2.5-7B", trl_dpo(spec(lora, 1, 2048, zero=3)), 4),
-             Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 1, 2048, zero=2)), 4),
-             Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 1, 2048, zero=3)), 4)]
+             Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 1, 2048, zero=2)), 4)]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -87,8 +87,9 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                         "hf-trainer (transformers' Trainer + PEFT, bf16) or trl-sft (TRL's SFTTrainer with its "
                         "defaults: the fused LM head, no logits), which run on one GPU without DeepSpeed (--zero 0) or "
                         "under DeepSpeed with LLaMA-Factory's configs (--zero 2 or 3, any number of GPUs); trl-dpo "
-                        "(TRL's DPOTrainer with --dpo, one GPU, checkpointing on). The last three are planned "
-                        "(simulated at full size) for LoRA, QLoRA and bf16 full fine-tuning, not run by the executor")
+                        "(TRL's DPOTrainer with --dpo, checkpointing on: one GPU, or --zero 2). The last three are "
+                        "planned (simulated at full size) for LoRA, QLoRA and bf16 full fine-tuning, not run by the "
+                        "executor")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")

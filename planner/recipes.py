@@ -203,11 +203,17 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
 
 
 def _check_trl_dpo(t: TrainingSpec) -> None:
-    """TRL's DPOTrainer as simulated: DPO on one GPU without DeepSpeed or under the Trainer's ZeRO 2-3 (`check`),
-    the reference the base with the adapter off (adapters), a frozen copy (full; TRL's prepare_deepspeed partitions it
-    under ZeRO-3 and holds it whole otherwise), or precomputed."""
+    """TRL's DPOTrainer as simulated: DPO on one GPU without DeepSpeed or under the Trainer's ZeRO-2 (a full
+    fine-tune's frozen copy held whole by TRL's prepare_deepspeed), the reference the base with the adapter off
+    (adapters), that frozen copy (full), or precomputed."""
     if t.objective is not Objective.DPO:
         raise UnsupportedError("training.objective", "trl-dpo is TRL's DPO trainer; plan it with --dpo")
+    if t.zero_stage == 3:
+        raise UnsupportedError("training.zero_stage", "trl-dpo is modelled without DeepSpeed or under ZeRO-2: under "
+                                                      "ZeRO-3 its step was simulated far above the plan (Qwen2.5-7B "
+                                                      "LoRA on 4 ranks, 18.1 GiB a rank against 7.5), which the "
+                                                      "planner does not model yet; plan it with --zero 2 or with "
+                                                      "recipe tunefleet")
     if t.dpo_reference_model and t.method.uses_adapters:
         raise UnsupportedError("training.dpo_reference_model", "trl-dpo's reference for an adapter is the base with "
                                                                "the adapter off (DPOTrainer without ref_model); "
