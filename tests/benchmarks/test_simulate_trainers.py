@@ -61,6 +61,15 @@ def test_a_fake_trainer_step_under_deepspeed_peaks_at_the_same_bytes_as_the_real
     fake_equals_real(t, 2)
 
 
+@pytest.mark.parametrize("method", [Method.LORA, Method.FULL], ids=lambda m: m.value)
+def test_a_fake_trl_dpo_step_under_zero_2_peaks_at_the_same_bytes_as_the_real_step(method: Method) -> None:
+    """DPOTrainer under the Trainer's ZeRO-2 on two fake ranks: the adapter-off reference, or the frozen copy that
+    TRL's prepare_deepspeed holds whole."""
+    t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, lora=ALL, zero_stage=2,
+                     recipe=Recipe.TRL_DPO, objective=Objective.DPO)
+    fake_equals_real(t, 2)
+
+
 def test_trl_sft_never_builds_the_logits_the_trainer_builds() -> None:
     """The fused head scores the vocabulary one bf16 tile of 32,768 columns at a time: with a vocabulary that wide,
     SFTTrainer's step peaks below transformers' Trainer's on the same job by at least the fp32 log-probabilities it
