@@ -233,10 +233,9 @@ def compare_ours() -> None:
               "benchmarks/results/gpu_measurements.csv, which this benchmark then compares.")
         return
     apart = [r for r in rows if r.get("harness_note", "").startswith("not comparable")]
+    compared = [r for r in rows if r not in apart]
     table, allocated_errors, device_errors, time_errors = [], [], [], []
-    for r in rows:
-        if r in apart:
-            continue
+    for r in compared:
         total, allocated, step_s = _ours_planned(r)
         alloc_error = allocated / float(r["max_allocated_bytes"]) - 1
         device_error = total / float(r["device_used_bytes"]) - 1

@@ -20,7 +20,7 @@ class StepTime:
     communication_s: float
     offload_s: float
     tokens_per_step: int
-    host_s: float = 0.0  # the host's share (`host_s`): the step takes at least this long
+    host_s: float  # the host's share of the step (`host_s` below): the step takes at least this long
 
     @property
     def step_s(self) -> float:
