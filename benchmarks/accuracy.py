@@ -219,7 +219,7 @@ def _ours_planned(r: dict[str, str]) -> tuple[int, int, float]:
 
     in_effect = r.get("checkpointing_in_effect", r["gradient_checkpointing"]) == "True"
     g = Group(r["model"], r["method"], int(r["zero_stage"]), r["offload"], in_effect, r["attention"],
-              int(r["lora_rank"]), gpu=r["gpu"])
+              int(r["lora_rank"]), gpu=r["gpu"], recipe=r.get("recipe", "tunefleet"))
     return _prediction(g, int(r["micro_batch"]), int(r["sequence_length"]))
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.common import RESULTS, as_single_rank
 from contract.deepspeed_config import deepspeed_config
-from contract.schema import Attention, Hardware, LoraSpec, Method, Offload, Precision, TrainingSpec
+from contract.schema import Attention, Hardware, LoraSpec, Method, Offload, Precision, Recipe, TrainingSpec
 from planner.catalog import default_catalog
 from planner.memory import per_gpu_memory
 from planner.throughput import step_time
@@ -54,6 +54,7 @@ class Group:
     lora_rank: int = 16
     shapes: tuple[tuple[int, int], ...] = ((1, 512), (4, 512), (1, 2048), (2, 2048))
     gpu: str = "h100-sxm-80gb"
+    recipe: str = "tunefleet"  # or hf-trainer: transformers' Trainer + PEFT as a user's script runs it
 
 
 _SHAPES_LONG = ((1, 1024), (1, 4096), (2, 4096))
@@ -73,16 +74,22 @@ DEFAULT_MATRIX = [
     Group("meta-llama/Llama-3.2-3B", "lora", shapes=_SHAPES_LONG),
     Group("meta-llama/Llama-3.2-3B", "qlora", shapes=_SHAPES_LONG),
     Group("Qwen/Qwen2.5-1.5B", "full", zero_stage=2, offload="optimizer"),
-    Group("meta-llama/Llama-3.1-8B", "full", zero_stage=3, offload="all", shapes=((1, 1024), (1, 2048))),
+    Group("meta-llama/Llama-3.2-1B", "full", zero_stage=3, offload="all"),
+    Group("meta-llama/Llama-3.2-1B", "lora", recipe="hf-trainer"),
+    Group("meta-llama/Llama-3.2-1B", "full", recipe="hf-trainer"),
+    Group("meta-llama/Llama-3.1-8B", "lora", recipe="hf-trainer", shapes=_SHAPES_LONG),
 ]
 SMOKE_MATRIX = [
     Group("tiny", "full", shapes=((1, 32), (2, 64)), gpu="cpu"),
     Group("tiny", "lora", zero_stage=3, shapes=((1, 32), (2, 32)), gpu="cpu"),
     Group("tiny", "qlora", shapes=((1, 32),), gpu="cpu"),
+    Group("tiny", "lora", shapes=((1, 32), (2, 32)), gpu="cpu", recipe="hf-trainer"),
 ]
 _METHOD = {"full": Method.FULL, "lora": Method.LORA, "qlora": Method.QLORA}
 _OFFLOAD = {"none": Offload.NONE, "optimizer": Offload.OPTIMIZER, "all": Offload.ALL}
 _ATTENTION = {"sdpa": Attention.SDPA, "eager": Attention.EAGER, "flash": Attention.FLASH}
+TRAINER_STEPS = WARMUP_STEPS + MEASURED_STEPS
+MEASURED = "measured: "  # a group's result line, apart from what the libraries print (the Trainer its losses)
 
 
 @dataclass
@@ -105,25 +112,30 @@ def training_spec(g: Group, micro_batch: int, sequence_length: int) -> TrainingS
     return TrainingSpec(method=_METHOD[g.method], micro_batch_size=micro_batch, sequence_length=sequence_length,
                         precision=Precision.BF16, zero_stage=g.zero_stage, offload=_OFFLOAD[g.offload],
                         gradient_checkpointing=g.gradient_checkpointing, attention=_ATTENTION[g.attention],
-                        lora=LoraSpec(rank=g.lora_rank, alpha=2.0 * g.lora_rank, dropout=0.0))
+                        lora=LoraSpec(rank=g.lora_rank, alpha=2.0 * g.lora_rank, dropout=0.0), recipe=Recipe(g.recipe))
 
 
 # --- one group, in its own process ------------------------------------------------------------------
+def _config(g: Group) -> Any:
+    import transformers
+
+    from tests.fixtures.hf_configs import hf_config
+
+    if g.model == "tiny":
+        return transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    return hf_config(default_catalog().model(g.model).architecture)
+
+
 def _build(g: Group, device: str, workdir: Path) -> Any:
     """The model as the executor loads and wraps it (executor.training.model): dense weights made on the device with
     `from_config`; QLoRA's saved and read back through the executor's `load_model`, which quantises on load."""
     import torch
-    import transformers
 
     from contract.run_config import DatasetConfig, RunConfig
     from executor.training.model import Host, from_config, load_model, prepare_model
-    from tests.fixtures.hf_configs import hf_config
 
-    if g.model == "tiny":
-        config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
-    else:
-        config = hf_config(default_catalog().model(g.model).architecture)
+    config = _config(g)
     t = training_spec(g, 1, 1)
     torch.manual_seed(0)
     with torch.device(device):
@@ -178,7 +190,14 @@ def _measure_shape(engine: Any, vocab: int, micro_batch: int, seq: int, device: 
     except torch.OutOfMemoryError as e:
         m.status, m.error = "oom", str(e).splitlines()[0][:200]
     m.step_time_s = statistics.median(times) if times else 0.0
-    if cuda:
+    _device_memory(m, device)
+    return m
+
+
+def _device_memory(m: Measurement, device: str) -> None:
+    import torch
+
+    if device == "cuda":
         free, total = torch.cuda.mem_get_info()
         m.non_pytorch_bytes = total - free - torch.cuda.memory_reserved()
         m.max_allocated_bytes = torch.cuda.max_memory_allocated()
@@ -188,12 +207,88 @@ def _measure_shape(engine: Any, vocab: int, micro_batch: int, seq: int, device: 
         import resource
 
         m.max_allocated_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _trainer_shape(model: Any, g: Group, vocab: int, micro_batch: int, seq: int, device: str) -> Measurement:
+    """TRAINER_STEPS steps of Trainer.train() as benchmarks/recipes.py has the simulation run them (its arguments,
+    full micro-batches at the plan's length), on the real device; each step timed by a callback."""
+    import gc
+
+    import torch
+    import transformers
+
+    from benchmarks.recipes import trainer_arguments
+
+    m = Measurement(micro_batch, seq)
+    t = training_spec(g, micro_batch, seq)
+    cuda = device == "cuda"
+    times: list[float] = []
+
+    class _Timed(transformers.TrainerCallback):
+        started = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            self.started = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - self.started)
+
+    examples = [{"input_ids": torch.randint(0, vocab, (seq,)), "attention_mask": torch.ones(seq, dtype=torch.long),
+                 "labels": torch.randint(0, vocab, (seq,))} for _ in range(TRAINER_STEPS * micro_batch)]
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        with trainer_arguments(t, 1, device) as args:
+            args.max_steps = TRAINER_STEPS
+            trainer = transformers.Trainer(model=model, args=args, train_dataset=examples, callbacks=[_Timed()])
+            m.checkpointing_in_effect = g.gradient_checkpointing
+            trainer.train()
+            m.optimizer = type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer")
+                               else trainer.optimizer).__name__
+    except torch.OutOfMemoryError as e:
+        m.status, m.error = "oom", str(e).splitlines()[0][:200]
+    m.step_time_s = statistics.median(times[WARMUP_STEPS:]) if len(times) > WARMUP_STEPS else 0.0
+    _device_memory(m, device)
+    trainer = None
+    for p in model.parameters():
+        p.grad = None
+    gc.collect()
     return m
+
+
+def run_trainer_group(g: Group) -> list[Measurement]:
+    """A recipe group: the model as the simulation builds it for the recipe, a fresh Trainer for every shape."""
+    import torch
+
+    from benchmarks.recipes import hf_trainer_model
+    from executor.training.model import from_config
+
+    device = "cuda" if g.gpu != "cpu" else "cpu"
+    config = _config(g)
+    t = training_spec(g, 1, 1)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = hf_trainer_model(from_config(config, t), t, quantized=False)
+    out = []
+    for micro_batch, seq in g.shapes:
+        m = _trainer_shape(model, g, config.vocab_size, micro_batch, seq, device)
+        out.append(m)
+        print(MEASURED + json.dumps(asdict(m)), flush=True)
+        if m.status == "oom":
+            break
+    return out
 
 
 def run_group(g: Group) -> list[Measurement]:
     import deepspeed
 
+    if g.recipe != "tunefleet":
+        return run_trainer_group(g)
     device = "cuda" if g.gpu != "cpu" else "cpu"
     as_single_rank()
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
@@ -210,7 +305,7 @@ def run_group(g: Group) -> list[Measurement]:
             m = _measure_shape(engine, vocab, micro_batch, seq, device)
             m.checkpointing_in_effect, m.optimizer = in_effect, optimizer
             out.append(m)
-            print(json.dumps(asdict(m)), flush=True)
+            print(MEASURED + json.dumps(asdict(m)), flush=True)
             if m.status == "oom":
                 break
     return out
@@ -283,7 +378,7 @@ def main() -> None:
             continue
         env["MASTER_PORT"] = str(29600 + index)
         print(f"[{index + 1}/{len(matrix)}] {g.model} {g.method} ZeRO-{g.zero_stage} offload {g.offload} "
-              f"ckpt {g.gradient_checkpointing} {g.attention}", flush=True)
+              f"ckpt {g.gradient_checkpointing} {g.attention} {g.recipe}", flush=True)
         try:
             proc = subprocess.run([sys.executable, "-m", "benchmarks.measure_gpu", "--one", json.dumps(asdict(g))],
                                   capture_output=True, text=True, env=env, timeout=a.group_timeout_s)
@@ -292,7 +387,7 @@ def main() -> None:
             # what the group printed before it was stopped comes back as bytes, whatever text= said
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
             lines, failure = out.splitlines(), f"timed out after {a.group_timeout_s} s"
-        measured = [json.loads(line) for line in lines if line.startswith("{")]
+        measured = [json.loads(line.removeprefix(MEASURED)) for line in lines if line.startswith(MEASURED)]
         done = {(m["micro_batch"], m["sequence_length"]) for m in measured}
         measured += [asdict(Measurement(mb, seq, status="error", error=failure.replace("\n", " ")))
                      for mb, seq in g.shapes if (mb, seq) not in done]

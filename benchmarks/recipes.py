@@ -140,19 +140,19 @@ def _marking_backward(trainer_class: Any, counter: LiveBytes) -> Any:
 
 
 # What both trainers are given besides the plan's batch and checkpointing: no saving, logging or progress bars
-_QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, dataloader_num_workers=0,
-              disable_tqdm=True)
+_QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True)
 
 
 @contextlib.contextmanager
-def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
+def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> Iterator[Any]:
     """The arguments a user's script builds for the recipe's trainer, entered before the model is made:
     TrainingArguments for hf-trainer (optim adamw_torch), SFTConfig and DPOConfig with their defaults for trl-sft and
-    trl-dpo. Under ZeRO they carry the Trainer's DeepSpeed config (planner.trainer_deepspeed), which also tells
-    ZeRO-3's loading to partition the weights as they are made (transformers' HfDeepSpeedConfig). With DeepSpeed the
-    ranks are the fake process group's: the launcher's environment says how many (accelerate reads LOCAL_WORLD_SIZE,
-    DeepSpeed the master's address, which no fake collective dials) and which device. Transformers' DeepSpeed,
-    accelerate's state and the environment are restored as the run ends."""
+    trl-dpo, for `device` (the simulation's CPU, or measure_gpu's CUDA). Under ZeRO they carry the Trainer's DeepSpeed
+    config (planner.trainer_deepspeed), which also tells ZeRO-3's loading to partition the weights as they are made
+    (transformers' HfDeepSpeedConfig). With DeepSpeed the ranks are the fake process group's: the launcher's
+    environment says how many (accelerate reads LOCAL_WORLD_SIZE, DeepSpeed the master's address, which no fake
+    collective dials) and which device. Transformers' DeepSpeed, accelerate's state and the environment are restored
+    as the run ends."""
     import transformers
     from accelerate.state import AcceleratorState
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
@@ -171,7 +171,8 @@ def trainer_arguments(t: TrainingSpec, world_size: int) -> Iterator[Any]:
         with tempfile.TemporaryDirectory() as out:
             common = dict(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
                           gradient_accumulation_steps=t.gradient_accumulation_steps,
-                          gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed, **_QUIET)
+                          gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed,
+                          use_cpu=device == "cpu", **_QUIET)
             if t.recipe is Recipe.TRL_SFT:
                 yield SFTConfig(max_length=t.sequence_length, **common)
             elif t.recipe is Recipe.TRL_DPO:
