@@ -243,13 +243,13 @@ def compare_ours() -> None:
         allocated_errors.append(alloc_error)
         device_errors.append(device_error)
         time_errors.append(time_error)
-        table.append([r["model"].split("/")[-1], r["method"], r["zero_stage"], r["offload"],
-                      r.get("checkpointing_in_effect", r["gradient_checkpointing"]),
+        table.append([r.get("recipe", "tunefleet"), r["model"].split("/")[-1], r["method"], r["zero_stage"],
+                      r["offload"], r.get("checkpointing_in_effect", r["gradient_checkpointing"]),
                       f"{r['micro_batch']}x{r['sequence_length']}", f"{float(r['max_allocated_bytes']) / GiB:.2f}",
                       f"{allocated / GiB:.2f}", f"{alloc_error:+.1%}",
                       f"{float(r['device_used_bytes']) / GiB:.2f}", f"{total / GiB:.2f}",
                       f"{device_error:+.1%}", f"{float(r['step_time_s']):.3f}", f"{step_s:.3f}", f"{time_error:+.0%}"])
-    header = ["model", "method", "ZeRO", "offload", "ckpt", "mb x seq", "allocated GiB", "planned", "error",
+    header = ["recipe", "model", "method", "ZeRO", "offload", "ckpt", "mb x seq", "allocated GiB", "planned", "error",
               "device GiB", "planned total", "error", "step s", "planned s", "time error"]
     print_table(f"Our GPU measurements ({rows[0].get('device_name', rows[0]['gpu'])}, torch {rows[0]['torch']}) "
                 "vs today's planner (error: planned less measured, over measured)", header, table)

@@ -15,13 +15,18 @@ from common.units import GiB, MiB
 # benchmarks/results/gpu_measurements_h100.csv and _device.txt, 2026-11-26): 619 MiB after the first tensor, the CUDA
 # context alone, within the 500-700 MiB that nvidia-smi shows for an idle torch 2.x process on Ampere/Hopper.
 CUDA_CONTEXT_BYTES = 600 * MiB
+# The same for a training process without DeepSpeed once it has run its steps: 766-768 MiB in each of 11 steps'
+# measurements of transformers' Trainer + PEFT on the H100 (LoRA and full, Llama-3.2-1B and Llama-3.1-8B; the same
+# software, benchmarks/results/gpu_measurements_h100_trainer.csv, 2026-11-26): the context, and the kernels and library
+# handles (cuBLASLt, the fused optimizer's and SDPA's kernels) that a step loads.
+TRAINING_OUTSIDE_ALLOCATOR_BYTES = 768 * MiB
 # The same once a DeepSpeed rank has initialised NCCL and run its step: 1,333 MiB at ZeRO 0-2 in every group (1,315
 # with eager attention, which loads no SDPA kernels), 1,723 MiB under ZeRO-3, which adds a communicator: NCCL's
 # buffers, with the kernels and library handles a step loads. Measured on one rank; a rank with peers holds NCCL
 # buffers for them too, so these are the least a rank of several holds.
 DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES = 1333 * MiB
 ZERO3_RANK_OUTSIDE_ALLOCATOR_BYTES = 1723 * MiB
-# Fit's band around the figure above: the spread of the sources for an idle process (500-700 MiB).
+# Fit's band around the figures above: the spread of the sources for an idle process (500-700 MiB).
 OUTSIDE_ALLOCATOR_SPREAD_BYTES = 100 * MiB
 # cuBLAS's workspaces, which PyTorch allocates through its caching allocator per handle and stream
 # (aten/src/ATen/cuda/CublasHandlePool.cpp; larger on Hopper), so that max_memory_allocated counts them and fake

@@ -249,10 +249,10 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
 
 
 def outside_allocator_bytes(t: TrainingSpec) -> int:
-    """A rank's device memory outside PyTorch's allocator: the CUDA context, and where DeepSpeed runs the step, the
-    NCCL communicators it initialises (measured on an H100, k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES)."""
+    """A rank's device memory outside PyTorch's allocator: the CUDA context with what a step loads, and where DeepSpeed
+    runs the step, the NCCL communicators it initialises (measured on an H100, planner.constants)."""
     if not recipes.runs_deepspeed(t):
-        return k.CUDA_CONTEXT_BYTES
+        return k.TRAINING_OUTSIDE_ALLOCATOR_BYTES
     return k.ZERO3_RANK_OUTSIDE_ALLOCATOR_BYTES if t.zero_stage == 3 else k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES
 
 
