@@ -437,7 +437,7 @@ class Row:
                 f"{t.attention.value} z{t.zero_stage} x{self.world_size}")
 
 
-def _rows() -> list[Row]:
+def table_rows() -> list[Row]:
     """The configurations the planner is held to (issue 10): seven families, a 70B over 8 ranks; full / LoRA (q,v
     and all-linear) / freeze; micro-batch 1-4; sequence 512-8192; checkpointing on and off; eager and SDPA;
     ZeRO 0-3. Offload is not simulated: with the CPU accelerator, device and host memory are the same memory, so
@@ -744,7 +744,7 @@ def _preimport() -> None:
 
 def _simulated_rows(match: str, only: set[str] | None = None) -> list[dict[str, Any]]:
     _preimport()
-    rows = [r for r in _rows() if match in r.label and (only is None or r.label in only)]
+    rows = [r for r in table_rows() if match in r.label and (only is None or r.label in only)]
     results = []
     for i, row in enumerate(rows, 1):
         print(f"[{i}/{len(rows)}] {row.label}", file=sys.stderr, flush=True)
@@ -756,13 +756,13 @@ def _simulated_rows(match: str, only: set[str] | None = None) -> list[dict[str, 
     return results
 
 
-def _replanned(match: str) -> list[dict[str, Any]]:
+def replanned(match: str) -> list[dict[str, Any]]:
     """The last table's simulated peaks (they depend on the executor's code, not the planner's) against the
     planner as it is now: seconds, not half an hour, after a change to the memory model."""
     from planner.catalog import default_catalog
 
     catalog = default_catalog()
-    by_label = {r.label: r for r in _rows()}
+    by_label = {r.label: r for r in table_rows()}
     with RESULTS_CSV.open() as f:
         stored = [r for r in csv.DictReader(f) if match in r["row"] and r["row"] in by_label]
     return [_result(by_label[r["row"]], int(r["simulated_bytes"]), int(r.get("simulated_reserved_bytes") or 0),
@@ -788,7 +788,7 @@ def _table(results: list[dict[str, Any]], write: bool) -> int:
           f"{max(errors, key=abs):+.1%}, under-predicted by more than {-UNDER_PREDICTION_LIMIT:.0%}: {under}"
           f"{f', {failed} failed to run' if failed else ''} "
           "(goal: median <= 1 %, worst <= 3 %, none under by more than 2 %)")
-    by_label = {r.label: r for r in _rows()}
+    by_label = {r.label: r for r in table_rows()}
     for regime, wanted in (("ZeRO 0-2", lambda z: z < 3), ("ZeRO 3", lambda z: z == 3)):
         found = [r["error"] for r in results if not math.isnan(r["error"]) and r["row"] in by_label
                  and wanted(by_label[r["row"]].training.zero_stage)]
@@ -820,14 +820,14 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"simulate only the rows {RESULTS_CSV} records as failed or lacks, and update it")
     a = p.parse_args(argv)
     if a.replan:
-        return _table(_replanned(a.match), write=not a.match)
+        return _table(replanned(a.match), write=not a.match)
     if not a.match and not a.rerun_failed:
         return _table(_simulated_rows(""), write=True)
-    stored = {r["row"]: r for r in _replanned("")} if RESULTS_CSV.exists() else {}
-    todo = {r.label for r in _rows() if (a.match and a.match in r.label) or r.label not in stored
+    stored = {r["row"]: r for r in replanned("")} if RESULTS_CSV.exists() else {}
+    todo = {r.label for r in table_rows() if (a.match and a.match in r.label) or r.label not in stored
             or math.isnan(float(stored[r.label]["error"]))}
     fresh = {r["row"]: r for r in _simulated_rows("", todo)}
-    return _table([fresh.get(r.label) or stored[r.label] for r in _rows()], write=True)
+    return _table([fresh.get(r.label) or stored[r.label] for r in table_rows()], write=True)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -57,10 +57,10 @@ def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def main() -> None:
-    from benchmarks.simulate import RESULTS_CSV, _rows
+    from benchmarks.simulate import RESULTS_CSV, table_rows
 
     catalog = default_catalog()
-    rows = {r.label: r for r in _rows()}
+    rows = {r.label: r for r in table_rows()}
     labels, allocated, reserved, x = [], [], [], []
     with RESULTS_CSV.open() as f:
         for r in csv.DictReader(f):

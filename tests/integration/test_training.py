@@ -139,9 +139,11 @@ def _losses(events: list[progress_pb2.ProgressEvent]) -> dict[int, float]:
 # Issue 28, item 3: a run killed at a random step after a checkpoint and resumed ends bit for bit where the
 # uninterrupted run ends (every weight, and every loss after the resume), for LoRA with dropout and full
 # fine-tuning, packed and not, under ZeRO 0, 2 and 3.
+# LoRA with dropout (whose random state must resume) under ZeRO-3's partitioned checkpoint, and a full fine-tune's
+# under ZeRO-0; ZeRO-2's resume runs in the fleet's tests (test_resilience, test_multinode)
 @pytest.mark.parametrize(("method", "zero_stage", "dropout", "packing"), [
-    (LORA, 2, 0.1, False), (FULL, 0, 0.0, True), (LORA, 3, 0.1, True),
-], ids=["lora-zero2-dropout", "full-zero0-packed", "lora-zero3-dropout-packed"])
+    (FULL, 0, 0.0, True), (LORA, 3, 0.1, True),
+], ids=["full-zero0-packed", "lora-zero3-dropout-packed"])
 def test_sigkill_after_a_checkpoint_resumes_to_the_same_end_bit_for_bit(
         tiny_model: Path, tmp_path: Path, method: int, zero_stage: int, dropout: float, packing: bool) -> None:
     data = counting_text(tmp_path / "data.jsonl", records=96)
