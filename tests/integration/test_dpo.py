@@ -49,10 +49,11 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+# Each reference (LoRA's adapter-off pass, a full fine-tune's frozen copy) under the ZeRO stage the other does not
+# learn under here, on two ranks; the precomputed-reference test below trains live DPO under the other two pairings
 @pytest.mark.parametrize(("method", "zero_stage", "ranks", "separate"), [
-    (LORA, 2, 1, False), (LORA, 3, 2, False), (FULL, 2, 2, True), (FULL, 3, 1, True),
-], ids=["lora-adapter-off-zero2-1rank", "lora-adapter-off-zero3-2ranks", "full-copy-zero2-2ranks",
-        "full-copy-zero3-1rank"])
+    (LORA, 3, 2, False), (FULL, 2, 2, True),
+], ids=["lora-adapter-off-zero3-2ranks", "full-copy-zero2-2ranks"])
 def test_dpo_starts_at_ln2_and_learns_the_preference(tiny_model: Path, pairs: Path, tmp_path: Path, method: int,
                                                      zero_stage: int, ranks: int, separate: bool) -> None:
     out = tmp_path / "run"
