@@ -4,7 +4,9 @@ Each group (model × method × ZeRO stage × offload × checkpointing) runs in i
 initialised model built from the catalog architecture's real config and wrapped by the executor's own functions
 (executor.training.model: checkpointing, PEFT adapters, training mode; QLoRA saved locally and read back through
 `load_model`, which quantises it with bitsandbytes), the DeepSpeed engine from the planner's generated config,
-then a sweep of micro-batch × sequence length, smallest first. Per shape it records torch.cuda.max_memory_allocated,
+then a sweep of micro-batch × sequence length, smallest first. A group whose recipe is hf-trainer runs transformers'
+Trainer + PEFT instead, the model and arguments as benchmarks/recipes.py has the simulation build them, a fresh Trainer
+for each shape. Per shape it records torch.cuda.max_memory_allocated,
 max_memory_reserved, the device's used memory (what nvidia-smi shows for the only process on the GPU) and
 the median step time after a warm-up step, with the planner's prediction beside them, to
 benchmarks/results/gpu_measurements.csv.
