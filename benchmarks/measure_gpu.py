@@ -13,6 +13,12 @@ benchmarks/results/gpu_measurements.csv.
 
   python -m benchmarks.measure_gpu                   # the default matrix, on a CUDA GPU
   python -m benchmarks.measure_gpu --matrix smoke    # a tiny matrix on the CPU, to check the harness
+
+On a CUDA host that has torch but cannot install the project, the checkout runs with PYTHONPATH=.:protos and the
+pins of constraints.txt for transformers, peft, deepspeed (FusedAdam JIT-builds: nvcc and ninja), bitsandbytes,
+accelerate, trl with datasets, dill and multiprocess, structlog, pydantic, hjson and googleapis-common-protos, and
+grpcio-health-checking, -reflection and -status at the host's grpcio version. Import benchmarks.measure_gpu,
+executor.training.model and trl.trainer.utils once first: a missing package then fails in seconds, not in every group.
 """
 
 from __future__ import annotations
@@ -248,8 +254,9 @@ def _trainer_shape(model: Any, g: Group, vocab: int, micro_batch: int, seq: int,
         with trainer_arguments(t, 1, device) as args:
             args.max_steps = TRAINER_STEPS
             trainer = transformers.Trainer(model=model, args=args, train_dataset=examples, callbacks=[_Timed()])
-            m.checkpointing_in_effect = g.gradient_checkpointing
             trainer.train()
+            # what the Trainer switched on, as the executor's groups read it off their engine's module
+            m.checkpointing_in_effect = bool(getattr(model, "is_gradient_checkpointing", False))
             m.optimizer = type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer")
                                else trainer.optimizer).__name__
     except torch.OutOfMemoryError as e:
@@ -287,10 +294,10 @@ def run_trainer_group(g: Group) -> list[Measurement]:
 
 
 def run_group(g: Group) -> list[Measurement]:
-    import deepspeed
-
     if g.recipe != "tunefleet":
         return run_trainer_group(g)
+    import deepspeed
+
     device = "cuda" if g.gpu != "cpu" else "cpu"
     as_single_rank()
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
