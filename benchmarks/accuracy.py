@@ -29,7 +29,8 @@ from planner.memory import per_gpu_memory
 from planner.throughput import step_time
 
 PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
-UNDER_PREDICTION_LIMIT = -0.15
+# issue 25's goal for the third-party rows: median |error| <= 6 %, none under the measurement by more than 10 %
+UNDER_PREDICTION_LIMIT = -0.10
 # Qwen (v1) names its linears differently; these are the same layers in the Llama layout.
 _TARGET_ALIASES = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj",), "w1": ("up_proj",),
                    "w2": ("gate_proj",)}
@@ -297,7 +298,7 @@ def main() -> None:
     header = ["row", "configuration", "GPUs", "measured figure", "measured GiB", "predicted GiB", "error",
               "allocated GiB (error)", "tokens/s per GPU measured / predicted"]
     print_table("Third-party measurements (benchmarks/data/public_measurements.csv) vs planner", header, table)
-    print(_summary("\nmemory", errors, UNDER_PREDICTION_LIMIT, "median <= 10 %, none under 15 %"))
+    print(_summary("\nmemory", errors, UNDER_PREDICTION_LIMIT, "median <= 6 %, none under 10 %"))
     print(_summary("  the same rows' max_memory_allocated, where reported", allocated_errors, UNDER_PREDICTION_LIMIT,
                    "like for like with the allocated part of Fit"))
     # the planner models DeepSpeed's ZeRO (the executor's) and reads FSDP as ZeRO; the rows that ran neither apart
@@ -305,7 +306,7 @@ def main() -> None:
                                                        if "FSDP" not in c.label], UNDER_PREDICTION_LIMIT,
                    "as memory"))
     if time_errors:
-        print(_summary("throughput", time_errors, None, "median <= 15 %"))
+        print(_summary("throughput", time_errors, None, "median <= 10 %"))
     print_table("Rows the planner cannot express", ["row", "model", "method", "why"], skipped)
     print(f"CSV: {write_csv('accuracy_public.csv', header, table)}")
 
