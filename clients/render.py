@@ -83,7 +83,7 @@ def fit_text(r: plan_pb2.FitResult) -> str:
             ("activations", gib(g.activations_bytes)), ("  of which logits/loss", gib(g.logits_bytes)),
             *([("optimizer step (after backward)", gib(g.optimizer_step_bytes))] if g.optimizer_step_bytes else []),
             ("DeepSpeed buffers", gib(g.deepspeed_buffers_bytes)), ("cuBLAS workspace", gib(g.cuda_workspace_bytes)),
-            ("CUDA context, NCCL", gib(g.cuda_context_bytes)),
+            ("CUDA context, libraries", gib(g.cuda_context_bytes)),
             ("allocator slack", gib(g.allocator_bytes)), ("total per GPU", gib(g.total_bytes)),
             ("  likely range", f"{gib(r.total_low_bytes)} - {gib(r.total_high_bytes)}"),
             *([("margin asked for", f"{r.margin_fraction:.0%} of the total")] if r.margin_fraction else []),

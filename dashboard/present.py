@@ -125,7 +125,7 @@ def breakdown(fit: plan_pb2.FitResult) -> tuple[list[Segment], float, float, flo
                 ("optimizer states", g.optimizer_bytes, "s-optimizer"),
                 ("DeepSpeed buffers", g.deepspeed_buffers_bytes, "s-buffers"),
                 ("cuBLAS workspace", g.cuda_workspace_bytes, "s-buffers"),
-                ("CUDA context, NCCL", g.cuda_context_bytes, "s-context"),
+                ("CUDA context, libraries", g.cuda_context_bytes, "s-context"),
                 ("allocator slack", g.allocator_bytes, "s-slack")]
     used = sum(b for _, b, _ in resident)
     peak_transient = max(0, g.total_bytes - used)

@@ -41,6 +41,6 @@ def band(b: MemoryBreakdown, a: Architecture, t: TrainingSpec) -> Band:
     high = (allocated * (1 + under) + b.allocator_bytes) * (1 + slack_under) + context_high
     basis = (f"allocated -{over:.1%}/+{under:.1%} ({source}); reserved with the caching allocator's slack "
              f"-{slack_over:.1%}/+{slack_under:.1%} (its model against the allocator replayed on the simulated "
-             f"step, make bench-simulate); outside the allocator (CUDA context, NCCL) {context_low / k.MiB:.0f}-"
-             f"{context_high / k.MiB:.0f} MiB")
+             f"step, make bench-simulate); outside the allocator (CUDA context, NCCL, kernels) "
+             f"{context_low / k.MiB:.0f}-{context_high / k.MiB:.0f} MiB")
     return Band(int(low), int(high), basis)
