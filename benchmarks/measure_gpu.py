@@ -225,7 +225,7 @@ def _trainer_shape(model: Any, g: Group, vocab: int, micro_batch: int, seq: int,
     import torch
     import transformers
 
-    from benchmarks.recipes import trainer_arguments
+    from benchmarks.recipes import full_sequences, trainer_arguments
 
     m = Measurement(micro_batch, seq)
     t = training_spec(g, micro_batch, seq)
@@ -245,8 +245,7 @@ def _trainer_shape(model: Any, g: Group, vocab: int, micro_batch: int, seq: int,
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - self.started)
 
-    examples = [{"input_ids": torch.randint(0, vocab, (seq,)), "attention_mask": torch.ones(seq, dtype=torch.long),
-                 "labels": torch.randint(0, vocab, (seq,))} for _ in range(TRAINER_STEPS * micro_batch)]
+    examples = full_sequences(vocab, seq, TRAINER_STEPS * micro_batch)
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()

@@ -187,6 +187,13 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
         os.environ.update(outer)
 
 
+def full_sequences(vocab_size: int, sequence_length: int, count: int) -> list[dict[str, torch.Tensor]]:
+    """`count` Trainer examples of random tokens, every one at the full sequence length."""
+    return [{"input_ids": torch.randint(0, vocab_size, (sequence_length,)),
+             "attention_mask": torch.ones(sequence_length, dtype=torch.long),
+             "labels": torch.randint(0, vocab_size, (sequence_length,))} for _ in range(count)]
+
+
 def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, counter: LiveBytes,
                      steps: int) -> list[Peak]:
     """`steps` steps of Trainer.train() with `args` (`trainer_arguments`) on full micro-batches (every sequence at
@@ -194,9 +201,7 @@ def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, co
     import transformers
 
     peaks: list[Peak] = []
-    n = t.sequence_length
-    examples = [{"input_ids": torch.randint(0, vocab_size, (n,)), "attention_mask": torch.ones(n, dtype=torch.long),
-                 "labels": torch.randint(0, vocab_size, (n,))} for _ in range(steps * t.micro_batch_size)]
+    examples = full_sequences(vocab_size, t.sequence_length, steps * t.micro_batch_size)
     args.max_steps = steps
     with _foreach_as_on_cuda(), _deepspeed_step_marked(counter):
         _marking_backward(transformers.Trainer, counter)(
