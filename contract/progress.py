@@ -78,13 +78,18 @@ class ProgressTail:
             return []
         complete = chunk[:chunk.rfind(b"\n") + 1]
         self._offset += len(complete)
-        events = []
-        for line in complete.decode("utf-8", errors="replace").splitlines():
-            try:
-                events.append(event_from_json(line))
-            except json_format.ParseError:
-                continue  # a line cut by a killed writer
-        return events
+        return _parse(complete)
+
+
+def _parse(complete: bytes) -> list[progress_pb2.ProgressEvent]:
+    """The events in whole lines of a progress file; a line cut by a killed writer is skipped."""
+    events = []
+    for line in complete.decode("utf-8", errors="replace").splitlines():
+        try:
+            events.append(event_from_json(line))
+        except json_format.ParseError:
+            continue
+    return events
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -97,19 +102,26 @@ def _ends_mid_line(path: Path) -> bool:
 
 class JsonlProgressSink:
     """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted. Each
-    write first asks the holder whether this run still holds its job (LeaseLostError: nothing is written)."""
+    write first asks the holder whether this run still holds its job (LeaseLostError: nothing is written). The file
+    is opened once, here: a worker that takes the job from a stale run replaces it (executor.worker.publisher), and
+    whatever the stale run still writes goes into the file it opened, which nobody reads any more."""
 
     def __init__(self, path: Path, job_id: str, start_after: int = 0, holder: Holder | None = None) -> None:
         self.path = path
         self.job_id = job_id
         self.holder = holder or OwnDirectory()
         path.parent.mkdir(parents=True, exist_ok=True)
-        previous = read_events(path)
-        # the highest sequence written, not the last line's (a line after it may be cut or out of order)
-        self._sequence = max([start_after, *(e.sequence for e in previous)])
-        self._file = path.open("a", encoding="utf-8")
+        self._file = path.open("a+b")
+        self._sequence = start_after
+        self.catch_up()
         if _ends_mid_line(path):
-            self._file.write("\n")  # end a line cut by a killed writer, so the next event starts clean
+            self._file.write(b"\n")  # end a line cut by a killed writer, so the next event starts clean
+
+    def catch_up(self) -> None:
+        """Number the next event after every event in the file this sink opened (another writer, rank 0, may have
+        added some since): the highest sequence there, not the last line's (a line may be cut or out of order)."""
+        self._file.seek(0)
+        self._sequence = max([self._sequence, *(e.sequence for e in _parse(self._file.read()))])
 
     def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         self.holder.confirm()  # False (cannot say now) writes all the same: the worker's publish checks the fence
@@ -125,7 +137,7 @@ class JsonlProgressSink:
         return stamped
 
     def write(self, stamped: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
-        self._file.write(event_to_json(stamped) + "\n")
+        self._file.write((event_to_json(stamped) + "\n").encode())  # opened to append: always at the end
         self._file.flush()
         os.fsync(self._file.fileno())
         return stamped

@@ -6,6 +6,7 @@ the launcher owns the progress file between rank runs and records the outcome wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -188,7 +189,11 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     stop: signal.Signals | None = None
     parent = os.getppid()
 
-    with log_path.open("a") as log:
+    with log_path.open("a") as log, contextlib.ExitStack() as closing:
+        # The end this run may have to record goes into the file it started on, opened now (contract.progress);
+        # one node of a multi-node run records none.
+        sink = None if rendezvous else closing.enter_context(contextlib.closing(
+            JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder_from_environment())))
         proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, rendezvous), stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
 
@@ -210,19 +215,15 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    last = _forward_new(tail, on_event, last)
-    ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
-    stopped_to_yield = exit_code == 0 and cfg.stop_path.is_file()  # ranks checkpointed and stopped (drain, preempt)
-    to_replan = env.get(oom.REPLAN_ENV) == "1" and oom.report_path(cfg.output_dir).is_file()
-    if not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield and not to_replan and rendezvous is None:
-        sink = JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder_from_environment())
-        try:
-            last = _record_end(sink, stop, exit_code, last, cfg)
-        except LeaseLostError:
-            pass  # the job runs elsewhere now: this run records nothing
-        finally:
-            sink.close()
-        on_event(last)
+        last = _forward_new(tail, on_event, last)
+        ended = last.phase in TERMINAL_PHASES and not (exit_code != 0 and last.phase == progress_pb2.PHASE_DONE)
+        stopped_to_yield = exit_code == 0 and cfg.stop_path.is_file()  # ranks checkpointed and stopped (drain, preempt)
+        to_replan = env.get(oom.REPLAN_ENV) == "1" and oom.report_path(cfg.output_dir).is_file()
+        if sink and not ended and stop is not INTERRUPT_SIGNAL and not stopped_to_yield and not to_replan:
+            sink.catch_up()  # numbered after rank 0's events
+            with contextlib.suppress(LeaseLostError):  # the job runs elsewhere now: this run records nothing
+                last = _record_end(sink, stop, exit_code, last, cfg)
+            on_event(last)
     return RunResult(cfg, exit_code, last)
 
 

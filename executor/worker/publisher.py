@@ -7,7 +7,12 @@ does not take (an outage) waits in a bounded backlog and is published when Redis
 the stream's sequence ids make a second try harmless.
 
 The file and the stream agree: when a worker takes a job, the events the fleet wrote while the job waited
-(queued, a lost host, a retry) are appended to the file first, so the run numbers its events after them.
+(queued, a lost host, a retry) are added to the file first, so the run numbers its events after them.
+
+Taking a job replaces the file (a new one renamed over it), which fences the file itself: rank 0 and the launcher
+open it once when they start and write through that handle, so a stale run (its host paused, or cut off, past
+its lease) that still writes — its "still the holder?" could not be answered, or came before the pause — writes
+into the replaced file, which nobody reads.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from tunefleet.v1 import progress_pb2
 from contract.errors import LeaseLostError
 from contract.progress import JsonlProgressSink, ProgressTail, event_to_json, read_events
 from fleet.events import EventLog
+from fleet.leases import FenceGuard
 
 log = structlog.get_logger("executor.worker.publisher")
 ADOPT_PAGE = 500  # stream events read per page when a worker adopts them into the file
@@ -43,10 +49,10 @@ class Publisher:
         self._pause = threading.Event()  # never set: a bounded wait between attempts
 
     def adopt(self) -> None:
-        """Make the file agree with the stream, then follow it from its end. Events at the file's end that the
-        stream does not hold as they are (a holder whose worker died wrote them, and the fleet has numbered its
-        own events since) leave the file; the stream's events after the last one both hold (written by the fleet
-        while the job waited) are appended. What is before was published by an earlier holder."""
+        """Make the file agree with the stream, as a new file, then follow it from its end. Events at the file's
+        end that the stream does not hold as they are (a holder whose worker died wrote them, and the fleet has
+        numbered its own events since) are left out; the stream's events after the last one both hold (written by
+        the fleet while the job waited) are added. LeaseLostError, writing nothing, when the job moved on."""
         events = read_events(self.path)
         last = self.events.last_sequence(self.job_id)
         agreed = len(events)
@@ -55,17 +61,15 @@ class Publisher:
         if agreed < len(events):
             log.warning("events.unpublished_dropped", count=len(events) - agreed,
                         sequences=[e.sequence for e in events[agreed:]][:20])
-            _rewrite(self.path, events[:agreed])
-        after = events[agreed - 1].sequence if agreed else 0
-        sink = JsonlProgressSink(self.path, self.job_id, start_after=after)
-        try:
-            while page := self.events.read_after(self.job_id, after, ADOPT_PAGE):
-                for event in page:
-                    sink.write(event)
-                after = page[-1].sequence
-        finally:
-            sink.close()
-        self._tail.read_new()
+        kept = events[:agreed]
+        after = kept[-1].sequence if kept else 0
+        while page := self.events.read_after(self.job_id, after, ADOPT_PAGE):
+            kept += page
+            after = page[-1].sequence
+        FenceGuard(self.events.redis, self.job_id, self.fence).confirm()  # a stale worker replaces nothing
+        _rewrite(self.path, kept)
+        self._tail = ProgressTail(self.path)
+        self._tail.read_new()  # all of it is in the stream
 
     def _in_stream(self, event: progress_pb2.ProgressEvent, last_sequence: int) -> bool:
         """The stream holds this event (or can no longer say: the entry was trimmed, which only happens to events
@@ -125,7 +129,12 @@ class Publisher:
 
 
 def _rewrite(path: Path, events: list[progress_pb2.ProgressEvent]) -> None:
-    """The file holding exactly these events, replaced atomically."""
+    """A new file holding exactly these events, renamed over the old one (a writer holding that open writes into
+    the old one from then on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(event_to_json(e) + "\n" for e in events))
+    with partial.open("w", encoding="utf-8") as f:
+        f.write("".join(event_to_json(e) + "\n" for e in events))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(partial, path)

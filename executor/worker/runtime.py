@@ -384,7 +384,7 @@ class WorkerRuntime:
                                               message=outcome.message)
         if outcome.retry_later:
             if release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
-                held.events.adopt()  # the fleet's event of the hand-back, into the file too
+                _adopt_hand_back(held)
             else:
                 log.warning("job.retry_refused", reason="the job moved on before this worker gave it back")
             log.info("job.retry_later", reason=outcome.message, infra_failure=outcome.infra_failure)
@@ -392,7 +392,7 @@ class WorkerRuntime:
         if outcome.requeue:
             checkpoint_note = f"; last event at step {last.step}"
             if requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
-                held.events.adopt()
+                _adopt_hand_back(held)
             else:
                 log.warning("job.requeue_refused", reason="the job moved on before this worker gave it back")
             log.info("job.requeued", step=last.step)
@@ -405,6 +405,15 @@ class WorkerRuntime:
         self._release(held)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last
+
+
+def _adopt_hand_back(held: Held) -> None:
+    """The fleet's event of a job this worker gave back, into the file too, unless another host took the job
+    meanwhile (that host's worker adopts it)."""
+    try:
+        held.events.adopt()
+    except LeaseLostError:
+        log.info("job.taken_before_adopting", job_id=held.job_id)
 
 
 _runtime: WorkerRuntime | None = None

@@ -26,6 +26,20 @@ def test_sequence_continues_across_sinks_and_skips_a_cut_line(tmp_path: Path) ->
     assert events[1].step == 3 and events[1].loss == 1.5
 
 
+def test_a_sink_opened_before_another_writer_numbers_after_it_once_it_catches_up(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    launcher = JsonlProgressSink(path, "job-1")  # opened when the run starts, written at its end
+    rank0 = JsonlProgressSink(path, "job-1")
+    for step in (1, 2):
+        rank0.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=step))
+    rank0.close()
+    launcher.catch_up()
+    ended = launcher.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED))
+    launcher.close()
+    assert ended.sequence == 3
+    assert [e.sequence for e in read_events(path)] == [1, 2, 3]
+
+
 def test_describe_is_one_readable_line() -> None:
     line = describe(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=5, total_steps=10, loss=0.25,
                                                tokens_per_s=1234.0, eta_s=60))

@@ -27,7 +27,7 @@ from fleet.keys import job_key
 from fleet.leases import FenceGuard, Leases
 from fleet.lifecycle import Lifecycle
 
-QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
+QUEUED, LOADING, TRAINING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING, progress_pb2.PHASE_TRAINING
 
 
 @pytest.fixture()
@@ -139,3 +139,47 @@ def test_a_dead_holder_s_unpublished_events_leave_the_file_and_the_fleet_s_take_
     in_file = read_events(tmp_path / "progress.jsonl")
     assert [(e.sequence, e.phase) for e in in_file] == [(1, QUEUED), (2, LOADING), (3, QUEUED), (4, LOADING)]
     assert in_file == EventLog(fleet).read_after("job-p", 0, 100), "the file and the stream disagree"
+
+
+def _taken_by_host_b(fleet: redis.Redis, message: str) -> int:
+    """The sweeper requeues the job (its QUEUED event next in the stream) and host-b claims it: the new fence."""
+    fleet.hincrby(job_key("job-p"), "fence", 1)
+    EventLog(fleet).publish(progress_pb2.ProgressEvent(job_id="job-p", sequence=EventLog(fleet).last_sequence("job-p")
+                                                       + 1, phase=QUEUED, message=message))
+    fleet.hset(job_key("job-p"), "phase", QUEUED)
+    fence = Leases(fleet).claim("job-p", "host-b", now_ms(), QUEUED, LOADING)
+    assert isinstance(fence, int)
+    return fence
+
+
+def test_a_stale_run_that_writes_on_writes_into_a_file_nobody_reads(fleet, tiny_model, counting_data, tmp_path):
+    fence = _claimed(fleet, tiny_model, counting_data, tmp_path)
+    first = _publisher(fleet, tmp_path, fence)
+    first.adopt()
+    first.emit(progress_pb2.ProgressEvent(phase=LOADING, message="host-a took the job"))
+    # rank 0 of host-a's run; its holder cannot say (host-a paused mid-question, or cut off from Redis): it writes
+    stale = JsonlProgressSink(tmp_path / "progress.jsonl", "job-p")
+    stale.emit(progress_pb2.ProgressEvent(phase=TRAINING, step=1))
+    assert first.pump(), "published while host-a still held the job"
+    second = _publisher(fleet, tmp_path, _taken_by_host_b(fleet, "host-a lost"))
+    second.adopt()
+    second.emit(progress_pb2.ProgressEvent(phase=LOADING, message="host-b took the job"))
+    stale.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=2))  # host-a wakes
+    stale.close()
+    assert second.pump()
+    in_file = read_events(tmp_path / "progress.jsonl")
+    assert [(e.phase, e.step) for e in in_file] == [(QUEUED, 0), (LOADING, 0), (TRAINING, 1), (QUEUED, 0), (LOADING, 0)]
+    assert in_file == EventLog(fleet).read_after("job-p", 0, 100), "the file and the stream disagree"
+
+
+def test_a_stale_worker_does_not_replace_the_file_of_the_host_that_took_its_job(fleet, tiny_model, counting_data,
+                                                                               tmp_path):
+    stale = _publisher(fleet, tmp_path, _claimed(fleet, tiny_model, counting_data, tmp_path))
+    fresh = _publisher(fleet, tmp_path, _taken_by_host_b(fleet, "host-a lost before it adopted"))
+    fresh.adopt()
+    rank0 = JsonlProgressSink(tmp_path / "progress.jsonl", "job-p")  # host-b's run
+    with pytest.raises(LeaseLostError):
+        stale.adopt()  # host-a wakes between its claim and its adopt
+    rank0.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=1))
+    rank0.close()
+    assert [e.step for e in read_events(tmp_path / "progress.jsonl")] == [0, 0, 1], "host-b's run writes nowhere"
