@@ -31,8 +31,10 @@ from planner.throughput import step_time
 PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
 # issue 25's goal for the third-party rows: median |error| <= 6 %, none under the measurement by more than 10 %
 UNDER_PREDICTION_LIMIT = -0.10
-# Qwen (v1) names its linears differently; these are the same layers in the Llama layout.
-_TARGET_ALIASES = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj",), "w1": ("up_proj",),
+# Qwen (v1) names its linears differently; these are the same layers in the Llama layout. Its attention's output
+# projection and its MLP's down projection are both called c_proj (modeling_qwen.py: QWenAttention.c_proj,
+# QWenMLP.c_proj), so PEFT's suffix match puts an adapter on both.
+_TARGET_ALIASES = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"), "w1": ("up_proj",),
                    "w2": ("gate_proj",)}
 _GPU_PATTERNS = [(r"a100.*80", "a100-80gb"), (r"a100.*40|^40gb", "a100-40gb"), (r"h100", "h100-sxm-80gb"),
                  (r"l40s", "l40s-48gb"), (r"a10g|^24gb", "a10g-24gb"), (r"l4\b", "l4-24gb")]
@@ -57,6 +59,9 @@ class Case:
 
 
 _ALLOCATED_NOTE = re.compile(r"torch peak allocated ([\d.]+) GiB")
+# Some rows give speed as the Trainer's seconds per optimizer step ("5.2 s/it") beside the gradient accumulation.
+_SECONDS_PER_STEP_NOTE = re.compile(r"([\d.]+) s/it")
+_ACCUMULATION_NOTE = re.compile(r"grad-accum (\d+)")
 
 
 def _int(text: str) -> int:
@@ -64,6 +69,18 @@ def _int(text: str) -> int:
     if not m:
         raise NotExpressibleError(f"no number in {text!r}")
     return int(m.group(1))
+
+
+def _tokens_per_s(r: dict[str, str], t: TrainingSpec) -> float:
+    """Measured tokens per second per GPU: the row's own figure, or its seconds per optimizer step, each step being
+    micro batch x accumulation x sequence length tokens on each GPU (the rows that say so pad every example to the
+    full length). 0 when the row reports neither."""
+    if r["measured_tokens_per_s"]:
+        return float(r["measured_tokens_per_s"])
+    step, accumulation = _SECONDS_PER_STEP_NOTE.search(r["notes"]), _ACCUMULATION_NOTE.search(r["notes"])
+    if step is None or accumulation is None:
+        return 0.0
+    return t.micro_batch_size * int(accumulation.group(1)) * t.sequence_length / float(step.group(1))
 
 
 def _model(r: dict[str, str], catalog: Catalog) -> ModelSpec:
@@ -190,7 +207,7 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
             f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}" \
             f"{' (FSDP as ZeRO)' if 'fsdp' in r['zero_stage'].lower() else ''}"
     return Case(index, label, model, t, hw, _figure(r["notes"]), float(r["measured_peak_gib_per_gpu"]) * GiB,
-                float(r["measured_tokens_per_s"] or 0),
+                _tokens_per_s(r, t),
                 float(m.group(1)) * GiB if (m := _ALLOCATED_NOTE.search(r["notes"])) else 0.0)
 
 

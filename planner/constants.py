@@ -172,6 +172,11 @@ QUANTISED_MFU_FACTOR = {"qlora": 0.85, "lora-8bit": 0.6}
 # tensor (Llama-3.1-8B LoRA 1.69 s at every shape, 738 tensors; Llama-3.2-1B full 0.38-0.46 s). A slower host CPU
 # takes longer.
 HOST_S_PER_LAYER_PASS = 2.5e-3
+# transformers' Trainer without DeepSpeed (the Trainer recipes on one GPU) spends less: fitted to its steps on the
+# same host (benchmarks/results/gpu_measurements_h100_trainer.csv, 2026-11-26): Llama-3.2-1B full 0.116-0.133 s
+# (16 layers x 4 passes: 1.8-2.1 ms, the optimizer's step included), LoRA on all linears 0.139-0.163 s (1.75 ms a
+# layer-pass after the adapters' 0.06 ms each).
+TRAINER_HOST_S_PER_LAYER_PASS = 1.8e-3
 HOST_S_PER_ADAPTER_PASS = 0.06e-3
 ZERO3_HOST_S_PER_TENSOR = 1.8e-3
 # Share of collective communication hidden behind compute (DeepSpeed overlap_comm). Initial.

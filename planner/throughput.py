@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from contract.model import Architecture, ModelSpec
 from contract.schema import Hardware, Interconnect, Method, Objective, Offload, Precision, TrainingSpec
 from planner import constants as k
+from planner import recipes
 from planner.architecture import linear_layers, lora_targets, norms_per_layer, parameter_counts
 from planner.parameters import parameter_split
 
@@ -62,11 +63,12 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
 def host_s(a: Architecture, t: TrainingSpec) -> float:
     """What the host spends on a step's micro-steps, which the GPU's work hides only once it is longer: launches per
     decoder layer and pass and per adapted linear, and ZeRO-3's fetch and release hooks per parameter tensor
-    (k.HOST_S_PER_LAYER_PASS: measured on an H100 host)."""
+    (k.HOST_S_PER_LAYER_PASS: measured on an H100 host; less where the Trainer runs the step without DeepSpeed)."""
     adapted = sum(layer.count for layer in lora_targets(a, t.lora.target_modules, "training.lora.target_modules")) \
         if t.method.uses_adapters else 0
     passes = 4 if t.gradient_checkpointing else 3
-    seconds = (a.num_layers * k.HOST_S_PER_LAYER_PASS + adapted * k.HOST_S_PER_ADAPTER_PASS) * passes
+    per_layer_s = k.HOST_S_PER_LAYER_PASS if recipes.runs_deepspeed(t) else k.TRAINER_HOST_S_PER_LAYER_PASS
+    seconds = (a.num_layers * per_layer_s + adapted * k.HOST_S_PER_ADAPTER_PASS) * passes
     if t.zero_stage == 3:
         tensors = sum(layer.count * (2 if layer.bias else 1) for layer in linear_layers(a)) + \
             a.num_layers * norms_per_layer(a) + 2 * adapted + 1

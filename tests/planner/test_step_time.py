@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from contract.schema import Hardware, Method, TrainingSpec
+from contract.schema import Hardware, Method, Recipe, TrainingSpec
 from planner.catalog import default_catalog
 from planner.throughput import host_s, step_time
 
@@ -34,3 +34,13 @@ def test_host_time_grows_with_checkpointing_adapters_zero3_and_accumulation() ->
     times = [host_s(a, t) for t in (full, ckpt, lora, zero3, accumulated)]
     assert times == sorted(times) and len(set(times)) == len(times)
     assert times[-1] == 4 * times[-2]
+
+
+def test_the_trainer_without_deepspeed_spends_less_host_time_a_step_than_a_deepspeed_engine() -> None:
+    """Measured on one H100 host: Llama-3.2-1B full takes 0.16 s a small step in the executor (DeepSpeed ZeRO-2) and
+    0.12 s in transformers' Trainer without DeepSpeed; under ZeRO the Trainer runs DeepSpeed's engine too."""
+    a = CATALOG.model("meta-llama/Llama-3.2-1B").architecture
+    executor = TrainingSpec(method=Method.FULL, zero_stage=2)
+    trainer = replace(executor, recipe=Recipe.HF_TRAINER, zero_stage=0)
+    assert host_s(a, trainer) < host_s(a, replace(executor, zero_stage=0)) == host_s(a, executor)
+    assert host_s(a, replace(trainer, zero_stage=2)) == host_s(a, executor)
