@@ -165,9 +165,13 @@ BASE_MFU_BY_ARCHITECTURE = {
 # Tokens per micro-batch at which utilisation reaches half its asymptote (small batches
 # under-fill the GPU). Initial.
 MFU_HALF_SATURATION_TOKENS = 512
-# Throughput penalty of dequantising base weights every matmul (bitsandbytes NF4 / int8).
-# Initial, from the fms-acceleration A100 rows: QLoRA ran at 0.87 of LoRA's tokens/s.
+# Throughput penalty of dequantising base weights every matmul (bitsandbytes NF4 / int8). Initial, from the
+# fms-acceleration A100 rows: transformers' Trainer's QLoRA ran at 0.87 of LoRA's tokens/s.
 QUANTISED_MFU_FACTOR = {"qlora": 0.85, "lora-8bit": 0.6}
+# The executor's QLoRA pays none once the GPU's work dominates: on our H100 (gpu_measurements_h100*.csv) Llama-3.1-8B
+# QLoRA with checkpointing took 0.622 / 1.140 s at 1 / 2 x 4,096 tokens against its LoRA's 0.622 / 1.116, and
+# Llama-3.2-3B 0.167 s a pass at 2 x 4,096 against LoRA's 0.170.
+EXECUTOR_QLORA_MFU_FACTOR = 1.0
 # The host's share of a step, which the GPU cannot outrun on small steps: Python and kernel launches per decoder
 # layer and pass (forward; backward counts twice, a checkpointed re-run once more), a little more per adapted linear,
 # and under ZeRO-3 the hooks that fetch and release every parameter tensor. Fitted to the executor's steps measured on

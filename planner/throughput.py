@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from contract.model import Architecture, ModelSpec
-from contract.schema import Hardware, Interconnect, Method, Objective, Offload, Precision, TrainingSpec
+from contract.schema import Hardware, Interconnect, Method, Objective, Offload, Precision, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.architecture import linear_layers, lora_targets, norms_per_layer, parameter_counts
@@ -87,7 +87,8 @@ def mfu(hw: Hardware, t: TrainingSpec) -> float:
     base = k.BASE_MFU_BY_ARCHITECTURE.get(hw.gpu.architecture, 0.3)
     tokens = t.micro_batch_size * t.sequence_length
     saturation = tokens / (tokens + k.MFU_HALF_SATURATION_TOKENS)
-    quant = k.QUANTISED_MFU_FACTOR.get(t.method.value, 1.0)
+    quant = k.EXECUTOR_QLORA_MFU_FACTOR if t.method is Method.QLORA and t.recipe is Recipe.TUNEFLEET \
+        else k.QUANTISED_MFU_FACTOR.get(t.method.value, 1.0)
     pcie_penalty = 0.9 if hw.gpu.interconnect is Interconnect.PCIE and hw.world_size > 1 else 1.0
     return base * saturation * quant * pcie_penalty
 
