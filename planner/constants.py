@@ -148,7 +148,7 @@ HOST_OFFLOAD_OPTIMIZER_BYTES_PER_PARAM = 16
 # micro-batch, by architecture. Initial: public MFU reports for HF/DeepSpeed fine-tuning
 # (about 35-50 % on A100/H100). Hopper: what our H100 80GB HBM3 steps realise where the GPU's work dominates
 # (benchmarks/results/gpu_measurements_h100*.csv, 2026-11-26: Llama-3.1-8B LoRA at 1-2 x 4,096 tokens, the executor's
-# and the Trainer's, 0.34-0.38, median 0.36). Ampere: that x 1.43, the median ratio of A100 80GB to H100 80GB MFU
+# and the Trainer's, 0.34-0.38, median 0.35). Ampere: that x 1.43, the median ratio of A100 80GB to H100 80GB MFU
 # for the same bf16 training on 8 GPUs in llm-foundry's benchmark tables (mosaicml/llm-foundry
 # scripts/train/benchmarking/README.md: 22 configurations, 1B-30B at 512-65,536 tokens, ratios 1.32-1.64). The
 # third-party rows of benchmarks/accuracy.py test these; they were not fitted to them.
@@ -156,9 +156,9 @@ BASE_MFU_BY_ARCHITECTURE = {
     "pascal": 0.30,
     "volta": 0.35,
     "turing": 0.30,
-    "ampere": 0.51,
+    "ampere": 0.50,
     "ada": 0.40,
-    "hopper": 0.36,
+    "hopper": 0.35,
     "blackwell": 0.35,
     "cdna3": 0.30,
 }
