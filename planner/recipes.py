@@ -211,7 +211,7 @@ def _check_trl_dpo(t: TrainingSpec) -> None:
     if t.zero_stage == 3:
         raise UnsupportedError("training.zero_stage", "trl-dpo is modelled without DeepSpeed or under ZeRO-2: under "
                                                       "ZeRO-3 its step was simulated far above the plan (Qwen2.5-7B "
-                                                      "LoRA on 4 ranks, 18.1 GiB a rank against 7.5), which the "
+                                                      "LoRA on 4 ranks, 19.2 GiB a rank against 9.4), which the "
                                                       "planner does not model yet; plan it with --zero 2 or with "
                                                       "recipe tunefleet")
     if t.dpo_reference_model and t.method.uses_adapters:
