@@ -65,9 +65,9 @@ class ProgressTail:
     """Reads a JSON-lines progress file incrementally: each call returns only the complete events written since
     the last one (a line still being written is left for the next call), so following a run costs O(new bytes)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
-        self._offset = 0
+        self._offset = offset  # bytes already read (or known to be published)
 
     def read_new(self) -> list[progress_pb2.ProgressEvent]:
         try:
@@ -92,14 +92,6 @@ def _parse(complete: bytes) -> list[progress_pb2.ProgressEvent]:
     return events
 
 
-def _ends_mid_line(path: Path) -> bool:
-    with path.open("rb") as f:
-        if f.seek(0, os.SEEK_END) == 0:
-            return False
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) != b"\n"
-
-
 class JsonlProgressSink:
     """Appends one JSON object per line; flushed and fsynced so a killed run keeps every event it emitted. Each
     write first asks the holder whether this run still holds its job (LeaseLostError: nothing is written). The file
@@ -113,15 +105,22 @@ class JsonlProgressSink:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a+b")
         self._sequence = start_after
-        self.catch_up()
-        if _ends_mid_line(path):
+        written = self._number_after_written()
+        if written and not written.endswith(b"\n"):
             self._file.write(b"\n")  # end a line cut by a killed writer, so the next event starts clean
 
     def catch_up(self) -> None:
         """Number the next event after every event in the file this sink opened (another writer, rank 0, may have
-        added some since): the highest sequence there, not the last line's (a line may be cut or out of order)."""
+        added some since)."""
+        self._number_after_written()
+
+    def _number_after_written(self) -> bytes:
+        """What the file this sink opened holds; the next event is numbered after the highest sequence in it, not
+        the last line's (a line may be cut or out of order)."""
         self._file.seek(0)
-        self._sequence = max([self._sequence, *(e.sequence for e in _parse(self._file.read()))])
+        written = self._file.read()
+        self._sequence = max([self._sequence, *(e.sequence for e in _parse(written))])
+        return written
 
     def emit(self, event: progress_pb2.ProgressEvent) -> progress_pb2.ProgressEvent:
         self.holder.confirm()  # False (cannot say now) writes all the same: the worker's publish checks the fence

@@ -67,9 +67,7 @@ class Publisher:
             kept += page
             after = page[-1].sequence
         FenceGuard(self.events.redis, self.job_id, self.fence).confirm()  # a stale worker replaces nothing
-        _rewrite(self.path, kept)
-        self._tail = ProgressTail(self.path)
-        self._tail.read_new()  # all of it is in the stream
+        self._tail = ProgressTail(self.path, offset=_rewrite(self.path, kept))  # all of it is in the stream
 
     def _in_stream(self, event: progress_pb2.ProgressEvent, last_sequence: int) -> bool:
         """The stream holds this event (or can no longer say: the entry was trimmed, which only happens to events
@@ -128,13 +126,15 @@ class Publisher:
         return json_format.ParseDict(recorded, progress_pb2.Feedback(), ignore_unknown_fields=True)
 
 
-def _rewrite(path: Path, events: list[progress_pb2.ProgressEvent]) -> None:
+def _rewrite(path: Path, events: list[progress_pb2.ProgressEvent]) -> int:
     """A new file holding exactly these events, renamed over the old one (a writer holding that open writes into
-    the old one from then on)."""
+    the old one from then on); its size in bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    with partial.open("w", encoding="utf-8") as f:
-        f.write("".join(event_to_json(e) + "\n" for e in events))
+    written = "".join(event_to_json(e) + "\n" for e in events).encode()
+    with partial.open("wb") as f:
+        f.write(written)
         f.flush()
         os.fsync(f.fileno())
     os.replace(partial, path)
+    return len(written)

@@ -51,6 +51,17 @@ def _publisher(fleet: redis.Redis, out: Path, fence: int, job_id: str = "job-p")
     return Publisher(EventLog(fleet), out / "progress.jsonl", out / "summary.json", job_id, fence)
 
 
+def _taken_by_host_b(fleet: redis.Redis, message: str) -> int:
+    """The sweeper requeues the job (its QUEUED event next in the stream) and host-b claims it: the new fence."""
+    fleet.hincrby(job_key("job-p"), "fence", 1)
+    EventLog(fleet).publish(progress_pb2.ProgressEvent(job_id="job-p", sequence=EventLog(fleet).last_sequence("job-p")
+                                                       + 1, phase=QUEUED, message=message))
+    fleet.hset(job_key("job-p"), "phase", QUEUED)
+    fence = Leases(fleet).claim("job-p", "host-b", now_ms(), QUEUED, LOADING)
+    assert isinstance(fence, int)
+    return fence
+
+
 def test_the_file_and_the_stream_hold_the_same_events_in_order_with_the_feedback_on_done(
         fleet, tiny_model, counting_data, tmp_path):
     fence = _claimed(fleet, tiny_model, counting_data, tmp_path)
@@ -127,29 +138,13 @@ def test_a_dead_holder_s_unpublished_events_leave_the_file_and_the_fleet_s_take_
     for step in (1, 2):
         orphans.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=step))
     orphans.close()
-    # the sweeper requeues the job: its QUEUED takes sequence 3 in the stream
-    fleet.hincrby(job_key("job-p"), "fence", 1)
-    EventLog(fleet).publish(progress_pb2.ProgressEvent(job_id="job-p", sequence=3, phase=QUEUED, message="requeued"))
-    fleet.hset(job_key("job-p"), "phase", QUEUED)
-    fence = Leases(fleet).claim("job-p", "host-b", now_ms(), QUEUED, LOADING)
-    assert isinstance(fence, int)
-    second = _publisher(fleet, tmp_path, fence)
+    # the sweeper requeues the job (its QUEUED takes sequence 3 in the stream) and host-b takes it
+    second = _publisher(fleet, tmp_path, _taken_by_host_b(fleet, "requeued"))
     second.adopt()
     second.emit(progress_pb2.ProgressEvent(phase=LOADING, message="host-b took the job"))
     in_file = read_events(tmp_path / "progress.jsonl")
     assert [(e.sequence, e.phase) for e in in_file] == [(1, QUEUED), (2, LOADING), (3, QUEUED), (4, LOADING)]
     assert in_file == EventLog(fleet).read_after("job-p", 0, 100), "the file and the stream disagree"
-
-
-def _taken_by_host_b(fleet: redis.Redis, message: str) -> int:
-    """The sweeper requeues the job (its QUEUED event next in the stream) and host-b claims it: the new fence."""
-    fleet.hincrby(job_key("job-p"), "fence", 1)
-    EventLog(fleet).publish(progress_pb2.ProgressEvent(job_id="job-p", sequence=EventLog(fleet).last_sequence("job-p")
-                                                       + 1, phase=QUEUED, message=message))
-    fleet.hset(job_key("job-p"), "phase", QUEUED)
-    fence = Leases(fleet).claim("job-p", "host-b", now_ms(), QUEUED, LOADING)
-    assert isinstance(fence, int)
-    return fence
 
 
 def test_a_stale_run_that_writes_on_writes_into_a_file_nobody_reads(fleet, tiny_model, counting_data, tmp_path):
