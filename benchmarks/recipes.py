@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from contract.schema import Method, Recipe, TrainingSpec
+from contract.schema import Method, Recipe, Sharding, TrainingSpec
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
 
 
@@ -80,6 +80,32 @@ def _deepspeed_step_marked(counter: LiveBytes) -> Iterator[None]:
         yield
     finally:
         DeepSpeedEngine._take_model_step = original
+
+
+@contextlib.contextmanager
+def _fsdp_on_cpu() -> Iterator[None]:
+    """accelerate runs FSDP on accelerator devices only: on the CPU's ranks it settles on MULTI_CPU (DDP) and leaves
+    the Trainer's FSDP plugin unused (accelerate.state.AcceleratorState). PyTorch's FSDP itself runs on the CPU and
+    the fake process group; as the state is made, the plugin is taken up as on a GPU rank (distributed type FSDP, its
+    mixed precision set from the Trainer's), so accelerate's own FSDP preparation wraps the model."""
+    from accelerate import state
+    from accelerate.utils import DistributedType
+
+    original = state.AcceleratorState.__init__
+
+    def as_on_gpu(self: Any, *args: Any, fsdp_plugin: Any = None, **kwargs: Any) -> None:
+        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type is DistributedType.MULTI_CPU:
+            self.distributed_type = state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            if self._mixed_precision != "no":
+                fsdp_plugin.set_mixed_precision(self._mixed_precision)
+            self.fsdp_plugin = fsdp_plugin
+
+    state.AcceleratorState.__init__ = as_on_gpu
+    try:
+        yield
+    finally:
+        state.AcceleratorState.__init__ = original
 
 
 def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
@@ -159,20 +185,24 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
     from trl import DPOConfig, SFTConfig
 
     from planner.trainer_deepspeed import trainer_deepspeed_config
+    from planner.trainer_fsdp import trainer_fsdp_config
 
-    deepspeed = trainer_deepspeed_config(t.zero_stage) if t.zero_stage else None
+    fsdp = t.sharding is Sharding.FSDP
+    deepspeed = trainer_deepspeed_config(t.zero_stage) if t.zero_stage and not fsdp else None
     # a fake tensor's device is compared as written, and accelerate names a rank's CPU "cpu:0" unless told the
     # device: the model's tensors say "cpu", so every batch moved to "cpu:0" would be copied where a real one is not
     launcher = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": str(world_size),
-                "ACCELERATE_TORCH_DEVICE": "cpu"} if deepspeed else {}
+                "ACCELERATE_TORCH_DEVICE": "cpu"} if t.zero_stage else {}
     outer = dict(os.environ)  # transformers also sets ACCELERATE_USE_DEEPSPEED, which must not outlive the run
     os.environ.update(launcher)
     try:
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as out, _fsdp_on_cpu() if fsdp else contextlib.nullcontext():
             common = dict(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
                           gradient_accumulation_steps=t.gradient_accumulation_steps,
                           gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed,
                           use_cpu=device == "cpu", **_QUIET)
+            if fsdp:
+                common.update(fsdp=True, fsdp_config=trainer_fsdp_config())
             if t.recipe is Recipe.TRL_SFT:
                 yield SFTConfig(max_length=t.sequence_length, **common)
             elif t.recipe is Recipe.TRL_DPO:

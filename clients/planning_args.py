@@ -33,6 +33,7 @@ OPTIMIZERS = spellings(training_pb2.Optimizer, "OPTIMIZER_")
 ATTENTIONS = spellings(training_pb2.Attention, "ATTENTION_")
 LOSSES = spellings(training_pb2.Loss, "LOSS_")
 RECIPES = spellings(training_pb2.Recipe, "RECIPE_")
+SHARDINGS = spellings(training_pb2.Sharding, "SHARDING_")
 DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
 OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
 RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
@@ -90,6 +91,11 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                         "(TRL's DPOTrainer with --dpo, checkpointing on: one GPU, or --zero 2). The last three are "
                         "planned (simulated at full size) for LoRA, QLoRA and bf16 full fine-tuning, not run by the "
                         "executor")
+    b.add_argument("--sharding", choices=SHARDINGS, default="deepspeed",
+                   help="which library shards --zero: deepspeed (DeepSpeed's ZeRO; the default) or fsdp (PyTorch's "
+                        "FSDP through accelerate, with --recipe hf-trainer and --zero 3 read as FULL_SHARD: PEFT's "
+                        "example config, one unit a decoder layer, bf16 mixed precision; planned for LoRA and bf16 "
+                        "full fine-tuning on several GPUs, not run by the executor)")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")
@@ -107,7 +113,8 @@ def training_spec(a: argparse.Namespace) -> training_pb2.TrainingSpec:
         method=METHODS[a.method], optimizer=OPTIMIZERS[a.optimizer],
         precision=PRECISIONS[a.precision] if a.precision else training_pb2.PRECISION_UNSPECIFIED,
         offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
-        loss=LOSSES[a.loss], recipe=RECIPES[a.recipe], micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
+        loss=LOSSES[a.loss], recipe=RECIPES[a.recipe], sharding=SHARDINGS[a.sharding],
+        micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
         gradient_accumulation_steps=a.grad_accum,
         objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,
         dpo_reference_model=a.dpo_ref_model, image_tokens=a.image_tokens, train_vision_tower=a.train_vision,

@@ -75,6 +75,14 @@ class Recipe(enum.Enum):
     TRL_DPO = "trl-dpo"
 
 
+class Sharding(enum.Enum):
+    """Which library shards a ZeRO stage above 0 (training.proto: Sharding): DeepSpeed's ZeRO (the executor's), or
+    PyTorch's FSDP as accelerate runs it under a Trainer recipe (ZeRO-3 as FULL_SHARD)."""
+
+    DEEPSPEED = "deepspeed"
+    FSDP = "fsdp"
+
+
 class Loss(enum.Enum):
     STANDARD = "standard"
     CHUNKED = "chunked"
@@ -156,6 +164,7 @@ class TrainingSpec:
     freeze_trainable_layers: int = 0
     dpo: DpoSpec = field(default_factory=DpoSpec)
     recipe: Recipe = Recipe.TUNEFLEET
+    sharding: Sharding = Sharding.DEEPSPEED
 
     __hash__ = hash_once
     __getstate__ = without_hash
@@ -189,6 +198,9 @@ class TrainingSpec:
         if self.method is Method.FREEZE and self.freeze_trainable_layers <= 0:
             raise InvalidFieldError("training.freeze_trainable_layers",
                                     "method freeze trains the last N layers: set N > 0")
+        if self.sharding is Sharding.FSDP and self.zero_stage != 3:
+            raise InvalidFieldError("training.sharding", f"FSDP is planned as FULL_SHARD, which shards like ZeRO "
+                                                         f"stage 3; set zero_stage 3, got {self.zero_stage}")
         if self.method.quantises and self.zero_stage == 3 and \
                 self.offload is Offload.ALL:
             raise InvalidFieldError("training.offload",

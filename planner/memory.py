@@ -15,7 +15,13 @@ from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Rec
 from planner import constants as k
 from planner import recipes
 from planner.activations import activation_terms, transient_block_bytes
-from planner.architecture import SHARED_EXPERTS_MOE, largest_layer_params, layer_expert_params, linear_layers
+from planner.architecture import (
+    SHARED_EXPERTS_MOE,
+    largest_layer_params,
+    layer_expert_params,
+    linear_layers,
+    parameter_counts,
+)
 from planner.memo import memo
 from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
 from planner.trainer_deepspeed import Buckets, buckets
@@ -251,6 +257,8 @@ def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBre
 def outside_allocator_bytes(t: TrainingSpec) -> int:
     """A rank's device memory outside PyTorch's allocator: the CUDA context with what a step loads, and where DeepSpeed
     runs the step, the NCCL communicators it initialises (measured on an H100, planner.constants)."""
+    if recipes.fsdp(t):  # one NCCL communicator, as a DeepSpeed rank's at ZeRO 0-2 (not measured under FSDP)
+        return k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES
     if not recipes.runs_deepspeed(t):
         return k.TRAINING_OUTSIDE_ALLOCATOR_BYTES
     return k.ZERO3_RANK_OUTSIDE_ALLOCATOR_BYTES if t.zero_stage == 3 else k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES
@@ -269,7 +277,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         weights *= 2  # a frozen reference copy stored like the policy's base weights
     adapter: float = split.adapter * dense_bytes
     gathered = fetch_buffer = regathered = 0
-    if t.zero_stage == 3:
+    if t.zero_stage == 3 and recipes.runs_deepspeed(t):
         # On one rank the partition is the whole parameter, which DeepSpeed views in place of gathering it
         # (partition_parameters.all_gather_coalesced -> _no_gather_coalesced). Simulated, Llama-3.2-1B full at
         # 2 x 2,048 tokens: 24.69 GiB, where gathering had been planned at 26.56; on an H100, 24.76 (+ cuBLAS's
@@ -282,6 +290,15 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
             regathered = regathered_experts_bytes(a, t, b, dense_bytes)
         weights = 0 if t.offload is Offload.ALL else weights / n
         adapter = adapter / n
+    backward_gathered = 0
+    if recipes.fsdp(t):
+        weights = (split.total * recipes.trained_param_bytes(t) if t.method is Method.FULL else weights) / n
+        # the root unit's bf16 parameters and one decoder layer's, gathered; a second layer's beside a layer's
+        # backward (recipes.fsdp)
+        counts = parameter_counts(a)
+        layer = counts.decoder_layer * dense_bytes
+        gathered = (counts.total - a.num_layers * counts.decoder_layer) * dense_bytes + layer
+        fetch_buffer = backward_gathered = layer
     if t.method in (Method.FULL, Method.FREEZE):
         # the trainable weights are the model's own; report them under weights only
         adapter = 0
@@ -291,6 +308,8 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     step: float
     if not recipes.runs_deepspeed(t):  # a Trainer without DeepSpeed, on one GPU
         adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
+        if recipes.fsdp(t):
+            adapter, grads, optimizer, step = (x / n for x in (adapter, grads, optimizer, step))
     else:
         grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
         if t.zero_stage == 1 and n > 1:
@@ -302,7 +321,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         step = optimizer_step_bytes(t, split.trainable, n, largest_trained_tensor(a, split, t.method))
     stream = recipes.activation_spec(t)
     buffers, backward_buffers = _deepspeed_buffer_bytes(t, split, n, b)
-    activations, logits, forward_end = activation_terms(a, stream, split, backward_buffers)
+    activations, logits, forward_end = activation_terms(a, stream, split, backward_buffers + backward_gathered)
     activations += recipes.head_copy_bytes(a, t)
     # DeepSpeed frees the gradients at every step under ZeRO 0-2 (simulated), so backward builds them as it frees the
     # activations — in a step's first micro-batch only: with gradient accumulation the later micro-batches start
@@ -310,10 +329,12 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     # accumulation 2 peaked 18 % above accumulation 1, by its gradients). bf16-pure is a recipe DeepSpeed does not
     # run (torch optimizers whose foreach step allocates temporaries as large as the gradients, which stay): it
     # keeps the additive model its third-party rows were measured with (benchmarks/accuracy.py)
-    grows = t.zero_stage <= 2 and t.precision is not Precision.BF16_PURE and t.gradient_accumulation_steps == 1
+    grows = (t.zero_stage <= 2 or recipes.fsdp(t)) and t.precision is not Precision.BF16_PURE \
+        and t.gradient_accumulation_steps == 1
     # ZeRO 0's step flattens every gradient; ZeRO 1's step first frees the gradients outside the rank's partition
     # (stage_1_and_2.step: free_grad_in_param_list(params_not_in_partition)), the oversized ones among them
-    at_step = grads if t.zero_stage == 0 else split.trainable * dense_bytes / n
+    # (FSDP's gradients are the sharded fp32 ones throughout)
+    at_step = grads if t.zero_stage == 0 or recipes.fsdp(t) else split.trainable * dense_bytes / n
     # a tied embedding gets two gradients (lm_head's, then the embedding lookup's) and their sum, all full-size, as
     # backward ends (simulated: Gemma 2's peak at the `add`); the gradients counted above hold one of them under ZeRO
     # 0 (all of them) and ZeRO 1 when it outgrows the reduce bucket (its own storage kept), none under ZeRO-2's

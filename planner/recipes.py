@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contract.model import Architecture, Family
-from contract.schema import Method, Objective, Offload, Precision, Recipe, TrainingSpec
+from contract.schema import Method, Objective, Offload, Precision, Recipe, Sharding, TrainingSpec
 from planner import constants as k
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
@@ -74,8 +74,11 @@ def trainer_state_bytes(adapter_params: int, trainable_params: int, t: TrainingS
 
 
 def trained_param_bytes(t: TrainingSpec) -> int:
-    """Bytes a trained parameter takes under a Trainer recipe: a full fine-tune trains the model's own bf16 weights;
-    adapters are PEFT's fp32, or bf16 where SFTTrainer casts them (QLoRA)."""
+    """Bytes a trained parameter takes under a Trainer recipe: a full fine-tune trains the model's own bf16 weights,
+    which accelerate upcasts to fp32 under FSDP (`fsdp`); adapters are PEFT's fp32, or bf16 where SFTTrainer casts them
+    (QLoRA)."""
+    if t.method is Method.FULL and fsdp(t):
+        return FP32_BYTES
     if t.method is Method.FULL:
         return t.precision.activation_bytes
     return adapter_bytes(t)
@@ -93,7 +96,7 @@ def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> i
     widest adapted input's fp32 copy and fp32 dropout output (without dropout: its bf16 cast, saved beside the
     input) are alive together with what the layer saved before it (simulated: trl-sft Llama-3.1-8B, the peak at
     down_proj's lora_A)."""
-    if runs_deepspeed(t) or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
+    if runs_deepspeed(t) or fsdp(t) or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
         return 0
     widths = [layer.in_features for layer in split.decoder_lora_layers]
     return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.activation_bytes))
@@ -109,9 +112,28 @@ def zero3_fp32_adapters(t: TrainingSpec) -> bool:
 
 
 def runs_deepspeed(t: TrainingSpec) -> bool:
-    """Whether DeepSpeed's engine runs the step — the executor's always, a Trainer recipe's under ZeRO 2-3 — which casts
-    the module to bf16 (ZeRO 0-2) instead of autocasting, and keeps the optimizer's fp32 master and states."""
-    return t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
+    """Whether DeepSpeed's engine runs the step — the executor's always, a Trainer recipe's under ZeRO 2-3 unless FSDP
+    shards it — which casts the module to bf16 (ZeRO 0-2) instead of autocasting, and keeps the optimizer's fp32 master
+    and states."""
+    return t.recipe is Recipe.TUNEFLEET or (t.zero_stage > 0 and not fsdp(t))
+
+
+def fsdp(t: TrainingSpec) -> bool:
+    """Whether PyTorch's FSDP shards the step (planner.trainer_fsdp): a Trainer's autocast step whose parameters,
+    gradients and AdamW states are sharded over the ranks, and each unit gathered in bf16 as it runs. What it
+    allocates, simulated (benchmarks/recipes.py: accelerate's own FSDP preparation under the Trainer):
+    - every parameter sharded in the dtype it was loaded in (bf16), the trained ones upcast to fp32 by accelerate
+      (Accelerator.prepare_model: "Upcasted low precision parameters ... because mixed precision turned on in FSDP"):
+      PEFT's adapters stay fp32, a full fine-tune's weights become fp32; their gradients fp32 and AdamW's two states
+      fp32, all sharded, and AdamW's foreach temporary beside them in the step;
+    - the root unit (what no decoder layer holds: the embedding, the output head, the final norm) gathered from the
+      first forward on: FSDP 1 does not free the root's parameters after forward, and with frozen parameters (LoRA)
+      no backward hook frees them either (simulated: the root's flat parameter whole at every step's start);
+    - one decoder layer's unit gathered beside the loss's backward (BACKWARD_PRE gathers the last layer before the
+      head's backward ends), two beside a layer's backward (the layer's own and the next one prefetched);
+    - the activations of the Trainer's autocast step (as without DeepSpeed), the adapters gathered in bf16 (no fp32
+      casts of their inputs); gradients built in backward and set to None after the step."""
+    return t.sharding is Sharding.FSDP
 
 
 def adapter_compute_bytes(t: TrainingSpec) -> int:
@@ -154,6 +176,8 @@ _FIELD = "training.recipe"
 
 def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     """Refuse what a recipe's model does not cover (simulated so far), naming what to change."""
+    if fsdp(t):
+        _check_fsdp(t, world_size)
     if t.recipe is Recipe.TUNEFLEET:
         return
     name = t.recipe.value
@@ -171,7 +195,9 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     elif t.objective is not Objective.SFT:
         raise UnsupportedError(_FIELD, f"{name} is modelled for supervised fine-tuning; plan DPO with recipe trl-dpo "
                                        "or tunefleet")
-    if t.zero_stage:
+    if fsdp(t):
+        pass  # _check_fsdp: several ranks, ZeRO-3 as FULL_SHARD
+    elif t.zero_stage:
         if t.zero_stage not in TRAINER_DEEPSPEED_STAGES:
             raise UnsupportedError("training.zero_stage", f"{name} is modelled under DeepSpeed ZeRO "
                                                           f"{' or '.join(map(str, TRAINER_DEEPSPEED_STAGES))} "
@@ -202,6 +228,21 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
                                        f"{a.family.value}; plan it with recipe tunefleet")
 
 
+def _check_fsdp(t: TrainingSpec, world_size: int) -> None:
+    """FSDP as simulated: hf-trainer LoRA or bf16 full fine-tuning on several ranks."""
+    if t.recipe is not Recipe.HF_TRAINER:
+        raise UnsupportedError("training.sharding", f"FSDP is modelled under recipe hf-trainer so far, not "
+                                                    f"{t.recipe.value}; plan it with --recipe hf-trainer, or shard "
+                                                    "with DeepSpeed (--sharding deepspeed)")
+    if t.method not in (Method.LORA, Method.FULL):
+        raise UnsupportedError("training.sharding", f"FSDP is modelled for lora and full fine-tuning so far, not "
+                                                    f"{t.method.value} (not simulated); shard it with DeepSpeed "
+                                                    "(--sharding deepspeed)")
+    if world_size < 2:
+        raise UnsupportedError("training.sharding", "FSDP shards over several GPUs; on one GPU plan hf-trainer "
+                                                    "without sharding (--zero 0)")
+
+
 def _check_trl_dpo(t: TrainingSpec) -> None:
     """TRL's DPOTrainer as simulated: DPO on one GPU without DeepSpeed or under the Trainer's ZeRO-2 (a full
     fine-tune's frozen copy held whole by TRL's prepare_deepspeed), the reference the base with the adapter off
@@ -223,7 +264,7 @@ def _check_trl_dpo(t: TrainingSpec) -> None:
 def uncounted_adapter_casts(t: TrainingSpec) -> bool:
     """A Trainer's LoRA under autocast (no DeepSpeed) with PEFT's fp32 adapters, without checkpointing and without
     dropout (DPO turns it off): what each layer saves for its adapters' casts is not modelled yet."""
-    return (t.recipe is not Recipe.TUNEFLEET and not runs_deepspeed(t) and t.method is Method.LORA
+    return (t.recipe is not Recipe.TUNEFLEET and not runs_deepspeed(t) and not fsdp(t) and t.method is Method.LORA
             and not t.gradient_checkpointing and not t.applies_lora_dropout)
 
 

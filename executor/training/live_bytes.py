@@ -11,6 +11,10 @@ backward is named too). torch.utils.module_tracker is not used: its backward hoo
 steps, which is exactly what must not be counted. Live bytes are kept per birth phase as storages
 come and go, so every new peak records them (bytes per phase) with the op and module that raised it.
 
+A storage resized in place (UntypedStorage.resize_, no aten op: how PyTorch's FSDP frees a gathered parameter and
+gathers it again into the same storage) is uncounted when it shrinks to nothing and counted anew, born where it is
+regrown, when it grows back; the counter wraps resize_ while it is entered.
+
 What it does not see, by construction: memory a C++ extension allocates outside aten (none on the executor's
 path: DeepSpeed's optimizers allocate their state with torch.zeros_like), and the CUDA caching allocator's
 rounding (512-byte blocks) and reserve, unless given a `CachingAllocator` to replay them on.
@@ -97,6 +101,8 @@ class LiveBytes(TorchDispatchMode):
         # wrapper, which PyTorch preserves for as long as the storage lives
         self._live: dict[int, tuple[int, Birth]] = {}
         self._by_phase: Counter[str] = Counter()  # live bytes by the phase they were born in, kept as they change
+        self._counted: set[int] = set()  # storages counted at least once and still alive: the ones resize_ recounts
+        self._resize: Any = None  # UntypedStorage.resize_ while the counter is entered
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -104,10 +110,37 @@ class LiveBytes(TorchDispatchMode):
     def _module(self) -> str:
         return self.modules.current() if self.modules is not None else ""
 
+    def __enter__(self) -> LiveBytes:
+        resize = self._resize = torch.UntypedStorage.resize_
+
+        def counted_resize(storage: torch.UntypedStorage, size: int) -> Any:
+            out = resize(storage, size)
+            self._resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = counted_resize  # type: ignore[method-assign]
+        return super().__enter__()  # type: ignore[no-any-return]
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
+        super().__exit__(*exc)
+
+    def _resized(self, storage: torch.UntypedStorage) -> None:
+        """A counted storage changed size in place: uncount what it held, count what it holds now (nothing when it
+        shrank to zero), born here. Storages never counted (meta tensors' shape-only copies) stay uncounted."""
+        key = id(storage)
+        if key not in self._counted:
+            return
+        self._free(key)
+        self._count(storage, "resize_")
+
     def _count(self, storage: torch.UntypedStorage, op: str) -> None:
         key = id(storage)
         if key in self._live:
             return
+        if key not in self._counted:  # a storage made empty may be grown later (resize_)
+            self._counted.add(key)
+            weakref.finalize(storage, self._counted.discard, key)
         nbytes = storage.nbytes()
         if nbytes == 0:
             return
