@@ -23,7 +23,19 @@ from benchmarks.common import RESULTS, print_table, write_csv
 from common.units import GiB
 from contract.errors import SpecError
 from contract.model import Architecture, Family, ModelSpec
-from contract.schema import ALL_LINEAR, Attention, Hardware, LoraSpec, Method, Offload, Precision, Recipe, TrainingSpec
+from contract.schema import (
+    ALL_LINEAR,
+    Attention,
+    Hardware,
+    LoadDtype,
+    LoraSpec,
+    Method,
+    Offload,
+    Precision,
+    Recipe,
+    Sharding,
+    TrainingSpec,
+)
 from planner import recipes
 from planner.catalog import Catalog, default_catalog
 from planner.memory import per_gpu_memory
@@ -150,13 +162,31 @@ def _zero(r: dict[str, str], gpus: int) -> int:
 def _recipe(r: dict[str, str], precision: Precision, gpus: int) -> Recipe:
     """hf-trainer for a row trained with transformers' Trainer under bf16 mixed precision, without DeepSpeed on one GPU
     or under DeepSpeed ZeRO, and without a framework's own kernels (fms-acceleration's accelerated-peft plugins);
-    tunefleet's model for the rest (FSDP as ZeRO-3, bf16 weights without autocast as bf16-pure). What the hf-trainer
+    or under FSDP (FULL_SHARD on several GPUs); tunefleet's model for the rest (FSDP that hf-trainer's model does
+    not cover as ZeRO-3, bf16 weights without autocast as bf16-pure). What the hf-trainer
     model does not cover (planner.recipes.check) falls back to tunefleet's."""
     trainer = "hf trainer" in r["optimizer"].lower() or "sft_trainer" in r["notes"].lower()
     zero = r["zero_stage"].strip()
-    plain = (not zero and gpus == 1) or zero.isdigit()
+    plain = (not zero and gpus == 1) or zero.isdigit() or _fsdp(r)
     native = "accelerated" not in r["quant"].lower()
     return Recipe.HF_TRAINER if trainer and plain and native and precision is Precision.BF16 else Recipe.TUNEFLEET
+
+
+# Where a row's script loaded an unquantised model in fp32, which its row does not say: PEFT's example (examples/sft/
+# utils.py, create_and_prepare_model: `torch_dtype=quant_storage_dtype ... else torch.float32`), behind the rows of
+# its docs/source/accelerate pages. Under FSDP the frozen shards stay fp32; under DeepSpeed ZeRO-3 the weights are
+# partitioned in the config's bf16 as they load (deepspeed.zero.Init's dtype), as the planner models a bf16 load.
+FP32_LOADING_SOURCES = ("huggingface/peft docs/source/accelerate/",)
+
+
+def _load_dtype(r: dict[str, str], method: Method) -> LoadDtype:
+    fp32 = r["source"].startswith(FP32_LOADING_SOURCES) and not method.quantises and _fsdp(r)
+    return LoadDtype.FP32 if fp32 else LoadDtype.BF16
+
+
+def _fsdp(r: dict[str, str]) -> bool:
+    """A row sharded by FSDP (FULL_SHARD) on several GPUs."""
+    return "fsdp" in r["zero_stage"].lower() and _int(r["n_gpus"] or "1") > 1
 
 
 def _gpu(r: dict[str, str], catalog: Catalog) -> Hardware:
@@ -200,13 +230,17 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
         per_gpu_memory(model, t, hw)
     except SpecError as e:
         raise NotExpressibleError(str(e)) from e
-    hf = replace(t, recipe=_recipe(r, t.precision, hw.world_size))
+    hf = replace(t, recipe=_recipe(r, t.precision, hw.world_size),
+                 sharding=Sharding.FSDP if _fsdp(r) else Sharding.DEEPSPEED, load_dtype=_load_dtype(r, method))
     if recipes.covers(model.architecture, hf, hw.world_size):
         t = hf
     recipe = "hf-trainer " if t.recipe is Recipe.HF_TRAINER else ""
+    recipe += "fp32-loaded " if t.load_dtype is LoadDtype.FP32 else ""
     label = f"{recipe}{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
-            f"{'ckpt ' if t.gradient_checkpointing else ''}ZeRO-{zero}{' offload' if off is not Offload.NONE else ''}" \
-            f"{' (FSDP as ZeRO)' if 'fsdp' in r['zero_stage'].lower() else ''}"
+            f"{'ckpt ' if t.gradient_checkpointing else ''}" \
+            f"{'FSDP' if t.sharding is Sharding.FSDP else f'ZeRO-{zero}'}" \
+            f"{' offload' if off is not Offload.NONE else ''}" \
+            f"{' (FSDP as ZeRO)' if 'fsdp' in r['zero_stage'].lower() and t.sharding is not Sharding.FSDP else ''}"
     return Case(index, label, model, t, hw, _figure(r["notes"]), float(r["measured_peak_gib_per_gpu"]) * GiB,
                 _tokens_per_s(r, t),
                 float(m.group(1)) * GiB if (m := _ALLOCATED_NOTE.search(r["notes"])) else 0.0)
@@ -319,7 +353,8 @@ def main() -> None:
     print(_summary("\nmemory", errors, UNDER_PREDICTION_LIMIT, "median <= 6 %, none under 10 %"))
     print(_summary("  the same rows' max_memory_allocated, where reported", allocated_errors, UNDER_PREDICTION_LIMIT,
                    "like for like with the allocated part of Fit"))
-    # the planner models DeepSpeed's ZeRO (the executor's) and reads FSDP as ZeRO; the rows that ran neither apart
+    # the planner models DeepSpeed's ZeRO and hf-trainer's FSDP, and reads the FSDP it does not model as ZeRO; the rows
+    # that ran no FSDP apart
     print(_summary("  of the memory rows, those that did not run FSDP", [e for c, e in zip(cases, errors, strict=True)
                                                        if "FSDP" not in c.label], UNDER_PREDICTION_LIMIT,
                    "as memory"))

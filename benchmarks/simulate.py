@@ -62,10 +62,12 @@ from contract.schema import (  # noqa: E402
     Attention,
     DpoSpec,
     Hardware,
+    LoadDtype,
     LoraSpec,
     Method,
     Objective,
     Recipe,
+    Sharding,
     TrainingSpec,
 )
 from executor.training.caching_allocator import CachingAllocator  # noqa: E402
@@ -431,10 +433,12 @@ class Row:
                 "adapter-off"
             objective = f"dpo({reference}) "
         recipe = "" if t.recipe is Recipe.TUNEFLEET else f"{t.recipe.value} "
+        recipe += "fp32-loaded " if t.load_dtype is LoadDtype.FP32 else ""
         adapted = f"[{targets}]" if targets else ""
         return (f"{recipe}{self.model.split('/')[-1]} {objective}{t.method.value}{adapted} "
                 f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
-                f"{t.attention.value} z{t.zero_stage} x{self.world_size}")
+                f"{t.attention.value} {'fsdp' if t.sharding is Sharding.FSDP else 'z'}{t.zero_stage} "
+                f"x{self.world_size}")
 
 
 def table_rows() -> list[Row]:
@@ -638,6 +642,26 @@ def table_rows() -> list[Row]:
              Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(lora, 1, 2048, zero=2)), 2),
              Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(qlora, 1, 2048, zero=2)), 2),
              Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 1, 2048, zero=2)), 4)]
+    # hf-trainer sharded by FSDP (planner.trainer_fsdp: PEFT's example config through accelerate), LoRA and full
+    # fine-tuning; the 70B row is the configuration of PEFT's Llama-2-70B example on 8 GPUs
+
+    peft_example = LoraSpec(rank=8, alpha=16, dropout=0.1)
+
+    def fsdp(t: TrainingSpec) -> TrainingSpec:
+        return replace(t, recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP, zero_stage=3)
+
+    rows += [Row("meta-llama/Llama-3.2-1B", fsdp(spec(lora, 1, 2048)), 2),
+             Row("meta-llama/Llama-3.2-1B", fsdp(spec(lora, 4, 512, ckpt=False)), 2),
+             Row("meta-llama/Llama-3.2-1B", fsdp(spec(full, 1, 2048)), 4),
+             Row("meta-llama/Llama-3.1-8B", fsdp(spec(lora, 2, 2048)), 8),
+             Row("meta-llama/Llama-3.1-8B", fsdp(spec(full, 1, 2048)), 4),
+             Row("mistralai/Mistral-7B-v0.3", fsdp(spec(lora, 2, 4096, lora_spec=qkvo)), 2),
+             Row("Qwen/Qwen2.5-7B", fsdp(spec(lora, 1, 4096, lora_spec=q_v)), 4),
+             Row("meta-llama/Llama-3.1-70B", fsdp(spec(lora, 8, 2048, lora_spec=peft_example)), 8),
+             # loaded in fp32 as PEFT's example script loads it (the frozen shards fp32, the units gathered in bf16)
+             Row("meta-llama/Llama-3.2-1B", replace(fsdp(spec(lora, 1, 2048)), load_dtype=LoadDtype.FP32), 2),
+             Row("meta-llama/Llama-3.1-70B", replace(fsdp(spec(lora, 8, 2048, lora_spec=peft_example)),
+                                                     load_dtype=LoadDtype.FP32), 8)]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -34,6 +34,7 @@ ATTENTIONS = spellings(training_pb2.Attention, "ATTENTION_")
 LOSSES = spellings(training_pb2.Loss, "LOSS_")
 RECIPES = spellings(training_pb2.Recipe, "RECIPE_")
 SHARDINGS = spellings(training_pb2.Sharding, "SHARDING_")
+LOAD_DTYPES = spellings(training_pb2.LoadDtype, "LOAD_DTYPE_")
 DATASET_FORMATS = spellings(plan_pb2.DatasetFormat, "DATASET_FORMAT_")
 OVERSIZE_IMAGES = spellings(plan_pb2.OversizeImages, "OVERSIZE_IMAGES_")
 RANKS = spellings(planner_pb2.RankBy, "RANK_BY_")
@@ -96,6 +97,10 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                         "FSDP through accelerate, with --recipe hf-trainer and --zero 3 read as FULL_SHARD: PEFT's "
                         "example config, one unit a decoder layer, bf16 mixed precision; planned for LoRA and bf16 "
                         "full fine-tuning on several GPUs, not run by the executor)")
+    b.add_argument("--load-dtype", choices=LOAD_DTYPES, default="bf16",
+                   help="the dtype a Trainer recipe's script loads the model in (from_pretrained(dtype=...)): bf16 "
+                        "(the default) or fp32 (PEFT's example scripts, transformers 4 without a dtype); planned "
+                        "with --sharding fsdp, whose frozen shards then stay fp32")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")
@@ -114,6 +119,7 @@ def training_spec(a: argparse.Namespace) -> training_pb2.TrainingSpec:
         precision=PRECISIONS[a.precision] if a.precision else training_pb2.PRECISION_UNSPECIFIED,
         offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
         loss=LOSSES[a.loss], recipe=RECIPES[a.recipe], sharding=SHARDINGS[a.sharding],
+        load_dtype=LOAD_DTYPES[a.load_dtype],
         micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
         gradient_accumulation_steps=a.grad_accum,
         objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,

@@ -17,6 +17,11 @@ _INT_TYPES = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDesc
               FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64}
 
 
+
+def _layout(t: training_pb2.TrainingSpec) -> str:
+    """How the plan shards: FSDP's FULL_SHARD, or DeepSpeed's ZeRO stage."""
+    return "FSDP" if t.sharding == training_pb2.SHARDING_FSDP else f"ZeRO {t.zero_stage}"
+
 def _enum_name(names: Any, value: int) -> str | int:
     return names[value].name if value in names else value
 
@@ -71,10 +76,11 @@ def fit_text(r: plan_pb2.FitResult) -> str:
             + (f"serving {t.micro_batch_size} sequence(s) of {t.sequence_length:,} tokens (weights, KV cache, prefill)"
                if r.inference else
                f"method {training_pb2.Method.Name(t.method).removeprefix('METHOD_').lower()}, "
-               f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, ZeRO {t.zero_stage}, "
+               f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, {_layout(t)}, "
                f"grad-ckpt {'on' if t.gradient_checkpointing else 'off'}"))
     rows = [("weights", gib(g.weights_bytes)),
-            *([("  gathered by ZeRO-3 (forward, backward)", gib(g.gathered_parameters_bytes))]
+            *([(f"  gathered by {'FSDP' if t.sharding == training_pb2.SHARDING_FSDP else 'ZeRO-3'} (forward, backward)",
+                gib(g.gathered_parameters_bytes))]
               if g.gathered_parameters_bytes else []),
             *([("  experts gathered again (backward)", gib(g.regathered_experts_bytes))]
               if g.regathered_experts_bytes else []),
@@ -127,7 +133,7 @@ def recommend_text(r: planner_pb2.RecommendResponse) -> str:
     for i, c in enumerate(r.candidates, 1):
         hw, t, e = c.fit.hardware, c.training, c.estimate
         rows.append((str(i), f"{hw.gpus_per_node * hw.nodes}x {hw.gpu.name}" + (f" [{hw.flavor}]" if hw.flavor else ""),
-                     f"ZeRO {t.zero_stage}" + ("" if t.offload <= training_pb2.OFFLOAD_NONE else "+offload"),
+                     _layout(t) + ("" if t.offload <= training_pb2.OFFLOAD_NONE else "+offload"),
                      "on" if t.gradient_checkpointing else "off", str(t.micro_batch_size),
                      gib(c.fit.per_gpu.total_bytes), _hours(e.duration_s), f"${e.cost_usd:,.2f}",
                      "*" if c.pareto_optimal else ""))

@@ -25,7 +25,7 @@ from contract import training as training_spec
 from contract.deepspeed_keys import check_deepspeed_config
 from contract.errors import InvalidFieldError, PlanError
 from contract.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
-from contract.schema import Loss, Method, Objective, Optimizer, Precision, Recipe, TrainingSpec
+from contract.schema import Loss, Method, Objective, Optimizer, Precision, Recipe, Sharding, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
 # Checkpoints kept on disk; older complete ones are deleted once a newer one is complete.
@@ -222,6 +222,9 @@ def _training(plan: plan_pb2.Plan, world_size: int) -> TrainingSpec:
     if t.recipe is not Recipe.TUNEFLEET:
         raise PlanError("training.recipe", f"{t.recipe.value} describes another trainer's step, which this executor "
                                            "does not run; plan with recipe tunefleet to run it on the fleet")
+    if t.sharding is not Sharding.DEEPSPEED:
+        raise PlanError("training.sharding", f"this executor shards with DeepSpeed's ZeRO, not {t.sharding.value}; "
+                                             "plan with sharding deepspeed to run it on the fleet")
     if t.precision is Precision.BF16_PURE:
         raise PlanError("training.precision", "bf16-pure (no fp32 master weights) is not what this executor runs: "
                                               "DeepSpeed's bf16 optimizer keeps fp32 master weights and states, "

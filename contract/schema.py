@@ -83,6 +83,14 @@ class Sharding(enum.Enum):
     FSDP = "fsdp"
 
 
+class LoadDtype(enum.Enum):
+    """The dtype a Trainer recipe's script loads the model in (from_pretrained(dtype=...); training.proto:
+    LoadDtype): bf16, or fp32 (PEFT's example scripts for an unquantised model; transformers 4 without a dtype)."""
+
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+
 class Loss(enum.Enum):
     STANDARD = "standard"
     CHUNKED = "chunked"
@@ -165,6 +173,7 @@ class TrainingSpec:
     dpo: DpoSpec = field(default_factory=DpoSpec)
     recipe: Recipe = Recipe.TUNEFLEET
     sharding: Sharding = Sharding.DEEPSPEED
+    load_dtype: LoadDtype = LoadDtype.BF16
 
     __hash__ = hash_once
     __getstate__ = without_hash
@@ -201,6 +210,12 @@ class TrainingSpec:
         if self.sharding is Sharding.FSDP and self.zero_stage != 3:
             raise InvalidFieldError("training.sharding", f"FSDP is planned as FULL_SHARD, which shards like ZeRO "
                                                          f"stage 3; set zero_stage 3, got {self.zero_stage}")
+        if self.load_dtype is LoadDtype.FP32 and (self.recipe is Recipe.TUNEFLEET
+                                                  or self.precision is not Precision.BF16):
+            raise InvalidFieldError("training.load_dtype", "fp32 loading is a Trainer recipe's script under bf16 "
+                                                           "mixed precision; the executor loads the model in the "
+                                                           "plan's precision: drop load_dtype or set a Trainer recipe "
+                                                           "and precision bf16")
         if self.method.quantises and self.zero_stage == 3 and \
                 self.offload is Offload.ALL:
             raise InvalidFieldError("training.offload",

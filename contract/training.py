@@ -11,6 +11,7 @@ from contract.schema import (
     DEFAULT_DPO_BETA,
     Attention,
     DpoSpec,
+    LoadDtype,
     LoraSpec,
     Loss,
     Method,
@@ -35,6 +36,7 @@ LOSS = proto_table(Loss, training_pb2.Loss, "LOSS_")
 OBJECTIVE = proto_table(Objective, training_pb2.Objective, "OBJECTIVE_")
 RECIPE = proto_table(Recipe, training_pb2.Recipe, "RECIPE_")
 SHARDING = proto_table(Sharding, training_pb2.Sharding, "SHARDING_")
+LOAD_DTYPE = proto_table(LoadDtype, training_pb2.LoadDtype, "LOAD_DTYPE_")
 
 
 def training_from_proto(p: training_pb2.TrainingSpec, world_size: int,
@@ -70,6 +72,7 @@ def training_from_proto(p: training_pb2.TrainingSpec, world_size: int,
         image_tokens=p.image_tokens, freeze_trainable_layers=p.freeze_trainable_layers, dpo=_dpo(p),
         recipe=from_proto(RECIPE, p.recipe, Recipe.TUNEFLEET, "training.recipe"),
         sharding=from_proto(SHARDING, p.sharding, Sharding.DEEPSPEED, "training.sharding"),
+        load_dtype=from_proto(LOAD_DTYPE, p.load_dtype, LoadDtype.BF16, "training.load_dtype"),
     )
 
 
@@ -88,7 +91,7 @@ def training_to_proto(t: TrainingSpec) -> training_pb2.TrainingSpec:
         objective=OBJECTIVE[t.objective], dpo_reference_model=t.dpo_reference_model,
         train_vision_tower=t.train_vision_tower, image_tokens=t.image_tokens,
         freeze_trainable_layers=t.freeze_trainable_layers, double_quant=t.double_quant, recipe=RECIPE[t.recipe],
-        sharding=SHARDING[t.sharding],
+        sharding=SHARDING[t.sharding], load_dtype=LOAD_DTYPE[t.load_dtype],
         dpo=training_pb2.DpoSpec(beta=t.dpo.beta, label_smoothing=t.dpo.label_smoothing,
                                  sft_weight=t.dpo.sft_weight, precompute_reference=t.dpo.precompute_reference)
         if t.objective is Objective.DPO else None,

@@ -292,7 +292,8 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         adapter = adapter / n
     backward_gathered = 0
     if recipes.fsdp(t):
-        weights = (split.total * recipes.trained_param_bytes(t) if t.method is Method.FULL else weights) / n
+        weights = split.total * (recipes.trained_param_bytes(t) if t.method is Method.FULL
+                                 else recipes.frozen_weight_bytes(t)) / n
         # the root unit's bf16 parameters and one decoder layer's, gathered; a second layer's beside a layer's
         # backward (recipes.fsdp)
         counts = parameter_counts(a)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contract.model import Architecture, Family
-from contract.schema import Method, Objective, Offload, Precision, Recipe, Sharding, TrainingSpec
+from contract.schema import LoadDtype, Method, Objective, Offload, Precision, Recipe, Sharding, TrainingSpec
 from planner import constants as k
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
@@ -178,6 +178,10 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     """Refuse what a recipe's model does not cover (simulated so far), naming what to change."""
     if fsdp(t):
         _check_fsdp(t, world_size)
+    elif t.load_dtype is LoadDtype.FP32:
+        raise UnsupportedError("training.load_dtype", "a model loaded in fp32 is modelled under FSDP so far (not "
+                                                      "simulated without it: autocast's bf16 copies of fp32 weights); "
+                                                      "plan it with --sharding fsdp, or --load-dtype bf16")
     if t.recipe is Recipe.TUNEFLEET:
         return
     name = t.recipe.value
@@ -241,6 +245,12 @@ def _check_fsdp(t: TrainingSpec, world_size: int) -> None:
     if world_size < 2:
         raise UnsupportedError("training.sharding", "FSDP shards over several GPUs; on one GPU plan hf-trainer "
                                                     "without sharding (--zero 0)")
+
+
+def frozen_weight_bytes(t: TrainingSpec) -> int:
+    """Bytes a frozen weight takes as FSDP shards it: the dtype the script loaded it in (the units are gathered in
+    bf16 whatever it is)."""
+    return FP32_BYTES if t.load_dtype is LoadDtype.FP32 else t.precision.activation_bytes
 
 
 def _check_trl_dpo(t: TrainingSpec) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from common.errors import AbandonedError
 from contract.model import ModelSpec
-from contract.schema import GpuSpec, Hardware, Method, Offload, Precision, TrainingSpec, Workload
+from contract.schema import GpuSpec, Hardware, Method, Offload, Precision, Sharding, TrainingSpec, Workload
 from planner import recipes
 from planner.catalog import Catalog
 from planner.estimate import Estimate, calibrated, estimate
@@ -70,7 +70,9 @@ class Recommendation:
 
 
 def _layouts(t: TrainingSpec, n: int) -> list[tuple[int, Offload]]:
-    """ZeRO stage and offload choices, cheapest in communication first."""
+    """ZeRO stage and offload choices, cheapest in communication first: FSDP's FULL_SHARD alone where FSDP shards."""
+    if t.sharding is Sharding.FSDP:
+        return [(3, Offload.NONE)]
     if n == 1:
         out = [(0, Offload.NONE), (2, Offload.OPTIMIZER)]
     else:

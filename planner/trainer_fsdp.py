@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+# the FSDP PEFT's config and the measured rows run (transformers 5 defaults to FSDP 2 and deprecates 1)
 FSDP_VERSION = 1
 
 
@@ -22,6 +23,7 @@ def trainer_fsdp_config() -> dict[str, Any]:
     wraps the model's _no_split_modules (its decoder layer: accelerate's FullyShardedDataParallelPlugin);
     sync_module_states and cpu_ram_efficient_loading only change how rank 0's weights reach the others before the
     first step (the simulation builds every rank's model, so it leaves them off)."""
-    return {"version": FSDP_VERSION, "reshard_after_forward": "full_shard", "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False, "use_orig_params": False,
-            "sync_module_states": False, "cpu_ram_efficient_loading": False, "state_dict_type": "SHARDED_STATE_DICT"}
+    return {"version": FSDP_VERSION, "reshard_after_forward": "full_shard",
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "backward_prefetch": "BACKWARD_PRE",
+            "forward_prefetch": False, "use_orig_params": False, "sync_module_states": False,
+            "cpu_ram_efficient_loading": False, "state_dict_type": "SHARDED_STATE_DICT"}

@@ -118,7 +118,7 @@ class LiveBytes(TorchDispatchMode):
             self._resized(storage)
             return out
 
-        torch.UntypedStorage.resize_ = counted_resize  # type: ignore[method-assign]
+        torch.UntypedStorage.resize_ = counted_resize  # type: ignore[method-assign, assignment]
         return super().__enter__()  # type: ignore[no-any-return]
 
     def __exit__(self, *exc: Any) -> None:

@@ -10,7 +10,7 @@ import transformers
 
 from contract.errors import HostError, PlanError
 from contract.run_config import RunConfig
-from contract.schema import Attention, Method, Objective, Precision, TrainingSpec
+from contract.schema import Attention, LoadDtype, Method, Objective, Precision, TrainingSpec
 from executor.training.peft_config import lora_config, lora_targets
 
 _ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
@@ -125,8 +125,10 @@ def _decoder_layers(model: Any, trainable: int) -> Any:
 
 def _layout(t: TrainingSpec) -> dict[str, Any]:
     """How the plan lays a model out, whether its weights are read or not: attention implementation and dtype (bf16
-    under bitsandbytes, whose 4-bit weights are stored and computed in bf16: `quantization`)."""
-    dtype = torch.bfloat16 if t.method.quantises else _DTYPE[t.precision]
+    under bitsandbytes, whose 4-bit weights are stored and computed in bf16: `quantization`; fp32 where a Trainer
+    recipe's script loads it so, training.load_dtype)."""
+    dtype = torch.bfloat16 if t.method.quantises else torch.float32 if t.load_dtype is LoadDtype.FP32 else \
+        _DTYPE[t.precision]
     return {"attn_implementation": _ATTENTION[t.attention], "dtype": dtype}
 
 

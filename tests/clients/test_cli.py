@@ -61,12 +61,29 @@ def test_config_json_folder_is_accepted(tmp_path: Path) -> None:
     (("--gpu", "a100-80gb", "--dpo-beta", "0.2"), "are DPO knobs: add --dpo"),
     (("--gpu", "a100-80gb", "--dpo", "--dpo-label-smoothing", "0.6"), "training.dpo.label_smoothing"),
     (("--gpu", "a100-80gb", "--dpo", "--dpo-sft-weight", "-1"), "argument --dpo-sft-weight: must be a finite number"),
+    (("--gpu", "a100-80gb", "--gpus", "2", "--zero", "3", "--sharding", "fsdp"),
+     "training.sharding: FSDP is modelled under recipe hf-trainer so far, not tunefleet"),
+    (("--gpu", "a100-80gb", "--gpus", "2", "--recipe", "hf-trainer", "--sharding", "fsdp"),
+     "training.sharding: FSDP is planned as FULL_SHARD, which shards like ZeRO stage 3; set zero_stage 3"),
+    (("--gpu", "a100-80gb", "--load-dtype", "fp32"), "training.load_dtype: fp32 loading is a Trainer recipe's script"),
+    (("--gpu", "a100-80gb", "--sharding", "ddp"), "argument --sharding: invalid choice"),
 ])
 def test_bad_input_says_what_to_change(args: tuple[str, ...], message: str) -> None:
     out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8B", *args)
     assert out.returncode == 2 if "argument" in message else out.returncode != 0
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_fit_plans_the_trainer_under_fsdp_with_the_frozen_shards_in_the_dtype_the_script_loaded() -> None:
+    """PEFT's Llama-2-70B FSDP example on 8 H100s as a user asks for it: fp32 loading doubles the frozen shards (the
+    units are gathered in bf16 either way), which is what separates its 72-80 GB from a bf16 load."""
+    args = ("fit", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100-sxm-80gb", "--gpus", "8", "--zero", "3",
+            "--recipe", "hf-trainer", "--sharding", "fsdp", "--micro-batch", "1", "--seq-len", "2048", "--json")
+    bf16, fp32 = tunefleet(*args), tunefleet(*args, "--load-dtype", "fp32")
+    assert bf16.returncode == 0 and fp32.returncode == 0, bf16.stderr + fp32.stderr
+    weights = [json.loads(out.stdout)["per_gpu"]["weights_bytes"] for out in (bf16, fp32)]
+    assert weights[1] == pytest.approx(2 * weights[0], rel=1e-6)
 
 
 def test_unknown_model_suggests_close_names() -> None:

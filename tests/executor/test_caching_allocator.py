@@ -117,3 +117,36 @@ def test_the_live_bytes_counter_drives_the_replay_on_real_tensors() -> None:
         assert allocator.allocated_bytes == 3 * MiB
         del y
     assert (allocator.allocated_bytes, allocator.reserved_bytes) == (0, 22 * MiB)
+
+
+def test_a_storage_resized_in_place_is_uncounted_when_emptied_and_counted_again_when_regrown() -> None:
+    """FSDP frees a gathered parameter by shrinking its storage to nothing and gathers into it again by regrowing it
+    (no aten op is dispatched for either): the counter and the replay follow both, and the regrown bytes are born in
+    the phase that regrew them."""
+    import torch
+
+    from executor.training.live_bytes import LiveBytes
+
+    allocator = CachingAllocator()
+    with LiveBytes(allocator=allocator) as counter:
+        x = torch.empty(1024)  # 4 KiB
+        assert counter.live_bytes == 4096
+        x.untyped_storage().resize_(0)
+        assert (counter.live_bytes, allocator.allocated_bytes) == (0, 0)
+        counter.set_phase("forward")
+        x.untyped_storage().resize_(8192)
+        assert (counter.live_bytes, allocator.allocated_bytes) == (8192, 8192)
+        assert counter.peak.by_phase == {"forward": 8192}
+        del x
+        assert counter.live_bytes == 0
+
+
+def test_the_counter_puts_storage_resizing_back_as_it_leaves() -> None:
+    import torch
+
+    from executor.training.live_bytes import LiveBytes
+
+    original = torch.UntypedStorage.resize_
+    with LiveBytes():
+        assert torch.UntypedStorage.resize_ is not original
+    assert torch.UntypedStorage.resize_ is original

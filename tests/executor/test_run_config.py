@@ -40,6 +40,8 @@ def _plan() -> plan_pb2.Plan:
     (set_field("training.recipe", training_pb2.RECIPE_HF_TRAINER), "training.recipe", "plan with recipe tunefleet"),
     (set_field("training.recipe", training_pb2.RECIPE_TRL_SFT), "training.recipe", "plan with recipe tunefleet"),
     (set_field("training.loss", training_pb2.LOSS_CHUNKED), "training.loss", "--loss standard"),
+    (lambda p: (set_field("training.sharding", training_pb2.SHARDING_FSDP)(p), set_field("training.zero_stage", 3)(p)),
+     "training.sharding", "plan with sharding deepspeed"),
     (set_field("hardware.nodes", 65), "hardware.nodes", "at most 64 hosts"),
     (set_field("plan_id", "../etc"), "plan_id", "letters"),
     (set_field("model.weights", ""), "model.weights", "model id"),

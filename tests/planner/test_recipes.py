@@ -11,12 +11,14 @@ import pytest
 from contract.schema import (
     ALL_LINEAR,
     DpoSpec,
+    LoadDtype,
     LoraSpec,
     Method,
     Objective,
     Offload,
     Precision,
     Recipe,
+    Sharding,
     TrainingSpec,
     Workload,
 )
@@ -91,6 +93,53 @@ def test_the_recipe_round_trips_through_the_proto() -> None:
     assert training_from_proto(training_to_proto(TrainingSpec()), 1).recipe is Recipe.TUNEFLEET
 
 
+def test_fsdp_shards_the_trainers_state_and_holds_the_root_and_one_layer_gathered() -> None:
+    """hf-trainer under FSDP on 8 ranks against the same Trainer on one GPU: the weights, adapters, their gradients
+    and AdamW's states an eighth each; the root unit (embedding, output head, final norm) and one decoder layer
+    gathered in bf16 beside the step's own activations, which are the one-GPU step's."""
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=2048, lora=EVERY, recipe=Recipe.HF_TRAINER)
+    one = gpu_memory(LLAMA, t, 1)
+    sharded = gpu_memory(LLAMA, replace(t, sharding=Sharding.FSDP, zero_stage=3), 8)
+    assert sharded.weights_bytes == pytest.approx(one.weights_bytes / 8, abs=1)
+    for term in ("adapter_bytes", "gradients_bytes", "optimizer_bytes"):
+        assert getattr(sharded, term) == pytest.approx(getattr(one, term) / 8, abs=1)
+    h, kv = LLAMA.hidden_size, LLAMA.num_key_value_heads * LLAMA.hidden_size // LLAMA.num_attention_heads
+    layer = (h * (2 * h + 2 * kv + 3 * LLAMA.intermediate_size) + 2 * h) * 2  # FSDP's flat parameter: 218,112,000
+    root = (2 * LLAMA.vocab_size * h + h) * 2
+    # (the planner spreads the final norm's 4,096 weights over the 32 layers: 8 KiB apart)
+    assert sharded.gathered_parameters_bytes == pytest.approx(root + layer, abs=8192)
+    assert sharded.activations_bytes == one.activations_bytes
+
+
+def test_fsdp_upcasts_a_full_fine_tunes_weights_to_fp32() -> None:
+    """accelerate upcasts FSDP's trained parameters to fp32: a full fine-tune's shards, gradients and AdamW states are
+    fp32 (16 bytes a parameter over the ranks), where the Trainer alone trains the bf16 weights (8 bytes)."""
+    t = TrainingSpec(method=Method.FULL, sequence_length=2048, recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP,
+                     zero_stage=3)
+    m = gpu_memory(LLAMA, t, 4)
+    total = parameter_split(LLAMA, Method.FULL, t.lora, False, 0).total
+    assert m.weights_bytes + m.gradients_bytes + m.optimizer_bytes == pytest.approx(16 * total / 4, rel=1e-6)
+
+
+def test_fsdp_keeps_the_frozen_shards_in_the_dtype_the_script_loaded() -> None:
+    """A model loaded in fp32 keeps fp32 frozen shards under FSDP; the gathered units and activations are bf16 either
+    way, and a full fine-tune's shards are fp32 whatever it was loaded in (accelerate's upcast)."""
+    t = TrainingSpec(method=Method.LORA, lora=EVERY, recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP, zero_stage=3)
+    bf16, fp32 = gpu_memory(LLAMA, t, 8), gpu_memory(LLAMA, replace(t, load_dtype=LoadDtype.FP32), 8)
+    assert fp32.weights_bytes == 2 * bf16.weights_bytes
+    assert (fp32.activations_bytes, fp32.gathered_parameters_bytes) == (bf16.activations_bytes,
+                                                                        bf16.gathered_parameters_bytes)
+    full = replace(t, method=Method.FULL)
+    assert gpu_memory(LLAMA, full, 8) == gpu_memory(LLAMA, replace(full, load_dtype=LoadDtype.FP32), 8)
+
+
+def test_the_sharding_round_trips_through_the_proto() -> None:
+    t = TrainingSpec(recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP, zero_stage=3, load_dtype=LoadDtype.FP32)
+    back = training_from_proto(training_to_proto(t), 2)
+    assert (back.sharding, back.load_dtype) == (Sharding.FSDP, LoadDtype.FP32)
+    assert training_from_proto(training_to_proto(TrainingSpec()), 1).sharding is Sharding.DEEPSPEED
+
+
 def test_trl_sft_s_fused_head_replaces_the_logits_with_one_tile_and_the_gathered_hidden_states() -> None:
     t = TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=2048, lora=EVERY)
     trainer = gpu_memory(LLAMA, replace(t, recipe=Recipe.HF_TRAINER), 1)
@@ -143,6 +192,15 @@ CASES += [(Recipe.TRL_DPO, "meta-llama/Llama-3.1-8B", change, ranks, words, fiel
     (dict(DPO, zero_stage=3), 4, "under ZeRO-2", "training.zero_stage"),
     (dict(DPO, dpo_reference_model=True), 1, "adapter off", "training.dpo_reference_model"))]
 CASES += [(Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", DPO, 1, "plan DPO with recipe trl-dpo", FIELD)]
+FSDP = dict(sharding=Sharding.FSDP, zero_stage=3)
+CASES += [(recipe, "meta-llama/Llama-3.1-8B", dict(FSDP, **change), ranks, words, "training.sharding")
+          for recipe, change, ranks, words in (
+              (Recipe.TUNEFLEET, {}, 2, "--recipe hf-trainer"), (Recipe.TRL_SFT, {}, 2, "--recipe hf-trainer"),
+              (Recipe.HF_TRAINER, dict(method=Method.QLORA), 2, "not qlora"),
+              (Recipe.HF_TRAINER, {}, 1, "several GPUs"))]
+CASES += [(Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(load_dtype=LoadDtype.FP32, **change), ranks,
+           "modelled under FSDP so far", "training.load_dtype")
+          for change, ranks in (({}, 1), (dict(zero_stage=3), 2))]
 CASES += [(recipe, "meta-llama/Llama-3.1-8B", dict(gradient_checkpointing=False, lora=LoraSpec(dropout=0.0)), 1,
            "without LoRA dropout", "training.gradient_checkpointing") for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)]
 

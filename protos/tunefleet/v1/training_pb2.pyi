@@ -71,6 +71,12 @@ class Sharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHARDING_UNSPECIFIED: _ClassVar[Sharding]
     SHARDING_DEEPSPEED: _ClassVar[Sharding]
     SHARDING_FSDP: _ClassVar[Sharding]
+
+class LoadDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOAD_DTYPE_UNSPECIFIED: _ClassVar[LoadDtype]
+    LOAD_DTYPE_BF16: _ClassVar[LoadDtype]
+    LOAD_DTYPE_FP32: _ClassVar[LoadDtype]
 METHOD_UNSPECIFIED: Method
 METHOD_FULL: Method
 METHOD_LORA: Method
@@ -109,6 +115,9 @@ RECIPE_TRL_DPO: Recipe
 SHARDING_UNSPECIFIED: Sharding
 SHARDING_DEEPSPEED: Sharding
 SHARDING_FSDP: Sharding
+LOAD_DTYPE_UNSPECIFIED: LoadDtype
+LOAD_DTYPE_BF16: LoadDtype
+LOAD_DTYPE_FP32: LoadDtype
 
 class LoraSpec(_message.Message):
     __slots__ = ("rank", "alpha", "dropout", "target_modules")
@@ -135,7 +144,7 @@ class DpoSpec(_message.Message):
     def __init__(self, beta: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., sft_weight: _Optional[float] = ..., precompute_reference: _Optional[bool] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe", "sharding")
+    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe", "sharding", "load_dtype")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_QUANT_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +166,7 @@ class TrainingSpec(_message.Message):
     DPO_FIELD_NUMBER: _ClassVar[int]
     RECIPE_FIELD_NUMBER: _ClassVar[int]
     SHARDING_FIELD_NUMBER: _ClassVar[int]
+    LOAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
     method: Method
     lora: LoraSpec
     double_quant: bool
@@ -178,7 +188,8 @@ class TrainingSpec(_message.Message):
     dpo: DpoSpec
     recipe: Recipe
     sharding: Sharding
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ..., sharding: _Optional[_Union[Sharding, str]] = ...) -> None: ...
+    load_dtype: LoadDtype
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., load_dtype: _Optional[_Union[LoadDtype, str]] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
     __slots__ = ("dataset_tokens", "epochs", "max_steps")
