@@ -150,6 +150,7 @@ def quantised(model: Any, bnb_config: Any) -> Any:
             if isinstance(module, bnb.nn.Linear4bit):
                 module.weight = _packed(original.weight.detach(), module.weight, params_class)
                 module.weight.module = module
+                module.quant_state = module.weight.quant_state  # as Params4bit._quantize leaves its module
             else:
                 module.weight = _rows_int8(original.weight.detach(), params_class)
             if original.bias is not None:
@@ -251,10 +252,47 @@ def _mixed_scaled_mm(a: torch.Tensor, ca: torch.Tensor, cb: torch.Tensor, sca: t
     return output.addmm(sub_a, sub_b), sub_a
 
 
+@contextlib.contextmanager
+def _quant_state_recovered_on_fakes() -> Iterator[None]:
+    """FSDP replaces a Linear4bit's weight with a plain view of its flat parameter; bitsandbytes makes the view a
+    Params4bit again and gives it the module's quant state (nn/modules.py: fix_4bit_weight_quant_state_from_module),
+    which torch's _make_subclass refuses for a fake tensor. The stand-in makes the same alias of the view a fake
+    Params4bit (what `_packed` gives a fake weight)."""
+    import bitsandbytes as bnb
+    from bitsandbytes.nn import modules
+
+    original = modules.fix_4bit_weight_quant_state_from_module
+    params_class = _fake_params4bit_class()
+
+    def recovered(module: Any) -> None:
+        weight = module.weight
+        if not isinstance(weight, FakeTensor) or isinstance(weight, bnb.nn.Params4bit):
+            original(module)
+            return
+        alias = torch.nn.Parameter(weight.view_as(weight), requires_grad=False)
+        alias.__class__ = params_class
+        state = module.quant_state
+        alias.__dict__.update(blocksize=state.blocksize, compress_statistics=state.nested, quant_type=state.quant_type,
+                              quant_storage=module.quant_storage, bnb_quantized=True, module=module, quant_state=state)
+        module.weight = alias
+
+    modules.fix_4bit_weight_quant_state_from_module = recovered
+    try:
+        yield
+    finally:
+        modules.fix_4bit_weight_quant_state_from_module = original
+
+
+@contextlib.contextmanager
+def _qlora_on_cuda() -> Iterator[None]:
+    with _quant_state_recovered_on_fakes(), _Gemm4bitOnCuda():
+        yield
+
+
 def kernels_as_on_cuda(method: Method) -> contextlib.AbstractContextManager[Any]:
     """bitsandbytes' matmul of `method`'s quantised weights as its CUDA kernels allocate (nothing for a dense model)."""
     if method is Method.QLORA:
-        return _Gemm4bitOnCuda()
+        return _qlora_on_cuda()
     if method is Method.LORA_8BIT:
         return _Int8OnCuda()
     return contextlib.nullcontext()

@@ -24,6 +24,10 @@ trl-sft — TRL's SFTTrainer with SFTConfig's defaults and the plan's LoRA as it
 fine-tune), on tokenised sequences through TRL's own collator and fused LM head (`trl_sft_peaks`). What differs from
 CUDA, set to CUDA's way: the fused head's Triton folds and in-place fp32 accumulation (`_fused_head_as_on_cuda`).
 
+Sharded by FSDP (training.sharding fsdp, hf-trainer) the Trainer gets PEFT's FSDP config (planner.trainer_fsdp) and
+runs on the fake process group: accelerate's own FSDP preparation wraps the model (`_fsdp_on_cpu` lets accelerate
+take the plugin up on the CPU's ranks), and a QLoRA model is not k-bit prepared (`hf_trainer_model`).
+
 Under ZeRO 2-3 either trainer gets LLaMA-Factory's DeepSpeed config (planner.trainer_deepspeed) in its arguments
 (`trainer_arguments`), made before the model so that ZeRO-3 partitions it as it loads, and runs on the fake process
 group of the plan's ranks: accelerate builds the DeepSpeed engine around the Trainer's optimizer and steps it inside
@@ -118,7 +122,9 @@ def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
         return model  # the model's own bf16 weights train
     if t.method not in (Method.LORA, Method.QLORA):
         raise ValueError(f"hf-trainer is simulated for lora, qlora and full, not {t.method.value}")
-    if quantized:
+    if quantized and t.sharding is not Sharding.FSDP:
+        # sharded QLoRA is not k-bit prepared: its fp32 casts would break FSDP's one-dtype flat parameters (TRL's
+        # SFTTrainer skips it for a sharded model: trl/models/utils.py is_sharded_qlora; PEFT's FSDP-QLoRA guide)
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing)
     return get_peft_model(model, lora_config(t.lora, model))
 

@@ -661,7 +661,13 @@ def table_rows() -> list[Row]:
              # loaded in fp32 as PEFT's example script loads it (the frozen shards fp32, the units gathered in bf16)
              Row("meta-llama/Llama-3.2-1B", replace(fsdp(spec(lora, 1, 2048)), load_dtype=LoadDtype.FP32), 2),
              Row("meta-llama/Llama-3.1-70B", replace(fsdp(spec(lora, 8, 2048, lora_spec=peft_example)),
-                                                     load_dtype=LoadDtype.FP32), 8)]
+                                                     load_dtype=LoadDtype.FP32), 8),
+             # QLoRA, not k-bit prepared, 4-bit weights stored as bf16: PEFT's Llama-2-70B FSDP-QLoRA example on two
+             # GPUs, and fms-acceleration's QLoRA configurations
+             Row("meta-llama/Llama-2-70b-hf", fsdp(spec(qlora, 2, 2048, lora_spec=peft_example)), 2),
+             Row("meta-llama/Llama-2-70b-hf", fsdp(spec(qlora, 2, 4096, lora_spec=qkvo)), 2),
+             Row("mistralai/Mistral-7B-v0.3", fsdp(spec(qlora, 2, 4096, lora_spec=qkvo)), 2),
+             Row("meta-llama/Llama-3.1-8B", fsdp(spec(qlora, 1, 2048)), 4)]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -95,8 +95,9 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
     b.add_argument("--sharding", choices=SHARDINGS, default="deepspeed",
                    help="which library shards --zero: deepspeed (DeepSpeed's ZeRO; the default) or fsdp (PyTorch's "
                         "FSDP through accelerate, with --recipe hf-trainer and --zero 3 read as FULL_SHARD: PEFT's "
-                        "example config, one unit a decoder layer, bf16 mixed precision; planned for LoRA and bf16 "
-                        "full fine-tuning on several GPUs, not run by the executor)")
+                        "example config, one unit a decoder layer, bf16 mixed precision; planned for LoRA, QLoRA "
+                        "(4-bit weights stored as bf16, not k-bit prepared) and full fine-tuning on several GPUs, not "
+                        "run by the executor)")
     b.add_argument("--load-dtype", choices=LOAD_DTYPES, default="bf16",
                    help="the dtype a Trainer recipe's script loads the model in (from_pretrained(dtype=...)): bf16 "
                         "(the default) or fp32 (PEFT's example scripts, transformers 4 without a dtype); planned "

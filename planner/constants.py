@@ -76,6 +76,7 @@ SIMULATED_ERROR_ZERO3 = (0.016, 0.018)
 # double quantisation, 8-bit absmax plus an fp32 constant per 256 blocks with it (Dettmers 2023).
 NF4_BLOCK_SIZE = 64
 NF4_DOUBLE_QUANT_BLOCK = 256
+NF4_PACKED_BYTES_PER_PARAM = 0.5
 # LLM.int8: one int8 per weight plus an fp32 scale per output row (Dettmers 2022).
 INT8_BYTES_PER_PARAM = 1
 # LLM.int8's outlier columns a matmul splits out (inputs with a feature at or above llm_int8_threshold, 6.0 by

@@ -191,8 +191,8 @@ def _hf_trainer_note(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> str | N
 
 HF_TRAINER_NOTE = ("recipe hf-trainer: planned as transformers' Trainer + PEFT runs the job — without DeepSpeed at "
                    "ZeRO 0, under ZeRO 2 or 3 with LLaMA-Factory's DeepSpeed configs, or sharded by FSDP with PEFT's "
-                   "example config (simulated, make bench-simulate); tunefleet's executor runs its own recipe and refuses this plan: plan with "
-                   "--recipe tunefleet to run it on the fleet")
+                   "example config (simulated, make bench-simulate); tunefleet's executor runs its own recipe and "
+                   "refuses this plan: plan with --recipe tunefleet to run it on the fleet")
 TRL_SFT_NOTE = ("recipe trl-sft: planned as TRL's SFTTrainer + PEFT runs the job with its defaults (its fused LM head, "
                 "adamw_torch_fused) — without DeepSpeed at ZeRO 0, under ZeRO 2 or 3 with LLaMA-Factory's DeepSpeed "
                 "configs (simulated, make bench-simulate); tunefleet's executor runs its own recipe and "

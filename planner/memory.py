@@ -231,8 +231,8 @@ def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: 
     bucket; ZeRO 1-2 allocate theirs, reduce_bucket_size elements whatever the trainable count (double-buffered with
     overlap_comm), at the first gradient backward makes and release them as backward ends (stage_1_and_2:
     setup_buckets from process_gradients, _release_ipg_buffers in the epilogue). ZeRO-3's parameter prefetch bucket
-    is the gathered working set, counted under weights."""
-    if t.zero_stage == 0 and world_size == 1:
+    is the gathered working set, counted under weights. FSDP keeps none: it reduces each unit's gradients whole."""
+    if (t.zero_stage == 0 and world_size == 1) or recipes.fsdp(t):
         return 0, 0
     grad_bytes = 4 if t.precision is Precision.FP32 else 2
     copies = 2 if b.overlap_comm else 1
@@ -292,12 +292,20 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         adapter = adapter / n
     backward_gathered = 0
     if recipes.fsdp(t):
-        weights = split.total * (recipes.trained_param_bytes(t) if t.method is Method.FULL
-                                 else recipes.frozen_weight_bytes(t)) / n
+        counts = parameter_counts(a)
+        # a quantised layer's unit holds its packed 4-bit weights (stored as bf16) and its norms; the quantisation
+        # constants are the modules' own attributes, which FSDP neither shards nor gathers (every rank holds them all)
+        packed = split.quantised * k.NF4_PACKED_BYTES_PER_PARAM
+        constants = weight_storage_bytes(split, t) - packed - (split.total - split.quantised) * dense_bytes
+        if t.method is Method.FULL:
+            weights = split.total * recipes.trained_param_bytes(t) / n
+        else:
+            weights = (packed + (split.total - split.quantised) * recipes.frozen_weight_bytes(t)) / n + constants
         # the root unit's bf16 parameters and one decoder layer's, gathered; a second layer's beside a layer's
         # backward (recipes.fsdp)
-        counts = parameter_counts(a)
-        layer = counts.decoder_layer * dense_bytes
+        layer_quantised = split.quantised // a.num_layers
+        layer = int(layer_quantised * k.NF4_PACKED_BYTES_PER_PARAM
+                    + (counts.decoder_layer - layer_quantised) * dense_bytes)
         gathered = (counts.total - a.num_layers * counts.decoder_layer) * dense_bytes + layer
         fetch_buffer = backward_gathered = layer
     if t.method in (Method.FULL, Method.FREEZE):

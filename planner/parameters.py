@@ -38,7 +38,7 @@ def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
     if method is Method.QLORA:
         absmax = (1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)) if double_quant \
             else 4 / k.NF4_BLOCK_SIZE
-        return 0.5 + absmax
+        return k.NF4_PACKED_BYTES_PER_PARAM + absmax
     return float(k.INT8_BYTES_PER_PARAM)
 
 

@@ -132,7 +132,10 @@ def fsdp(t: TrainingSpec) -> bool:
     - one decoder layer's unit gathered beside the loss's backward (BACKWARD_PRE gathers the last layer before the
       head's backward ends), two beside a layer's backward (the layer's own and the next one prefetched);
     - the activations of the Trainer's autocast step (as without DeepSpeed), the adapters gathered in bf16 (no fp32
-      casts of their inputs); gradients built in backward and set to None after the step."""
+      casts of their inputs); gradients built in backward and set to None after the step;
+    - QLoRA's 4-bit weights, packed and stored as bf16, flattened and sharded with the rest of their layer (a layer's
+      unit gathers them packed), the quantisation constants whole on every rank (module attributes FSDP does not
+      manage), and no k-bit preparation (`fp32_stream`): the stream stays bf16."""
     return t.sharding is Sharding.FSDP
 
 
@@ -238,8 +241,8 @@ def _check_fsdp(t: TrainingSpec, world_size: int) -> None:
         raise UnsupportedError("training.sharding", f"FSDP is modelled under recipe hf-trainer so far, not "
                                                     f"{t.recipe.value}; plan it with --recipe hf-trainer, or shard "
                                                     "with DeepSpeed (--sharding deepspeed)")
-    if t.method not in (Method.LORA, Method.FULL):
-        raise UnsupportedError("training.sharding", f"FSDP is modelled for lora and full fine-tuning so far, not "
+    if t.method not in (Method.LORA, Method.QLORA, Method.FULL):
+        raise UnsupportedError("training.sharding", f"FSDP is modelled for lora, qlora and full fine-tuning, not "
                                                     f"{t.method.value} (not simulated); shard it with DeepSpeed "
                                                     "(--sharding deepspeed)")
     if world_size < 2:
@@ -289,8 +292,8 @@ def covers(a: Architecture, t: TrainingSpec, world_size: int) -> bool:
 
 def fp32_stream(t: TrainingSpec) -> bool:
     """Whether the step's activations are fp32: hf-trainer QLoRA without DeepSpeed (prepare_model_for_kbit_training's
-    fp32 casts; DeepSpeed's bf16 engine casts the module back to bf16)."""
-    return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA and not runs_deepspeed(t)
+    fp32 casts; DeepSpeed's bf16 engine casts the module back to bf16; a model FSDP shards is not k-bit prepared)."""
+    return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA and not runs_deepspeed(t) and not fsdp(t)
 
 
 def zero_step_bytes_per_element(t: TrainingSpec) -> int:

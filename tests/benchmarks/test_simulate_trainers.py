@@ -61,7 +61,8 @@ def test_a_fake_trainer_step_under_deepspeed_peaks_at_the_same_bytes_as_the_real
     fake_equals_real(t, 2)
 
 
-FSDP = [(Method.LORA, LoadDtype.BF16), (Method.FULL, LoadDtype.BF16), (Method.LORA, LoadDtype.FP32)]
+FSDP = [(Method.LORA, LoadDtype.BF16), (Method.FULL, LoadDtype.BF16), (Method.LORA, LoadDtype.FP32),
+        (Method.QLORA, LoadDtype.BF16)]
 
 
 @pytest.mark.parametrize(("method", "load"), FSDP, ids=[f"{m.value}-{d.value}" for m, d in FSDP])
@@ -70,7 +71,7 @@ def test_a_fake_trainer_step_under_fsdp_peaks_at_the_same_bytes_as_the_real_step
     """transformers' Trainer sharded by PyTorch's FSDP through accelerate's own preparation, on two fake ranks: the
     root unit and each decoder layer's gathered and freed by resizing their storage, which the counter follows on
     real tensors and fake alike; the weights sharded (a rank holds half of every unit's), in the dtype they were
-    loaded in."""
+    loaded in; QLoRA's 4-bit weights flattened with the rest (bitsandbytes recovers each view's quant state)."""
     t = TrainingSpec(method=method, micro_batch_size=2, sequence_length=32, lora=ALL, zero_stage=3,
                      recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP, load_dtype=load)
     fake = fake_equals_real(t, 2)

@@ -133,6 +133,19 @@ def test_fsdp_keeps_the_frozen_shards_in_the_dtype_the_script_loaded() -> None:
     assert gpu_memory(LLAMA, full, 8) == gpu_memory(LLAMA, replace(full, load_dtype=LoadDtype.FP32), 8)
 
 
+def test_fsdp_shards_qlora_s_packed_weights_and_holds_every_quantisation_constant_on_every_rank() -> None:
+    """Sharded QLoRA (not k-bit prepared: a bf16 stream): FSDP flattens the 4-bit weights, packed two to a byte and
+    stored as bf16, with the rest of their layer and shards them; the absmax constants are the modules' attributes,
+    which every rank holds whole. A layer's unit gathers its packed weights and norms."""
+    t = TrainingSpec(method=Method.QLORA, lora=EVERY, recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP, zero_stage=3)
+    split = parameter_split(LLAMA, Method.QLORA, EVERY, False, 0)
+    two, four = gpu_memory(LLAMA, t, 2), gpu_memory(LLAMA, t, 4)
+    sharded = 0.5 * split.quantised + 2 * (split.total - split.quantised)
+    assert two.weights_bytes - four.weights_bytes == pytest.approx(sharded / 4, abs=2)
+    one = gpu_memory(LLAMA, replace(t, sharding=Sharding.DEEPSPEED, zero_stage=0), 1)
+    assert one.activations_bytes > two.activations_bytes  # the one-GPU Trainer's k-bit prepared fp32 stream
+
+
 def test_the_sharding_round_trips_through_the_proto() -> None:
     t = TrainingSpec(recipe=Recipe.HF_TRAINER, sharding=Sharding.FSDP, zero_stage=3, load_dtype=LoadDtype.FP32)
     back = training_from_proto(training_to_proto(t), 2)
@@ -196,7 +209,7 @@ FSDP = dict(sharding=Sharding.FSDP, zero_stage=3)
 CASES += [(recipe, "meta-llama/Llama-3.1-8B", dict(FSDP, **change), ranks, words, "training.sharding")
           for recipe, change, ranks, words in (
               (Recipe.TUNEFLEET, {}, 2, "--recipe hf-trainer"), (Recipe.TRL_SFT, {}, 2, "--recipe hf-trainer"),
-              (Recipe.HF_TRAINER, dict(method=Method.QLORA), 2, "not qlora"),
+              (Recipe.HF_TRAINER, dict(method=Method.LORA_8BIT), 2, "not lora-8bit"),
               (Recipe.HF_TRAINER, {}, 1, "several GPUs"))]
 CASES += [(Recipe.HF_TRAINER, "meta-llama/Llama-3.1-8B", dict(load_dtype=LoadDtype.FP32, **change), ranks,
            "modelled under FSDP so far", "training.load_dtype")
