@@ -44,6 +44,8 @@ EXAMPLES = """examples:
   tunefleet fit --model ./my-model/config.json --method full --gpu a100-80gb --gpus 4 --zero 3 --json
   tunefleet estimate --model Qwen/Qwen2.5-7B --method lora --flavor a10g-large --tokens 10M
   tunefleet recommend --model meta-llama/Llama-3.1-70B --method qlora --tokens 50M --budget 200
+  tunefleet fit --model meta-llama/Llama-3.1-70B --gpu h100-sxm-80gb --gpus 8 --zero 3 \\
+                --recipe hf-trainer --sharding fsdp    # your Trainer script under accelerate's FSDP
   tunefleet hardware
   tunefleet models
   tunefleet submit plan.json --watch          # run a plan on the fleet and follow it
