@@ -315,7 +315,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     grads: float
     optimizer: float
     step: float
-    if not recipes.runs_deepspeed(t):  # a Trainer without DeepSpeed, on one GPU
+    if not recipes.runs_deepspeed(t):  # a Trainer without DeepSpeed: on one GPU, or its state sharded by FSDP
         adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
         if recipes.fsdp(t):
             adapter, grads, optimizer, step = (x / n for x in (adapter, grads, optimizer, step))

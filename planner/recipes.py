@@ -202,9 +202,7 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     elif t.objective is not Objective.SFT:
         raise UnsupportedError(_FIELD, f"{name} is modelled for supervised fine-tuning; plan DPO with recipe trl-dpo "
                                        "or tunefleet")
-    if fsdp(t):
-        pass  # _check_fsdp: several ranks, ZeRO-3 as FULL_SHARD
-    elif t.zero_stage:
+    if t.zero_stage and not fsdp(t):
         if t.zero_stage not in TRAINER_DEEPSPEED_STAGES:
             raise UnsupportedError("training.zero_stage", f"{name} is modelled under DeepSpeed ZeRO "
                                                           f"{' or '.join(map(str, TRAINER_DEEPSPEED_STAGES))} "
@@ -214,7 +212,7 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
             raise UnsupportedError("training.zero_stage", f"{name} QLoRA is modelled under ZeRO 2 or without "
                                                           "DeepSpeed, not ZeRO-3 (not simulated); plan it with --zero "
                                                           "2 or with recipe tunefleet")
-    elif world_size > 1:
+    elif not t.zero_stage and world_size > 1:
         raise UnsupportedError(_FIELD, f"{name} without DeepSpeed (ZeRO 0) is modelled on one GPU; plan several "
                                        "GPUs with --zero 2 or 3 (DeepSpeed), or with recipe tunefleet")
     if a.vision is not None:
@@ -236,7 +234,7 @@ def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
 
 
 def _check_fsdp(t: TrainingSpec, world_size: int) -> None:
-    """FSDP as simulated: hf-trainer LoRA or bf16 full fine-tuning on several ranks."""
+    """FSDP as simulated: hf-trainer LoRA, QLoRA or bf16 full fine-tuning on several ranks."""
     if t.recipe is not Recipe.HF_TRAINER:
         raise UnsupportedError("training.sharding", f"FSDP is modelled under recipe hf-trainer so far, not "
                                                     f"{t.recipe.value}; plan it with --recipe hf-trainer, or shard "
