@@ -642,8 +642,8 @@ def table_rows() -> list[Row]:
              Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(lora, 1, 2048, zero=2)), 2),
              Row("meta-llama/Llama-3.1-8B", trl_dpo(spec(qlora, 1, 2048, zero=2)), 2),
              Row("meta-llama/Llama-3.2-1B", trl_dpo(spec(full, 1, 2048, zero=2)), 4)]
-    # hf-trainer sharded by FSDP (planner.trainer_fsdp: PEFT's example config through accelerate), LoRA and full
-    # fine-tuning; the 70B row is the configuration of PEFT's Llama-2-70B example on 8 GPUs
+    # hf-trainer sharded by FSDP (planner.trainer_fsdp: PEFT's example config through accelerate), LoRA, full
+    # fine-tuning and QLoRA; the 70B LoRA rows are the configuration of PEFT's Llama-2-70B example on 8 GPUs
 
     peft_example = LoraSpec(rank=8, alpha=16, dropout=0.1)
 

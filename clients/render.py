@@ -18,9 +18,13 @@ _INT_TYPES = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDesc
 
 
 
+def _fsdp(t: training_pb2.TrainingSpec) -> bool:
+    return t.sharding == training_pb2.SHARDING_FSDP
+
+
 def _layout(t: training_pb2.TrainingSpec) -> str:
     """How the plan shards: FSDP's FULL_SHARD, or DeepSpeed's ZeRO stage."""
-    return "FSDP" if t.sharding == training_pb2.SHARDING_FSDP else f"ZeRO {t.zero_stage}"
+    return "FSDP" if _fsdp(t) else f"ZeRO {t.zero_stage}"
 
 def _enum_name(names: Any, value: int) -> str | int:
     return names[value].name if value in names else value
@@ -79,7 +83,7 @@ def fit_text(r: plan_pb2.FitResult) -> str:
                f"micro-batch {t.micro_batch_size} x seq {t.sequence_length}, {_layout(t)}, "
                f"grad-ckpt {'on' if t.gradient_checkpointing else 'off'}"))
     rows = [("weights", gib(g.weights_bytes)),
-            *([(f"  gathered by {'FSDP' if t.sharding == training_pb2.SHARDING_FSDP else 'ZeRO-3'} (forward, backward)",
+            *([(f"  gathered by {'FSDP' if _fsdp(t) else 'ZeRO-3'} (forward, backward)",
                 gib(g.gathered_parameters_bytes))]
               if g.gathered_parameters_bytes else []),
             *([("  experts gathered again (backward)", gib(g.regathered_experts_bytes))]
