@@ -72,11 +72,9 @@ $(DEPLOY_STAMP):
 deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustomize) for the offline deploy/ checks
 
 # The suite runs on two pytest-xdist workers, a test file each at a time (--dist loadfile: a file's fixtures stay
-# in one process): much of a fleet test is waiting (leases lapsing, gangs forming, Redis restarting), which the
-# other worker's training fills. Three were 2 minutes faster on a 2-core machine, but under that contention one
-# fresh clone failed test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes (a stale run's event in
-# the job's progress file: a fencing race, open in issue 25's note), so two it stays. TEST_WORKERS=0 runs it in
-# one process.
+# in one process), one OpenMP thread a process (tests/conftest.py). It is CPU-bound on a 2-core machine: three
+# workers were no faster (1288 s against 1328 s on 2026-11-27, every test slower by the same share). TEST_WORKERS=0
+# runs it in one process.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite

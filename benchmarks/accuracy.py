@@ -150,13 +150,11 @@ def _precision(r: dict[str, str]) -> Precision:
     return Precision.BF16
 
 
-def _zero(r: dict[str, str], gpus: int) -> int:
+def _zero(r: dict[str, str]) -> int:
+    """The row's ZeRO stage; FSDP's FULL_SHARD on several GPUs shards parameters, gradients and optimizer states as
+    ZeRO-3 does (on one GPU it shards nothing)."""
     z = r["zero_stage"].strip()
-    if z.isdigit():
-        return int(z)
-    if "fsdp" in z.lower():
-        return 3 if gpus > 1 else 0  # FULL_SHARD shards parameters, gradients and optimizer states like ZeRO-3
-    return 0
+    return int(z) if z.isdigit() else 3 if _fsdp(r) else 0
 
 
 def _recipe(r: dict[str, str], precision: Precision, gpus: int) -> Recipe:
@@ -199,9 +197,14 @@ def without_offload(r: dict[str, str]) -> dict[str, str] | None:
             "notes": f"{r['notes']}; this case: the run without offload its notes report"}
 
 
+def _ran_fsdp(r: dict[str, str]) -> bool:
+    """A row that ran under FSDP, on one GPU or several."""
+    return "fsdp" in r["zero_stage"].lower()
+
+
 def _fsdp(r: dict[str, str]) -> bool:
     """A row sharded by FSDP (FULL_SHARD) on several GPUs."""
-    return "fsdp" in r["zero_stage"].lower() and _int(r["n_gpus"] or "1") > 1
+    return _ran_fsdp(r) and _int(r["n_gpus"] or "1") > 1
 
 
 def _gpu(r: dict[str, str], catalog: Catalog) -> Hardware:
@@ -226,7 +229,7 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
         raise NotExpressibleError("no peak memory reported (OOM or not measured)")
     model = _model(r, catalog)
     hw = _gpu(r, catalog)
-    zero = _zero(r, hw.world_size)
+    zero = _zero(r)
     offload = r["offload"].lower()
     off = Offload.NONE if not offload or offload == "none" else (Offload.ALL if zero == 3 else Offload.OPTIMIZER)
     method = _method(r)
@@ -255,7 +258,7 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
             f"{'ckpt ' if t.gradient_checkpointing else ''}" \
             f"{'FSDP' if t.sharding is Sharding.FSDP else f'ZeRO-{zero}'}" \
             f"{' offload' if off is not Offload.NONE else ''}" \
-            f"{' (FSDP as ZeRO)' if 'fsdp' in r['zero_stage'].lower() and t.sharding is not Sharding.FSDP else ''}"
+            f"{' (FSDP as ZeRO)' if _ran_fsdp(r) and t.sharding is not Sharding.FSDP else ''}"
     return Case(index, label, model, t, hw, _figure(r["notes"]), float(r["measured_peak_gib_per_gpu"]) * GiB,
                 _tokens_per_s(r, t),
                 float(m.group(1)) * GiB if (m := _ALLOCATED_NOTE.search(r["notes"])) else 0.0)

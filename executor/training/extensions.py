@@ -1,18 +1,32 @@
 """DeepSpeed's CPU ops: which of them the next start must compile (so a run can say so, instead of sitting
 silently in LOADING for minutes). Built once per environment by `make install`, with the environment's ninja
-(executor.training puts it first on PATH)."""
+(executor.training puts it first on PATH).
+
+Loading an op asks py-cpuinfo for the CPU's architecture and flags (the builder's -march and SIMD flags, which
+ninja compares with the build's), and py-cpuinfo answers by running a Python process of its own: 1.1 s a question,
+two questions a CPU rank (the CPU Adam), every run. The answer depends only on the CPU and the environment, so a
+rank asks once per environment and CPU (keyed as the ISA probe is, executor.training.native) and keeps the answer.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from executor.training import TORCH_EXTENSIONS_DIR
+from executor.training.native import cpu_key
 
 # The op builders a CPU run loads: shared-memory collectives (deepspeed.init_distributed) and the CPU Adam.
 CPU_OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "FusedAdamBuilder": "fused_adam"}
 NINJA_CHECK_S = 30.0
+CPU_INFO_CACHE = Path(sys.prefix) / "tunefleet-cpuinfo.json"
 
 
 def _out_of_date(directory: Path, name: str) -> bool:
@@ -32,3 +46,29 @@ def _out_of_date(directory: Path, name: str) -> bool:
 def ops_to_build(root: Path = TORCH_EXTENSIONS_DIR) -> list[str]:
     """The CPU ops the next DeepSpeed start compiles before training (empty when all are built and current)."""
     return [name for name in CPU_OPS.values() if _out_of_date(root / name, name)]
+
+
+def cached_cpu_info(ask: Callable[[], dict[str, Any]], cache: Path = CPU_INFO_CACHE) -> dict[str, Any]:
+    """py-cpuinfo's answer for this CPU: from `cache` when it was asked on this CPU and environment, else `ask`ed
+    and kept there."""
+    key = cpu_key()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        known = json.loads(cache.read_text())
+        if known["key"] == key:
+            return dict(known["info"])
+    info = ask()
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        cache.write_text(json.dumps({"key": key, "info": info}))
+    return info
+
+
+def remember_cpu_info(cache: Path = CPU_INFO_CACHE) -> None:
+    """Make py-cpuinfo's get_cpu_info (which DeepSpeed's op builders import when they load an op) answer from
+    `cache`; without py-cpuinfo, nothing changes (DeepSpeed then reads lscpu)."""
+    try:
+        import cpuinfo
+    except ImportError:
+        return
+    if isinstance(cpuinfo.get_cpu_info, functools.partial):
+        return  # already remembering
+    cpuinfo.get_cpu_info = functools.partial(cached_cpu_info, cpuinfo.get_cpu_info, cache)

@@ -171,9 +171,9 @@ def from_config(config: Any, t: TrainingSpec) -> Any:
 
 def prepare_model(model: Any, t: TrainingSpec, quantized: bool = False) -> Any:
     """Checkpointing, adapters, frozen parts and DPO's dropout, as every run of the plan wraps its model."""
-    # PEFT and TRL are the ranks' imports: the launcher, which checks plans with this module, starts seconds sooner
+    # PEFT is the ranks' import (the launcher, which checks plans with this module, starts seconds sooner) and TRL a
+    # DPO rank's (1 s more a rank, with the datasets and pandas it imports)
     from peft import get_peft_model, prepare_model_for_kbit_training
-    from trl.trainer.utils import disable_dropout_in_model
 
     if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,
@@ -196,6 +196,8 @@ def prepare_model(model: Any, t: TrainingSpec, quantized: bool = False) -> Any:
             # layers stay out
             model.disable_input_require_grads()
     if t.objective is Objective.DPO:
+        from trl.trainer.utils import disable_dropout_in_model
+
         disable_dropout_in_model(model)  # TRL's DPOConfig.disable_dropout default: policy and reference agree
     # from_pretrained returns the model in eval mode (modeling_utils: "model.eval()  # Set model in evaluation mode")
     # and deepspeed.initialize leaves the mode as it is; in eval mode transformers' layers skip checkpointing

@@ -29,7 +29,7 @@ PROBE_TIMEOUT_S = 120.0
 CACHE = Path(sys.prefix) / "tunefleet-cpu-isa.json"
 
 
-def _cpu_key() -> str:
+def cpu_key() -> str:
     """What the answer depends on: the CPU's flags and the installed torch (its oneDNN)."""
     try:
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
@@ -52,7 +52,7 @@ def isa_cap(environ: Mapping[str, str] = os.environ, probe: Sequence[str] = (sys
     else {} (also when the user set ISA_ENV themselves)."""
     if ISA_ENV in environ:
         return {}
-    key = _cpu_key()
+    key = cpu_key()
     try:
         known = json.loads(cache.read_text())
         if known.get("key") == key:

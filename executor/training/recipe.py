@@ -385,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         check_host(cfg, host)
         if host.has_gpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        elif rank == 0:
-            building = extensions.ops_to_build()
+        else:
+            extensions.remember_cpu_info()
+            building = extensions.ops_to_build() if rank == 0 else []
             if building:  # minutes of compiling: say so instead of sitting silently in LOADING
                 sink.emit(progress_pb2.ProgressEvent(
                     phase=progress_pb2.PHASE_LOADING,
