@@ -10,18 +10,14 @@ rank asks once per environment and CPU (keyed as the ISA probe is, executor.trai
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from executor.training import TORCH_EXTENSIONS_DIR
-from executor.training.native import cpu_key
+from executor.training.native import for_this_cpu
 
 # The op builders a CPU run loads: shared-memory collectives (deepspeed.init_distributed) and the CPU Adam.
 CPU_OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "FusedAdamBuilder": "fused_adam"}
@@ -48,20 +44,6 @@ def ops_to_build(root: Path = TORCH_EXTENSIONS_DIR) -> list[str]:
     return [name for name in CPU_OPS.values() if _out_of_date(root / name, name)]
 
 
-def cached_cpu_info(ask: Callable[[], dict[str, Any]], cache: Path = CPU_INFO_CACHE) -> dict[str, Any]:
-    """py-cpuinfo's answer for this CPU: from `cache` when it was asked on this CPU and environment, else `ask`ed
-    and kept there."""
-    key = cpu_key()
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        known = json.loads(cache.read_text())
-        if known["key"] == key:
-            return dict(known["info"])
-    info = ask()
-    with contextlib.suppress(OSError, TypeError, ValueError):
-        cache.write_text(json.dumps({"key": key, "info": info}))
-    return info
-
-
 def remember_cpu_info(cache: Path = CPU_INFO_CACHE) -> None:
     """Make py-cpuinfo's get_cpu_info (which DeepSpeed's op builders import when they load an op) answer from
     `cache`; without py-cpuinfo, nothing changes (DeepSpeed then reads lscpu)."""
@@ -71,4 +53,4 @@ def remember_cpu_info(cache: Path = CPU_INFO_CACHE) -> None:
         return
     if isinstance(cpuinfo.get_cpu_info, functools.partial):
         return  # already remembering
-    cpuinfo.get_cpu_info = functools.partial(cached_cpu_info, cpuinfo.get_cpu_info, cache)
+    cpuinfo.get_cpu_info = functools.partial(for_this_cpu, cache, cpuinfo.get_cpu_info)

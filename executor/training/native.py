@@ -15,8 +15,9 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 
@@ -27,6 +28,7 @@ PROBE = ("import torch; a = torch.ones(64, 64, dtype=torch.bfloat16); "
          "torch.nn.functional.linear(a, a).sum().item()")
 PROBE_TIMEOUT_S = 120.0
 CACHE = Path(sys.prefix) / "tunefleet-cpu-isa.json"
+T = TypeVar("T")
 
 
 def cpu_key() -> str:
@@ -46,19 +48,32 @@ def _torch_version() -> str:
         return ""
 
 
+def for_this_cpu(cache: Path, compute: Callable[[], T]) -> T:
+    """`compute`'s answer, kept in `cache` (JSON) and read back while the CPU and environment (cpu_key) are the same;
+    an unreadable or foreign cache is computed anew."""
+    key = cpu_key()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        known = json.loads(cache.read_text())
+        if known["key"] == key:
+            return known["value"]  # type: ignore[no-any-return]
+    value = compute()
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        cache.write_text(json.dumps({"key": key, "value": value}))
+    return value
+
+
 def isa_cap(environ: Mapping[str, str] = os.environ, probe: Sequence[str] = (sys.executable, "-c", PROBE),
             cache: Path = CACHE) -> dict[str, str]:
     """The environment the ranks need on this CPU: {ISA_ENV: SAFE_ISA} where a bf16 matmul dies with SIGILL,
     else {} (also when the user set ISA_ENV themselves)."""
     if ISA_ENV in environ:
         return {}
-    key = cpu_key()
-    try:
-        known = json.loads(cache.read_text())
-        if known.get("key") == key:
-            return {ISA_ENV: known["cap"]} if known.get("cap") else {}
-    except (OSError, ValueError, KeyError, AttributeError):
-        pass
+    cap = for_this_cpu(cache, lambda: _probe(probe))
+    return {ISA_ENV: cap} if cap else {}
+
+
+def _probe(probe: Sequence[str]) -> str:
+    """SAFE_ISA where the probe dies with SIGILL, else ''."""
     try:
         code = subprocess.run(list(probe), capture_output=True, timeout=PROBE_TIMEOUT_S).returncode
     except subprocess.TimeoutExpired:
@@ -67,9 +82,7 @@ def isa_cap(environ: Mapping[str, str] = os.environ, probe: Sequence[str] = (sys
     if cap:
         log.warning("cpu.amx_unusable", detail=f"a bf16 matmul died with SIGILL on this CPU: ranks run with "
                                                f"{ISA_ENV}={cap}")
-    with contextlib.suppress(OSError):
-        cache.write_text(json.dumps({"key": key, "cap": cap}))
-    return {ISA_ENV: cap} if cap else {}
+    return cap
 
 
 # What a signal that killed a rank usually means, for the failure message.

@@ -4,7 +4,6 @@ description the op builders ask py-cpuinfo for (a Python process of its own each
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from executor.training import TORCH_EXTENSIONS_DIR
-from executor.training.extensions import CPU_OPS, cached_cpu_info, ops_to_build, remember_cpu_info
+from executor.training.extensions import CPU_OPS, ops_to_build, remember_cpu_info
 
 
 def test_the_environments_own_ninja_comes_first() -> None:
@@ -23,23 +22,6 @@ def test_the_environments_own_ninja_comes_first() -> None:
 def test_ops_that_make_install_built_are_current_and_missing_ones_are_named(tmp_path: Path) -> None:
     assert ops_to_build(TORCH_EXTENSIONS_DIR) == []  # built by make install with the same ninja: nothing to do
     assert ops_to_build(tmp_path) == list(CPU_OPS.values())
-
-
-def test_the_cpu_description_deepspeed_asks_for_is_asked_once_per_cpu_and_kept(tmp_path: Path) -> None:
-    asked: list[int] = []
-
-    def ask() -> dict[str, Any]:
-        asked.append(1)
-        return {"arch": "X86_64", "flags": ["avx2", "avx512f"]}
-
-    cache = tmp_path / "cpuinfo.json"
-    first = cached_cpu_info(ask, cache)
-    assert first == {"arch": "X86_64", "flags": ["avx2", "avx512f"]} and len(asked) == 1
-    assert cached_cpu_info(ask, cache) == first and len(asked) == 1, "the second question was asked again"
-    cache.write_text(json.dumps({"key": "another cpu", "info": {"arch": "ARM_8", "flags": []}}))
-    assert cached_cpu_info(ask, cache) == first and len(asked) == 2, "an answer for another CPU was reused"
-    cache.write_text("{not json")
-    assert cached_cpu_info(ask, cache) == first and len(asked) == 3
 
 
 def test_deepspeeds_op_builders_read_the_kept_cpu_description(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

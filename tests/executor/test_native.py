@@ -4,8 +4,10 @@ that kills itself with SIGILL, the same exit status the real probe has on one.""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from executor.training import native
 
@@ -33,3 +35,21 @@ def test_a_rank_killed_by_a_signal_is_named_with_its_meaning() -> None:
     assert said.startswith("a rank was killed by SIGILL (illegal instruction") and native.SAFE_ISA in said
     assert "out-of-memory killer" in native.describe_signal(9)
     assert native.killing_signal("exitcode  : 1 (pid: 7)") == ""
+
+
+def test_an_answer_kept_for_this_cpu_is_read_back_and_one_for_another_cpu_or_unreadable_is_computed_anew(
+        tmp_path: Path) -> None:
+    computed: list[int] = []
+
+    def compute() -> dict[str, Any]:
+        computed.append(1)
+        return {"arch": "X86_64", "flags": ["avx2", "avx512f"]}
+
+    cache = tmp_path / "cpuinfo.json"
+    first = native.for_this_cpu(cache, compute)
+    assert first == {"arch": "X86_64", "flags": ["avx2", "avx512f"]} and len(computed) == 1
+    assert native.for_this_cpu(cache, compute) == first and len(computed) == 1, "computed again on the same CPU"
+    cache.write_text(json.dumps({"key": "another cpu", "value": {"arch": "ARM_8", "flags": []}}))
+    assert native.for_this_cpu(cache, compute) == first and len(computed) == 2, "another CPU's answer was reused"
+    cache.write_text("{not json")
+    assert native.for_this_cpu(cache, compute) == first and len(computed) == 3
