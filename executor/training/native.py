@@ -31,8 +31,8 @@ CACHE = Path(sys.prefix) / "tunefleet-cpu-isa.json"
 T = TypeVar("T")
 
 
-def cpu_key() -> str:
-    """What the answer depends on: the CPU's flags and the installed torch (its oneDNN)."""
+def _cpu_key() -> str:
+    """What an answer kept for this CPU depends on: the CPU's flags, Python and the installed torch (its oneDNN)."""
     try:
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     except OSError:
@@ -49,9 +49,9 @@ def _torch_version() -> str:
 
 
 def for_this_cpu(cache: Path, compute: Callable[[], T]) -> T:
-    """`compute`'s answer, kept in `cache` (JSON) and read back while the CPU and environment (cpu_key) are the same;
+    """`compute`'s answer, kept in `cache` (JSON) and read back while the CPU and environment (_cpu_key) are the same;
     an unreadable or foreign cache is computed anew."""
-    key = cpu_key()
+    key = _cpu_key()
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         known = json.loads(cache.read_text())
         if known["key"] == key:
