@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	# the memory model is byte-exact against particular transformers / DeepSpeed / PEFT / TRL versions.
 	$(PIP) install -q -c constraints.txt torch==2.13.0
 	$(PIP) install -q -c constraints.txt --no-build-isolation "deepspeed>=0.18,<1"
-	$(PIP) install -q -c constraints.txt -e '.[train,queue,dashboard,dev]'
+	$(PIP) install -q -c constraints.txt -e '.[train,queue,dashboard,dev,liger]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
 	# executor.training points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
 	DS_ACCELERATOR=cpu $(PY) -c "import executor.training; from deepspeed.accelerator import get_accelerator as a; \

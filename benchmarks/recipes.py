@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.liger import liger_as_on_cuda
 from contract.schema import Method, Recipe, Sharding, TrainingSpec
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
 
@@ -206,7 +207,7 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
             common = dict(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
                           gradient_accumulation_steps=t.gradient_accumulation_steps,
                           gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed,
-                          use_cpu=device == "cpu", **_QUIET)
+                          use_cpu=device == "cpu", use_liger_kernel=t.liger, **_QUIET)
             if fsdp:
                 common.update(fsdp=True, fsdp_config=trainer_fsdp_config())
             if t.recipe is Recipe.TRL_SFT:
@@ -221,6 +222,11 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
         AcceleratorState._reset_state(reset_partial_state=True)
         os.environ.clear()
         os.environ.update(outer)
+
+
+def _liger(t: TrainingSpec) -> contextlib.AbstractContextManager[None]:
+    """Liger's kernels as on CUDA where the plan uses them (benchmarks/liger.py)."""
+    return liger_as_on_cuda() if t.liger else contextlib.nullcontext()
 
 
 def full_sequences(vocab_size: int, sequence_length: int, count: int) -> list[dict[str, torch.Tensor]]:
@@ -239,7 +245,7 @@ def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, co
     peaks: list[Peak] = []
     examples = full_sequences(vocab_size, t.sequence_length, steps * t.micro_batch_size)
     args.max_steps = steps
-    with _foreach_as_on_cuda(), _deepspeed_step_marked(counter):
+    with _foreach_as_on_cuda(), _deepspeed_step_marked(counter), _liger(t):
         _marking_backward(transformers.Trainer, counter)(
             model=model, args=args, train_dataset=examples, callbacks=[_step_callback(counter, peaks)]).train()
     return peaks
@@ -326,7 +332,7 @@ def _trl_peaks(trainer_class: Any, given: dict[str, Any], t: TrainingSpec, count
         raise ValueError(f"{t.recipe.value} is simulated for lora, qlora and full, not {t.method.value}")
     peaks: list[Peak] = []
     given["args"].max_steps = steps
-    with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter):
+    with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter), _liger(t):
         trainer = _marking_backward(trainer_class, counter)(
             **given, processing_class=_word_tokenizer(), callbacks=[_step_callback(counter, peaks)],
             peft_config=None if t.method is Method.FULL else lora_config(t.lora, given["model"]))

@@ -434,6 +434,7 @@ class Row:
             objective = f"dpo({reference}) "
         recipe = "" if t.recipe is Recipe.TUNEFLEET else f"{t.recipe.value} "
         recipe += "fp32-loaded " if t.load_dtype is LoadDtype.FP32 else ""
+        recipe += "liger " if t.liger else ""
         adapted = f"[{targets}]" if targets else ""
         return (f"{recipe}{self.model.split('/')[-1]} {objective}{t.method.value}{adapted} "
                 f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
@@ -668,6 +669,27 @@ def table_rows() -> list[Row]:
              Row("meta-llama/Llama-2-70b-hf", fsdp(spec(qlora, 2, 4096, lora_spec=qkvo)), 2),
              Row("mistralai/Mistral-7B-v0.3", fsdp(spec(qlora, 2, 4096, lora_spec=qkvo)), 2),
              Row("meta-llama/Llama-3.1-8B", fsdp(spec(qlora, 1, 2048)), 4)]
+    # Liger's kernels under either trainer (benchmarks/liger.py): hf-trainer's loss fused with the head (no logits),
+    # both trainers' RMSNorm, SwiGLU and RoPE; without DeepSpeed and under ZeRO 2-3
+
+    def liger(t: TrainingSpec) -> TrainingSpec:
+        return replace(t, liger=True)
+
+    rows += [Row("meta-llama/Llama-3.1-8B", liger(hf(spec(lora, 2, 2048)))),
+             Row("meta-llama/Llama-3.1-8B", liger(hf(spec(qlora, 1, 2048)))),
+             Row("meta-llama/Llama-3.2-1B", liger(hf(spec(lora, 1, 2048, ckpt=False)))),
+             Row("Qwen/Qwen3-8B", liger(hf(spec(lora, 1, 4096, lora_spec=q_v)))),
+             Row("Qwen/Qwen2.5-7B", liger(hf(spec(qlora, 2, 2048)))),
+             Row("mistralai/Mistral-7B-v0.3", liger(hf(spec(lora, 4, 4096, lora_spec=qkvo)))),
+             Row("mistralai/Mistral-7B-v0.3", liger(hf(spec(qlora, 8, 4096, lora_spec=qkvo)))),
+             Row("meta-llama/Llama-3.2-1B", liger(hf(spec(full, 2, 2048)))),
+             Row("Qwen/Qwen2.5-0.5B", liger(hf(spec(full, 4, 1024, ckpt=False)))),
+             Row("meta-llama/Llama-3.1-8B", liger(sft(spec(qlora, 1, 4096)))),
+             Row("Qwen/Qwen3-8B", liger(sft(spec(lora, 1, 8192)))),
+             Row("meta-llama/Llama-3.2-1B", liger(sft(spec(full, 4, 2048)))),
+             Row("meta-llama/Llama-3.1-8B", liger(hf(spec(lora, 2, 2048, zero=2))), 2),
+             Row("meta-llama/Llama-3.2-1B", liger(hf(spec(full, 1, 2048, zero=3))), 4),
+             Row("Qwen/Qwen2.5-7B", liger(sft(spec(lora, 1, 4096, zero=3))), 4)]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -102,6 +102,10 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                    help="the dtype a Trainer recipe's script loads the model in (from_pretrained(dtype=...)): bf16 "
                         "(the default) or fp32 (PEFT's example scripts, transformers 4 without a dtype); planned "
                         "with --sharding fsdp, whose frozen shards then stay fp32")
+    b.add_argument("--liger", action="store_true",
+                   help="Liger's Triton kernels, as the Trainer's use_liger_kernel applies them (with --recipe "
+                        "hf-trainer or trl-sft): the fused linear cross-entropy (no logits), RMSNorm, SwiGLU and "
+                        "RoPE; planned (simulated at full size) for Llama-style models, not run by the executor")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")
@@ -120,7 +124,7 @@ def training_spec(a: argparse.Namespace) -> training_pb2.TrainingSpec:
         precision=PRECISIONS[a.precision] if a.precision else training_pb2.PRECISION_UNSPECIFIED,
         offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
         loss=LOSSES[a.loss], recipe=RECIPES[a.recipe], sharding=SHARDINGS[a.sharding],
-        load_dtype=LOAD_DTYPES[a.load_dtype],
+        load_dtype=LOAD_DTYPES[a.load_dtype], liger=a.liger,
         micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
         gradient_accumulation_steps=a.grad_accum,
         objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,

@@ -174,6 +174,7 @@ class TrainingSpec:
     recipe: Recipe = Recipe.TUNEFLEET
     sharding: Sharding = Sharding.DEEPSPEED
     load_dtype: LoadDtype = LoadDtype.BF16
+    liger: bool = False
 
     __hash__ = hash_once
     __getstate__ = without_hash
@@ -216,6 +217,10 @@ class TrainingSpec:
                                                            "mixed precision; the executor loads the model in the "
                                                            "plan's precision: drop load_dtype or set a Trainer recipe "
                                                            "and precision bf16")
+        if self.liger and self.recipe not in (Recipe.HF_TRAINER, Recipe.TRL_SFT):
+            raise InvalidFieldError("training.liger", "Liger's kernels are the Trainer's use_liger_kernel: set recipe "
+                                                      f"hf-trainer or trl-sft, or drop liger (recipe "
+                                                      f"{self.recipe.value})")
         if self.method.quantises and self.zero_stage == 3 and \
                 self.offload is Offload.ALL:
             raise InvalidFieldError("training.offload",

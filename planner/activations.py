@@ -7,7 +7,7 @@ from __future__ import annotations
 from contract.model import Architecture, Family
 from contract.schema import Attention, Loss, Method, Objective, TrainingSpec
 from planner import constants as k
-from planner import recipes
+from planner import liger, recipes
 from planner.architecture import (
     LAYER_NORM_FAMILIES,
     SHARED_EXPERTS_MOE,
@@ -31,29 +31,35 @@ _FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO
 _GEMMA_NORMS = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
 
 
-def _norm_bytes(a: Architecture, b: int, weight_trains: bool) -> float:
+def _norm_bytes(a: Architecture, b: int, weight_trains: bool, liger_norm: bool = False) -> float:
     """Bytes one norm saves for backward, per token.
 
     RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd; when its weight trains,
     the normalised input to the weight multiply is saved too (fp32 in Gemma, which multiplies in fp32).
     LayerNorm (GPT-2, Phi, StarCoder2) saves its input, mean and rstd whether or not its weight trains.
+    Liger's RMSNorm (`liger_norm`) saves its input and the rstd (planner.liger).
     """
     h = a.hidden_size
+    if liger_norm:
+        return liger.norm_bytes_per_row(h, b)
     if a.family in LAYER_NORM_FAMILIES:
         return b * h + 8
     normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY else b) * h if weight_trains else 0
     return 4 * h + 4 + normalised
 
 
-def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, k: bool = True) -> float:
+def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = True, k: bool = True,
+                      liger_norm: bool = False) -> float:
     """Bytes the q_norm and k_norm (qk_norm_rows: over each head, or over the whole projection) save per token: the
     fp32 upcast, the fp32 rstd per row and, when the weight trains, the normalised input to its multiply (fp32 in
-    Gemma 3 and OLMo 2, which multiply in fp32), as `_norm_bytes`."""
+    Gemma 3 and OLMo 2, which multiply in fp32), as `_norm_bytes`; Liger's (`liger_norm`) its input and rstd a row."""
     rows_q, rows_k = qk_norm_rows(a)
     if not rows_q:
         return 0.0
     normalised = 4 if a.family in _FP32_WEIGHT_MULTIPLY else b
     widths = [(a.q_dim, rows_q)] * q + [(a.kv_dim, rows_k)] * k
+    if liger_norm:
+        return sum(b * width + liger.RSTD_BYTES * rows for width, rows in widths)
     return sum(4 * width + 4 * rows + (normalised * width if weight_trains else 0) for width, rows in widths)
 
 
@@ -71,10 +77,10 @@ def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     """What a recomputed layer still holds when backward reaches its eager attention scores (the MLP and the
     output projection done): its input norm, the q/k/v inputs and adapters, q/k norms, q and k (repeated) as the
     scores' matmul saves them."""
-    b, full = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE)
-    norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full)
+    b, full, patched = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE), liger.layers_patched(t)
+    norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full, patched)
     qkv = group_input_bytes(Linear(first_linears(a), a.hidden_size), t, split)
-    return norm + _head_norms_bytes(a, b, full) + qkv + 2 * b * a.q_dim
+    return norm + _head_norms_bytes(a, b, full, liger_norm=patched) + qkv + 2 * b * a.q_dim
 
 
 def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: ParameterSplit,
@@ -90,7 +96,8 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     full = t.method in (Method.FULL, Method.FREEZE)
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
-    norms = norms_per_layer(a) * _norm_bytes(a, b, full) + _head_norms_bytes(a, b, full)
+    patched = liger.layers_patched(t)
+    norms = norms_per_layer(a) * _norm_bytes(a, b, full, patched) + _head_norms_bytes(a, b, full, liger_norm=patched)
     m = a.latent_attention
     if m is not None:
         norms += _latent_norms_bytes(a, b, full)
@@ -173,6 +180,8 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
             mlp += 3 * b * a.shared_expert_intermediate_size + b + b * h
     elif a.family is Family.STARCODER2:
         mlp = b * i  # gelu_pytorch_tanh saves its input; its output is c_proj's input
+    elif patched:
+        mlp = 2 * b * i  # Liger's SwiGLU: the gate and up outputs; the product is down_proj's input
     elif a.family not in (Family.GPT2, Family.PHI):
         mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
     else:
@@ -266,6 +275,8 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     b = t.precision.activation_bytes
     if recipes.fused_head(t):
         return recipes.fused_head_backward_bytes(a, t)
+    if liger.fused_loss(t):
+        return liger.fused_loss_saved_bytes(a, t, tokens) + liger.fused_loss_forward_bytes(a, t, tokens)
     if t.objective is Objective.DPO:  # chosen and rejected rows; the last position of each has no next token
         return (tokens - t.sequences_per_micro_batch) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
     fp32_copies = k.LOGITS_FP32_COPIES * 4
@@ -291,6 +302,8 @@ def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
                               default=0)
     if recipes.fused_head(t):
         return recipes.fused_head_tile_bytes(t), layer, dequantised
+    if liger.fused_loss(t):
+        return liger.chunk_tokens(a, tokens) * a.vocab_size * t.precision.activation_bytes, layer, dequantised
     return rows * a.vocab_size * 4, layer, dequantised
 
 
@@ -316,6 +329,8 @@ def _log_prob_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     saves instead."""
     if recipes.fused_head(t):
         return recipes.fused_head_saved_bytes(a, t)
+    if liger.fused_loss(t):
+        return liger.fused_loss_saved_bytes(a, t, tokens)
     rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
     return rows * a.vocab_size * 4
 
@@ -331,8 +346,10 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     full = t.method in (Method.FULL, Method.FREEZE)
     embeddings_train = t.method is Method.FULL
     gemma = a.family in _GEMMA_NORMS
-    ids = (2 if embeddings_train else 1) * k.TOKEN_ID_BYTES * tokens
-    if t.sequences_per_micro_batch == 1:
+    fused_loss, patched = liger.fused_loss(t), liger.layers_patched(t)
+    # the token ids where the embeddings train; the labels the loss saves (Liger's fused loss saves none)
+    ids = (embeddings_train + (not fused_loss)) * k.TOKEN_ID_BYTES * tokens
+    if t.sequences_per_micro_batch == 1 and not fused_loss:
         # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
         # single sequence, whose slice is contiguous already: the padded tensor is what stays
         ids += k.TOKEN_ID_BYTES
@@ -343,17 +360,20 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     rotary = a.resolved_rotary_dims // 2 if a.family is Family.GPT_OSS else a.resolved_rotary_dims
     rope = 0 if a.family is Family.GPT2 else 4 * rotary * t.sequence_length \
         if a.family in (Family.DEEPSEEK_V2, Family.LLAMA4) else 2 * rope_bytes * rotary * t.sequence_length
-    final = (_norm_bytes(a, b, full) + (b * h if full else 0)) * tokens + (4 * h if gemma else 0)
+    head_input = b * h if full and not fused_loss else 0  # Liger's fused loss keeps the head's input for none
+    final = (_norm_bytes(a, b, full, patched) + head_input) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0
     if not embeddings_train and not t.gradient_checkpointing:
         # the first layer's input norm (OLMo 2 has none: its norms read the attention and MLP outputs)
-        first_layer = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full) * tokens + (4 * h if gemma else 0)
+        first_layer = 0.0 if a.family is Family.OLMO2 else \
+            _norm_bytes(a, b, full, patched) * tokens + (4 * h if gemma else 0)
         adapted = split.adapted_decoder_names
         if t.applies_lora_dropout:
             first_layer += sum(n in adapted for n in first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
         if not full:  # a projection without an adapter has an output that needs no gradient: its head norm saves none
-            first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted) * tokens
+            first_layer += _head_norms_bytes(a, b, False, "q_proj" not in adapted, "k_proj" not in adapted,
+                                             patched) * tokens
             first_layer += _latent_norms_bytes(a, b, False, "q_a_proj" not in adapted,
                                                "kv_a_proj_with_mqa" not in adapted) * tokens
     scale = b if gemma and embeddings_train else 0  # Gemma multiplies embeddings by sqrt(hidden) as a tensor
@@ -384,6 +404,8 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     layers = split.trainable_decoder_layers
     h = a.hidden_size
     logits = logits_bytes(a, t, tokens)
+    if liger.fused_loss(t):  # Liger's fused loss runs inside the forward, beside autocast's cached adapter casts
+        logits += recipes.autocast_cache_bytes(split, t)
     outside = _outside_layers_bytes(a, t, split, tokens)  # the log-probs are part of the logits peak term
     eager = _eager_softmax_backward_bytes(a, t, tokens)
     if t.gradient_checkpointing:

@@ -129,6 +129,8 @@ EAGER_SOFTMAX_BACKWARD_FP32_COPIES = 3
 CAST_PEAK_HIDDEN_TENSORS = 7
 # CUDA's native_dropout keeps a bool mask: one byte per element (aten/src/ATen/native/cuda/Dropout.cu).
 DROPOUT_MASK_BYTES = 1
+# The Trainer recipes' autocast computes in bf16 (TrainingArguments bf16=True: torch.autocast(dtype=bfloat16)).
+AUTOCAST_BYTES = 2
 # Token ids (embedding backward) and the shifted labels (nll_loss) are int64.
 TOKEN_ID_BYTES = 8
 # Chunked / fused cross-entropy processes this many tokens' logits at a time (Liger default order).

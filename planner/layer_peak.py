@@ -7,7 +7,7 @@ from __future__ import annotations
 from contract.model import Architecture, Family
 from contract.schema import Method, TrainingSpec
 from planner import constants as k
-from planner import recipes
+from planner import liger, recipes
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.parameters import ParameterSplit
 
@@ -25,15 +25,36 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
         return 0
     down_read = t.method in (Method.FULL, Method.FREEZE) or any(
         layer.in_features == a.intermediate_size for layer in split.decoder_lora_layers)
-    tensors = 2 if down_read or recipes.fp32_stream(t) else 3
+    if liger.layers_patched(t) and not down_read:
+        # Liger's SwiGLU backward writes the gate's and up's gradients into the outputs it saved: only the product's
+        # gradient is new (simulated: Qwen3-8B and Mistral-7B LoRA on the attention). Where the down projection's
+        # input is read, its backward (the input's gradient made while the input is held) peaks as the unfused
+        # MLP's does (simulated: trl-sft Llama-3.2-1B QLoRA on every linear)
+        tensors = 1
+    else:
+        tensors = 2 if down_read or recipes.fp32_stream(t) else 3
     return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
+
+
+def _mlp_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+    """What a dense gated MLP saves besides its projections' inputs: the gate's output, its activation and the up
+    output (planner.activations), Liger's SwiGLU the gate and up outputs only."""
+    if a.num_experts or a.family in LAYER_NORM_FAMILIES or a.family is Family.LLAMA4:
+        return 0
+    return (2 if liger.layers_patched(t) else 3) * a.intermediate_size * tokens * t.precision.activation_bytes
 
 
 def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
     """fp32 adapters on a bf16 stream: the widest adapted input's fp32 casts (recipes.adapter_cast_bytes) in a
-    layer's forward, with k.CAST_PEAK_HIDDEN_TENSORS hidden-sized tensors alive beside them."""
+    layer's forward, with k.CAST_PEAK_HIDDEN_TENSORS hidden-sized tensors alive beside them. With adapters on the
+    attention only, that is before the MLP runs: what the MLP saves is not there yet (simulated: Liger's Mistral-7B
+    LoRA on q, k, v, o, whose loss leaves the recomputed layer the peak)."""
     cast = recipes.adapter_cast_bytes(t, split, tokens)
-    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes if cast else 0
+    if not cast:
+        return 0
+    mlp_adapted = any(a.intermediate_size in (x.in_features, x.out_features) for x in split.decoder_lora_layers)
+    before_mlp = 0 if mlp_adapted else _mlp_saved_bytes(a, t, tokens)
+    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes - before_mlp
 
 
 def head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:

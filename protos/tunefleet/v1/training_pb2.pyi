@@ -144,7 +144,7 @@ class DpoSpec(_message.Message):
     def __init__(self, beta: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., sft_weight: _Optional[float] = ..., precompute_reference: _Optional[bool] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe", "sharding", "load_dtype")
+    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe", "sharding", "load_dtype", "liger")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_QUANT_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,7 @@ class TrainingSpec(_message.Message):
     RECIPE_FIELD_NUMBER: _ClassVar[int]
     SHARDING_FIELD_NUMBER: _ClassVar[int]
     LOAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    LIGER_FIELD_NUMBER: _ClassVar[int]
     method: Method
     lora: LoraSpec
     double_quant: bool
@@ -189,7 +190,8 @@ class TrainingSpec(_message.Message):
     recipe: Recipe
     sharding: Sharding
     load_dtype: LoadDtype
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., load_dtype: _Optional[_Union[LoadDtype, str]] = ...) -> None: ...
+    liger: bool
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., load_dtype: _Optional[_Union[LoadDtype, str]] = ..., liger: _Optional[bool] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
     __slots__ = ("dataset_tokens", "epochs", "max_steps")
