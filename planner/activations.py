@@ -423,8 +423,11 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit,
         body = all_layers + outside
         # the last layer's softmax backward runs after the logits are freed, with every other layer's activations
         # alive; of its extra fp32 S x S tensors the layer already counts the saved softmax output and its cast
-        # fp32 adapters: the last layer's widest adapter input cast to fp32 in its forward, before the head runs
+        # fp32 adapters: the last layer's widest adapter input cast to fp32 in its forward, before the head runs,
+        # beside autocast's cached bf16 copies of the adapters
         cast = recipes.adapter_cast_bytes(t, split, tokens) - head_saved_bytes(a, t)
+        if cast > 0:
+            cast += recipes.autocast_cache_bytes(split, t)
         logits_term = max(logits, eager - _eager_softmax_saved_bytes(a, t, tokens) + backward_buffer_bytes, cast,
                           backward_buffer_bytes)
     vision = 0.0

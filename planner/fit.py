@@ -111,6 +111,10 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
     elif t.loss is Loss.STANDARD and t.recipe is not Recipe.TUNEFLEET:
         out.append(("use a chunked cross-entropy loss", "never materialises the full fp32 logits",
                     replace(t, loss=Loss.CHUNKED), hw))
+    if t.recipe is Recipe.HF_TRAINER and not t.liger and \
+            recipes.covers(model.architecture, patched := replace(t, liger=True), hw.world_size):
+        out.append(("--liger", "Liger's fused linear cross-entropy never builds the logits, and its RMSNorm and "
+                    "SwiGLU save less a layer (planned; tunefleet's executor does not run it)", patched, hw))
     if not hw.gpu.runs(t.precision):
         out.append(("--precision fp16", f"{hw.gpu.display_name} has no bf16; fp16 mixed precision takes the same "
                     "memory", replace(t, precision=Precision.FP16), hw))
@@ -218,6 +222,9 @@ def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
     return f"DPO: the reference is the base model with the adapter disabled, no second copy; {pairs}"
 
 
+LIGER_NOTE = ("liger: planned with Liger's kernels as the Trainer's use_liger_kernel applies them (RMSNorm, SwiGLU, "
+              "RoPE; under hf-trainer its fused linear cross-entropy, no logits), simulated with liger-kernel's own "
+              "functions (make bench-simulate); the step time is planned as without them")
 BF16_PURE_NOTE = ("bf16-pure (no fp32 master weights, bf16 optimizer states) is what recipes such as torchtune's run; "
                   "tunefleet's executor trains with DeepSpeed, whose bf16 optimizer keeps fp32 master weights and "
                   "states, so it refuses this plan: plan --precision bf16 to run it on the fleet")
@@ -261,6 +268,8 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(RECIPE_NOTES[t.recipe])
     elif t.method is Method.QLORA and (hf_note := _hf_trainer_note(model, t, hw)) is not None:
         notes.append(hf_note)
+    if t.liger:
+        notes.append(LIGER_NOTE)
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
     if t.precision is Precision.BF16_PURE:

@@ -25,12 +25,14 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
         return 0
     down_read = t.method in (Method.FULL, Method.FREEZE) or any(
         layer.in_features == a.intermediate_size for layer in split.decoder_lora_layers)
-    if liger.layers_patched(t) and not down_read:
+    if liger.layers_patched(t):
         # Liger's SwiGLU backward writes the gate's and up's gradients into the outputs it saved: only the product's
         # gradient is new (simulated: Qwen3-8B and Mistral-7B LoRA on the attention). Where the down projection's
-        # input is read, its backward (the input's gradient made while the input is held) peaks as the unfused
-        # MLP's does (simulated: trl-sft Llama-3.2-1B QLoRA on every linear)
-        tensors = 1
+        # input is read, its backward peaks as the input's gradient is made while the input is held, beside the
+        # hidden-sized gradients: as the unfused MLP's on a bf16 stream (simulated: trl-sft Llama-3.2-1B and
+        # Llama-3.1-8B QLoRA on every linear), one fp32 tensor on hf-trainer QLoRA's fp32 stream, whose adapter
+        # computes that gradient in autocast's bf16 (simulated: Llama-3.2-1B, Qwen2.5-7B)
+        tensors = (1 if recipes.fp32_stream(t) else 2) if down_read else 1
     else:
         tensors = 2 if down_read or recipes.fp32_stream(t) else 3
     return tensors * a.intermediate_size * tokens * t.precision.activation_bytes

@@ -67,6 +67,7 @@ def test_config_json_folder_is_accepted(tmp_path: Path) -> None:
      "training.sharding: FSDP is planned as FULL_SHARD, which shards like ZeRO stage 3; set zero_stage 3"),
     (("--gpu", "a100-80gb", "--load-dtype", "fp32"), "training.load_dtype: fp32 loading is a Trainer recipe's script"),
     (("--gpu", "a100-80gb", "--sharding", "ddp"), "argument --sharding: invalid choice"),
+    (("--gpu", "a100-80gb", "--liger"), "training.liger: Liger's kernels are the Trainer's use_liger_kernel"),
 ])
 def test_bad_input_says_what_to_change(args: tuple[str, ...], message: str) -> None:
     out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8B", *args)
@@ -84,6 +85,20 @@ def test_fit_plans_the_trainer_under_fsdp_with_the_frozen_shards_in_the_dtype_th
     assert bf16.returncode == 0 and fp32.returncode == 0, bf16.stderr + fp32.stderr
     weights = [json.loads(out.stdout)["per_gpu"]["weights_bytes"] for out in (bf16, fp32)]
     assert weights[1] == pytest.approx(2 * weights[0], rel=1e-6)
+
+
+def test_fit_plans_liger_s_fused_loss_under_the_trainer() -> None:
+    """Llama-3.1-8B LoRA at 2 x 4,096 tokens under transformers' Trainer: Liger's fused loss never builds the
+    128,256-word logits, whose fp32 copies make the plain Trainer's peak; Gemma 2's Liger patch is not simulated."""
+    args = ("fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm-80gb", "--recipe", "hf-trainer",
+            "--micro-batch", "2", "--seq-len", "4096", "--json")
+    plain, liger = tunefleet(*args), tunefleet(*args, "--liger")
+    assert plain.returncode == 0 and liger.returncode == 0, plain.stderr + liger.stderr
+    logits = [json.loads(out.stdout)["per_gpu"]["logits_bytes"] for out in (plain, liger)]
+    assert logits[1] < logits[0] / 10
+    gemma = tunefleet("fit", "--model", "google/gemma-2-9b", "--gpu", "h100-sxm-80gb", "--recipe", "hf-trainer",
+                      "--attention", "eager", "--liger")
+    assert gemma.returncode != 0 and "training.liger" in gemma.stderr
 
 
 def test_unknown_model_suggests_close_names() -> None:

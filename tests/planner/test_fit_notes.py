@@ -119,7 +119,7 @@ def test_zero3_gathers_released_experts_again_in_backward_beside_the_copy_their_
     assert gpu_memory(mixtral, t, 8).regathered_bytes == 0
     r = fit(catalog.model("zai-org/GLM-4.5-Air"), t, Hardware(gpu=catalog.gpu("h100-sxm-80gb"), gpus_per_node=8),
             catalog)
-    assert r.band.basis.startswith("allocated -1.8%/+1.6% (worst simulated ZeRO-3 rows, make bench-simulate)")
+    assert r.band.basis.startswith("allocated -1.9%/+1.6% (worst simulated ZeRO-3 rows, make bench-simulate)")
 
 
 def test_the_experts_gathered_again_are_a_row_of_fit_s_table() -> None:

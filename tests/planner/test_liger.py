@@ -14,11 +14,12 @@ pytest.importorskip("liger_kernel")
 
 from benchmarks.liger import liger_as_on_cuda  # noqa: E402
 from contract.errors import InvalidFieldError  # noqa: E402
-from contract.schema import LoraSpec, Method, Recipe, TrainingSpec  # noqa: E402
+from contract.schema import Hardware, LoraSpec, Method, Recipe, TrainingSpec  # noqa: E402
 from planner import liger  # noqa: E402
 from planner.activations import decoder_layer_saved_bytes, outside_layers_saved_bytes  # noqa: E402
 from planner.catalog import default_catalog  # noqa: E402
 from planner.errors import UnsupportedError  # noqa: E402
+from planner.fit import LIGER_NOTE, fit  # noqa: E402
 from planner.hf_config import architecture_from_config  # noqa: E402
 from planner.memory import gpu_memory  # noqa: E402
 from planner.parameters import parameter_split  # noqa: E402
@@ -94,3 +95,18 @@ def test_liger_is_a_trainer_s_modifier_for_the_families_simulated() -> None:
         liger.check(gemma, TrainingSpec(recipe=Recipe.HF_TRAINER, liger=True))
     assert refused.value.field == "training.liger"
     assert "without --liger" in str(refused.value)
+
+
+def test_fit_points_a_logits_bound_trainer_plan_at_liger_and_says_what_a_liger_plan_is() -> None:
+    """Llama-3.1-8B LoRA at 2 x 4,096 tokens under transformers' Trainer does not fit an L4 (its fp32 logits); Fit
+    suggests Liger's fused loss, which takes a third off the total; a Liger plan's notes say how it was planned."""
+    catalog = default_catalog()
+    model, hw = catalog.model("meta-llama/Llama-3.1-8B"), Hardware(gpu=catalog.gpu("l4"))
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=2, sequence_length=4096, recipe=Recipe.HF_TRAINER)
+    plain = fit(model, t, hw, catalog)
+    suggested = {s.change: s for s in plain.suggestions}
+    liger_suggested = suggested["--liger"]
+    assert not plain.fits and liger_suggested.training.liger
+    assert liger_suggested.per_gpu_total_bytes < 0.7 * plain.per_gpu.total_bytes
+    patched = fit(model, replace(t, liger=True), hw, catalog)
+    assert patched.per_gpu.total_bytes == liger_suggested.per_gpu_total_bytes and LIGER_NOTE in patched.notes
