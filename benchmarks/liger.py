@@ -72,9 +72,17 @@ class _LossLast(TorchDispatchMode):
 
 @contextlib.contextmanager
 def liger_as_on_cuda() -> Iterator[None]:
-    """Liger's kernels as on CUDA (see the module's docstring), for the Trainer's steps run inside."""
+    """Liger's kernels as on CUDA (see the module's docstring), for the Trainer's steps run inside. Liger finds each
+    op's backends on its first call and logs the ones that cannot be imported here (CuTe DSL, Ascend) with the
+    exception, whose traceback holds the frames of the step that called it — and their tensors, for as long as a
+    handler keeps the record (pytest's does): every op's backends are found first, before any step."""
+    import liger_kernel.transformers  # noqa: F401 - its modules declare every op's backend locations
+    from liger_kernel.backends import registry
     from liger_kernel.ops import fused_linear_cross_entropy as flce
     from triton.runtime.jit import KernelInterface
+
+    for op in list(registry._DISCOVERY_MAP):
+        registry.list_registered(op)
 
     saved = KernelInterface.__getitem__, flce._can_use_mm_out, flce.fused_linear_cross_entropy_forward
     forward = flce.fused_linear_cross_entropy_forward

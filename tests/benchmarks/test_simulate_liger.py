@@ -17,9 +17,11 @@ from benchmarks.simulate import simulate  # noqa: E402
 from contract.schema import Method, Recipe, TrainingSpec  # noqa: E402
 from tests.benchmarks.tiny import ALL, TINY_LLAMA, fake_equals_real  # noqa: E402
 
-# hf-trainer's fused loss without and with the head's weight training (its gradient accumulated in place), and
-# SFTTrainer, which keeps its own fused head under Liger's layer kernels
-LIGER = [(Recipe.HF_TRAINER, Method.LORA), (Recipe.HF_TRAINER, Method.FULL), (Recipe.TRL_SFT, Method.LORA)]
+# hf-trainer's fused loss without and with the head's weight training (its gradient accumulated in place) and on
+# QLoRA's fp32 stream (autocast casts the fp32 head for each chunk: no preallocated buffer), and SFTTrainer, which
+# keeps its own fused head under Liger's layer kernels
+LIGER = [(Recipe.HF_TRAINER, Method.LORA), (Recipe.HF_TRAINER, Method.FULL), (Recipe.HF_TRAINER, Method.QLORA),
+         (Recipe.TRL_SFT, Method.LORA)]
 
 
 @pytest.mark.parametrize(("recipe", "method"), LIGER, ids=[f"{r.value}-{m.value}" for r, m in LIGER])
