@@ -684,6 +684,7 @@ def table_rows() -> list[Row]:
              Row("mistralai/Mistral-7B-v0.3", liger(hf(spec(qlora, 8, 4096, lora_spec=qkvo)))),
              Row("meta-llama/Llama-3.2-1B", liger(hf(spec(full, 2, 2048)))),
              Row("Qwen/Qwen2.5-0.5B", liger(hf(spec(full, 4, 1024, ckpt=False)))),
+             Row("HuggingFaceTB/SmolLM3-3B", liger(hf(spec(lora, 2, 4096)))),
              Row("meta-llama/Llama-3.1-8B", liger(sft(spec(qlora, 1, 4096)))),
              Row("Qwen/Qwen3-8B", liger(sft(spec(lora, 1, 8192)))),
              Row("meta-llama/Llama-3.2-1B", liger(sft(spec(full, 4, 2048)))),

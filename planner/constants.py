@@ -48,8 +48,8 @@ ALLOCATOR_OVERHEAD_FRACTION = 0.12
 # Fitted on 2026-11-26 by `python -m benchmarks.slack_fit` to the 173 rows' simulated allocated and replayed reserved
 # peaks (simulate.csv), each row weighted by 1 / its reserved bytes: the model's reserved (simulated allocated +
 # slack) is within 1.9 % of the replay at the median, 142 rows within 5 %, where a flat 12 % was 5.8 % off at the
-# median (-23.7 %..+11.9 %, 77 rows within 5 %). Not refitted to the 213 rows of 2026-11-27 (Liger's among them):
-# that fit (median 2.1 %, 167 rows within 5 %) took the third-party rows' memory median from 7.8 % to 8.9 %
+# median (-23.7 %..+11.9 %, 77 rows within 5 %). Not refitted on 2026-11-27: a fit to the 213 rows then (Liger's
+# among them: median 2.1 %, 167 rows within 5 %) took the third-party rows' memory median from 7.8 % to 8.9 %
 # (make bench-accuracy). A quantised step's dequantised weights (a bf16 copy per matmul, of
 # a few sizes) leave about four of the largest cached.
 SLACK_PER_LOGITS_BLOCK_BYTE = 0.783
@@ -63,12 +63,12 @@ SLACK_PER_TIED_GRADIENT_BYTE = 0.704
 # How far the replayed reserved bytes were found above and below the model's over those rows (under, over): Fit's
 # range (planner/confidence.py). Worst under: a Llama-3.2-1B full fine-tune under TRL's SFTTrainer with DeepSpeed
 # ZeRO-2 on 4 ranks (a 1B model whose step's one-off blocks, the fp64 norm copy of its embedding among them, are
-# half its allocated peak); worst over, of the 213 rows of 2026-11-27: a Llama-3.2-1B full fine-tune under
+# half its allocated peak); worst over, of the 214 rows of 2026-11-27: a Llama-3.2-1B full fine-tune under
 # transformers' Trainer with Liger's kernels (2 x 2,048 tokens, its peak at the optimizer step), +15.6 %.
 SLACK_MODEL_ERROR = (0.129, 0.156)
 # How far the truth has been found above and below the planner's allocated prediction (under, over), by regime:
 # the executor's step simulated at full size (make bench-simulate, its "truth above/below the plan" lines,
-# benchmarks/results/simulate.csv, 2026-11-27: 163 rows of ZeRO 0-2, QLoRA, 8-bit LoRA, transformers' Trainer's,
+# benchmarks/results/simulate.csv, 2026-11-27: 164 rows of ZeRO 0-2, QLoRA, 8-bit LoRA, transformers' Trainer's,
 # TRL's SFTTrainer's and both under Liger's kernels among them, and 50 of ZeRO 3, the ZeRO-3 rows over experts
 # that ZeRO-3 gathers again in backward among them: GLM-4.5-Air LoRA with and without checkpointing, its full
 # fine-tune, -0.8 %..+1.8 %; the plan furthest above the truth there, a Llama-3.2-1B full fine-tune under the

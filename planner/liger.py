@@ -21,7 +21,8 @@ from planner.constants import AUTOCAST_BYTES, TOKEN_ID_BYTES
 from planner.errors import UnsupportedError
 
 # The families whose Liger patch is simulated so far: RMSNorm (Qwen 3 also its q/k norms), a SwiGLU MLP, RoPE and the
-# fused linear cross-entropy as the llama patch applies them
+# fused linear cross-entropy as the llama patch applies them (SmolLM3, planned as a Llama, has a patch of its own that
+# leaves RoPE out where its model does)
 LIGER_FAMILIES = (Family.LLAMA, Family.MISTRAL, Family.QWEN2, Family.QWEN3)
 # LigerRMSNormFunction saves one fp32 inverse RMS a row (rms_norm.py: RSTD, rstd_dtype float32 in "llama" mode)
 RSTD_BYTES = 4

@@ -25,7 +25,9 @@ from planner.memory import gpu_memory  # noqa: E402
 from planner.parameters import parameter_split  # noqa: E402
 from tests.planner.test_activations import LAYERS, MICRO_BATCH, SEQ, _model, _saved_by_layer  # noqa: E402
 
-CASES = [(family, method) for family in ("llama", "mistral", "qwen2", "qwen3") for method in ("full", "lora")]
+# SmolLM3 (planned as a Llama): its own patch, its middle layer without RoPE
+CASES = [(family, method) for family in ("llama", "mistral", "qwen2", "qwen3", "smollm3")
+         for method in ("full", "lora")]
 
 
 def _measured(family: str, method: str, patched: bool) -> tuple[int, int]:
