@@ -13,14 +13,8 @@ import torch
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from benchmarks.simulate import (  # noqa: E402
-    UNDER_PREDICTION_LIMIT,
-    Row,
-    planned_bytes,
-    replanned,
-    simulate,
-    table_rows,
-)
+from benchmarks.simulate import UNDER_PREDICTION_LIMIT, planned_bytes, replanned, simulate  # noqa: E402
+from benchmarks.simulate_rows import Row, table_rows  # noqa: E402
 from contract.schema import (  # noqa: E402
     Attention,
     DpoSpec,
