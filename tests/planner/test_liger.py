@@ -30,8 +30,9 @@ CASES = [(family, method) for family in ("llama", "mistral", "qwen2", "qwen3", "
          for method in ("full", "lora")]
 
 
-def _measured(family: str, method: str, patched: bool) -> tuple[int, int]:
-    """(a middle layer's, everything else's) saved bytes, with Liger applied as the Trainer applies it or not."""
+def _measured(family: str, method: str, patched: bool) -> tuple[int, int, dict[str, object]]:
+    """(a middle layer's, everything else's) saved bytes, with Liger applied as the Trainer applies it or not, and the
+    model's config."""
     model = _model(family, "sdpa", method, torch.bfloat16, 0.0, ckpt=False)
     with liger_as_on_cuda():
         if patched:
@@ -39,7 +40,7 @@ def _measured(family: str, method: str, patched: bool) -> tuple[int, int]:
 
             _apply_liger_kernel_to_instance(model=model.get_base_model() if method == "lora" else model)
         by_layer, total = _saved_by_layer(model)
-    return by_layer[1], total - LAYERS * by_layer[1]
+    return by_layer[1], total - LAYERS * by_layer[1], model.config.to_dict()
 
 
 def _planned(model_config: dict[str, object], method: str, patched: bool) -> tuple[int, int]:
@@ -57,9 +58,8 @@ def test_liger_changes_what_is_saved_by_what_the_planner_counts(family: str, met
     """Per layer: the norms save their input and rstd (no fp32 upcast), the MLP its gate and up outputs (Qwen 3's q/k
     norms too); outside: the final norm as a layer's, and the fused loss saves the hidden states' gradient (and the
     head's weight's when it trains) where the standard loss saved fp32 log-probs, its labels and a scalar."""
-    config = _model(family, "sdpa", method, torch.bfloat16, 0.0, ckpt=False).config.to_dict()
     plain, patched = _measured(family, method, False), _measured(family, method, True)
-    planned_plain, planned_patched = _planned(config, method, False), _planned(config, method, True)
+    planned_plain, planned_patched = _planned(plain[2], method, False), _planned(plain[2], method, True)
     nll_total_weight = 4  # the standard loss's fp32 scalar, which the planner leaves out (test_activations)
     assert patched[0] - plain[0] == planned_patched[0] - planned_plain[0] < 0
     assert patched[1] - plain[1] == planned_patched[1] - planned_plain[1] - nll_total_weight
