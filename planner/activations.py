@@ -59,7 +59,7 @@ def _head_norms_bytes(a: Architecture, b: int, weight_trains: bool, q: bool = Tr
     normalised = 4 if a.family in _FP32_WEIGHT_MULTIPLY else b
     widths = [(a.q_dim, rows_q)] * q + [(a.kv_dim, rows_k)] * k
     if liger_norm:
-        return sum(b * width + liger.RSTD_BYTES * rows for width, rows in widths)
+        return sum(liger.norm_bytes_per_row(width, b, rows) for width, rows in widths)
     return sum(4 * width + 4 * rows + (normalised * width if weight_trains else 0) for width, rows in widths)
 
 

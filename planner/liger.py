@@ -42,9 +42,10 @@ def fused_loss(t: TrainingSpec) -> bool:
     return t.liger and t.recipe is Recipe.HF_TRAINER
 
 
-def norm_bytes_per_row(width: int, b: int) -> int:
-    """What one Liger RMSNorm saves a row of `width`: its input in the activations' dtype (`b` bytes) and the rstd."""
-    return b * width + RSTD_BYTES
+def norm_bytes_per_row(width: int, b: int, rows: int = 1) -> int:
+    """What one Liger RMSNorm saves a token whose `width` it normalises in `rows` rows (a head norm: one a head): its
+    input in the activations' dtype (`b` bytes) and the rstd a row."""
+    return b * width + RSTD_BYTES * rows
 
 
 def chunk_tokens(a: Architecture, tokens: int) -> int:
