@@ -27,6 +27,7 @@ import contextlib
 import copy
 import csv
 import gc
+import json
 import math
 import os
 import queue
@@ -56,6 +57,7 @@ from benchmarks.recipes import (  # noqa: E402
     trl_sft_peaks,
 )
 from benchmarks.simulate_rows import THIRD_PARTY_RESERVED, Row, table_rows  # noqa: E402
+from benchmarks.torchtune_recipe import TorchtuneVenvError, in_torchtune_venv, torchtune_peaks  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -68,7 +70,7 @@ from contract.schema import (  # noqa: E402
 from executor.training.caching_allocator import CachingAllocator  # noqa: E402
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
-from planner.hf_config import config_json  # noqa: E402
+from planner.hf_config import architecture_from_config, config_json  # noqa: E402
 
 UNDER_PREDICTION_LIMIT = -0.02
 RESULTS_CSV = RESULTS / "simulate.csv"
@@ -381,13 +383,17 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     # DeepSpeed they run without one
     deepspeed = t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
     ranks = _process_group(world_size) if deepspeed else contextlib.nullcontext()
-    arguments = contextlib.nullcontext() if t.recipe is Recipe.TUNEFLEET else trainer_arguments(t, world_size)
+    arguments = contextlib.nullcontext() if t.recipe in (Recipe.TUNEFLEET, Recipe.TORCHTUNE) else \
+        trainer_arguments(t, world_size)
     dynamic_map = real_dynamic_map() if t.method is Method.QLORA else contextlib.nullcontext()
     with dynamic_map, _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
             modules, kernels_as_on_cuda(t.method), arguments as trainer_args:
         torch.manual_seed(0)
         # ZeRO-3 partitions the weights as they are made: the Trainer's arguments say so for its recipes
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 and t.recipe is Recipe.TUNEFLEET else None
+        if t.recipe is Recipe.TORCHTUNE:  # torchtune builds the model itself, from its own modules
+            step_peaks = torchtune_peaks(architecture_from_config(json.dumps(config_json)), t, counter, steps, loaded)
+            return _simulated(step_peaks, started, allocator)
         model = from_config(config, t)
         bnb_config = quantization(t)
         if bnb_config is not None:
@@ -407,6 +413,10 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
             model = prepare_model(model, t, quantized=bnb_config is not None)
             step_peaks = _executor_peaks(model, t, config, ds_config, vocab, counter, modules, steps)
         del zero3_loading, model
+    return _simulated(step_peaks, started, allocator)
+
+
+def _simulated(step_peaks: list[Peak], started: float, allocator: CachingAllocator) -> Simulated:
     peak = max(step_peaks, key=lambda p: p.bytes)
     return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
                      tuple(p.bytes for p in step_peaks), time.perf_counter() - started, allocator.peak_reserved_bytes)
@@ -469,8 +479,16 @@ def _in_child(row: Row, results: Any) -> None:
 
 def _isolated(row: Row) -> dict[str, Any]:
     """One row in a forked child (torch, transformers and DeepSpeed already imported): a crash or a leak of one
-    row's run cannot take the table with it."""
+    row's run cannot take the table with it. A torchtune row runs in .venv-torchtune
+    (benchmarks/torchtune_recipe.py)."""
     import multiprocessing
+
+    if row.training.recipe is Recipe.TORCHTUNE:
+        try:
+            return dict(in_torchtune_venv("benchmarks.simulate", "--row", row.label))
+        except TorchtuneVenvError as e:
+            print(e, file=sys.stderr)
+            return _failed(row, "failed: .venv-torchtune")
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
@@ -482,9 +500,12 @@ def _isolated(row: Row) -> dict[str, Any]:
         except queue.Empty:
             continue
     child.join()
-    return {"row": row.label, "simulated_bytes": 0, "planned_bytes": 0, "error": math.nan,
-            "peak_at": f"failed: exit {child.exitcode}", "seconds": 0.0, "simulated_reserved_bytes": 0,
-            "planned_reserved_bytes": 0, "reserved_error": math.nan}
+    return _failed(row, f"failed: exit {child.exitcode}")
+
+
+def _failed(row: Row, why: str) -> dict[str, Any]:
+    return {"row": row.label, "simulated_bytes": 0, "planned_bytes": 0, "error": math.nan, "peak_at": why,
+            "seconds": 0.0, "simulated_reserved_bytes": 0, "planned_reserved_bytes": 0, "reserved_error": math.nan}
 
 
 def _preimport() -> None:
@@ -575,7 +596,17 @@ def main(argv: list[str] | None = None) -> int:
                         "simulating again (after a change to the planner only), and update its planned columns")
     p.add_argument("--rerun-failed", action="store_true",
                    help=f"simulate only the rows {RESULTS_CSV} records as failed or lacks, and update it")
+    p.add_argument("--row", help="simulate the one row with this label and print its result as JSON (how a torchtune "
+                                 "row runs in .venv-torchtune)")
     a = p.parse_args(argv)
+    if a.row:
+        from planner.catalog import default_catalog
+
+        row = next((r for r in table_rows() if r.label == a.row), None)
+        if row is None:
+            p.error(f"no row is labelled {a.row!r}")
+        print(json.dumps(run_row(row, default_catalog())))
+        return 0
     if a.replan:
         return _table(replanned(a.match), write=not a.match)
     if not a.match and not a.rerun_failed:

@@ -13,6 +13,7 @@ from contract.schema import (
     LoraSpec,
     Method,
     Objective,
+    Precision,
     Recipe,
     Sharding,
     TrainingSpec,
@@ -293,6 +294,22 @@ def table_rows() -> list[Row]:
              Row("meta-llama/Llama-3.1-8B", liger(hf(spec(lora, 2, 2048, zero=2))), 2),
              Row("meta-llama/Llama-3.2-1B", liger(hf(spec(full, 1, 2048, zero=3))), 4),
              Row("Qwen/Qwen2.5-7B", liger(sft(spec(lora, 1, 4096, zero=3))), 4)]
+    # torchtune: its single-device recipes run by the recipe itself (benchmarks/torchtune_recipe.py), bf16 throughout,
+    # its chunked loss; LoRA with and without checkpointing, full fine-tuning with a tied and an untied head
+
+    def tune(t: TrainingSpec) -> TrainingSpec:
+        return replace(t, recipe=Recipe.TORCHTUNE, precision=Precision.BF16_PURE)
+
+    rows += [Row("meta-llama/Llama-3.2-1B", tune(spec(lora, 2, 2048))),
+             Row("meta-llama/Llama-3.2-1B", tune(spec(lora, 2, 1024, ckpt=False))),
+             Row("meta-llama/Llama-3.2-1B", tune(spec(full, 2, 2048))),
+             Row("meta-llama/Llama-3.2-1B", tune(spec(full, 1, 1024, ckpt=False))),
+             Row("meta-llama/Llama-3.1-8B", tune(spec(lora, 4, 4096, lora_spec=q_v))),
+             Row("Qwen/Qwen2.5-7B", tune(spec(lora, 1, 2048))),
+             Row("Qwen/Qwen2.5-0.5B", tune(spec(full, 4, 2048))),
+             Row("Qwen/Qwen2.5-0.5B", tune(spec(full, 2, 1024, ckpt=False))),
+             Row("mistralai/Mistral-7B-v0.3", tune(spec(lora, 2, 2048, ckpt=False))),
+             Row("mistralai/Mistral-7B-v0.3", tune(spec(full, 1, 1024, ckpt=False)))]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -24,10 +24,10 @@ from common.units import GiB
 from contract.schema import Hardware, TrainingSpec
 from planner import constants as k
 from planner import recipes
-from planner.activations import transient_block_bytes
 from planner.catalog import Catalog, default_catalog
 from planner.memory import SLACK_PER_BYTE, allocator_slack_terms, per_gpu_memory
 from planner.parameters import parameter_split
+from planner.transient_blocks import transient_block_bytes
 
 FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients", "dequantised", "reduce bucket",
             "tied gradients")

@@ -73,6 +73,7 @@ class Recipe(enum.Enum):
     HF_TRAINER = "hf-trainer"
     TRL_SFT = "trl-sft"
     TRL_DPO = "trl-dpo"
+    TORCHTUNE = "torchtune"
 
 
 class Sharding(enum.Enum):

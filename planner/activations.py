@@ -5,13 +5,12 @@ layers (embeddings, final norm, logits and loss). Pure functions; no I/O."""
 from __future__ import annotations
 
 from contract.model import Architecture, Family
-from contract.schema import Attention, Loss, Method, Objective, TrainingSpec
+from contract.schema import Attention, Loss, Method, Objective, Recipe, TrainingSpec
 from planner import constants as k
-from planner import liger, recipes
+from planner import liger, recipes, torchtune
 from planner.architecture import (
     LAYER_NORM_FAMILIES,
     SHARED_EXPERTS_MOE,
-    linear_layers,
     norms_per_layer,
     qk_norm_rows,
 )
@@ -31,20 +30,22 @@ _FP32_WEIGHT_MULTIPLY = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3, Family.OLMO
 _GEMMA_NORMS = (Family.GEMMA, Family.GEMMA2, Family.GEMMA3)
 
 
-def _norm_bytes(a: Architecture, b: int, weight_trains: bool, liger_norm: bool = False) -> float:
+def _norm_bytes(a: Architecture, b: int, weight_trains: bool, liger_norm: bool = False,
+                fp32_normalised: bool = False) -> float:
     """Bytes one norm saves for backward, per token.
 
     RMSNorm upcasts its input to fp32 (saved for pow/mul) and saves the fp32 rstd; when its weight trains,
     the normalised input to the weight multiply is saved too (fp32 in Gemma, which multiplies in fp32).
     LayerNorm (GPT-2, Phi, StarCoder2) saves its input, mean and rstd whether or not its weight trains.
-    Liger's RMSNorm (`liger_norm`) saves its input and the rstd (planner.liger).
+    Liger's RMSNorm (`liger_norm`) saves its input and the rstd (planner.liger); torchtune's (`fp32_normalised`)
+    normalises and multiplies in fp32 (F.rms_norm(x.float(), weight=scale)), so its normalised input is fp32.
     """
     h = a.hidden_size
     if liger_norm:
         return liger.norm_bytes_per_row(h, b)
     if a.family in LAYER_NORM_FAMILIES:
         return b * h + 8
-    normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY else b) * h if weight_trains else 0
+    normalised = (4 if a.family in _FP32_WEIGHT_MULTIPLY or fp32_normalised else b) * h if weight_trains else 0
     return 4 * h + 4 + normalised
 
 
@@ -78,7 +79,7 @@ def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     output projection done): its input norm, the q/k/v inputs and adapters, q/k norms, q and k (repeated) as the
     scores' matmul saves them."""
     b, full, patched = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE), liger.layers_patched(t)
-    norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full, patched)
+    norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full, patched, t.recipe is Recipe.TORCHTUNE)
     qkv = group_input_bytes(Linear(first_linears(a), a.hidden_size), t, split)
     return norm + _head_norms_bytes(a, b, full, liger_norm=patched) + qkv + 2 * b * a.q_dim
 
@@ -97,7 +98,9 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
 
     patched = liger.layers_patched(t)
-    norms = norms_per_layer(a) * _norm_bytes(a, b, full, patched) + _head_norms_bytes(a, b, full, liger_norm=patched)
+    tune = t.recipe is Recipe.TORCHTUNE
+    norms = norms_per_layer(a) * _norm_bytes(a, b, full, patched, tune) + \
+        _head_norms_bytes(a, b, full, liger_norm=patched)
     m = a.latent_attention
     if m is not None:
         norms += _latent_norms_bytes(a, b, full)
@@ -114,7 +117,10 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         # head. transformers passes k/v unrepeated (enable_gqa) when there is no padding mask.
         v_storage = q + 2 * kv if a.family is Family.PHI3 else \
             heads * (m.qk_nope_head_dim + m.v_head_dim) if m else kv
-        core = b * (q + kv) + b * v_storage + b * a.v_dim + 4 * heads
+        # torchtune's attention expands k and v to every head before SDPA (MultiHeadAttention: expand + flatten)
+        k_width = q if tune else kv
+        v_storage = q if tune else v_storage
+        core = b * (q + k_width) + b * v_storage + b * a.v_dim + 4 * heads
     else:
         # q, k and v repeated to every head, the fp32 softmax and (below fp32) its cast back; Gemma 2's
         # logit soft-capping saves its tanh output. The output's transpose().contiguous() copy is the o_proj
@@ -229,10 +235,11 @@ def decoder_layer_saved_bytes(a: Architecture, t: TrainingSpec, split: Parameter
     queries by an fp32 factor per position, which the multiply saves."""
     per_token = _decoder_layer_bytes_per_token(a, t, split, t.sequence_length, dense, rope)
     temperature = 4 * t.sequence_length if a.family is Family.LLAMA4 and not rope else 0
-    return int(per_token * tokens + _decoder_layer_fixed_bytes(a, dense) + temperature)
+    tune = torchtune.layer_fixed_bytes(a, t) if t.recipe is Recipe.TORCHTUNE else 0
+    return int(per_token * tokens + _decoder_layer_fixed_bytes(a, dense) + temperature + tune)
 
 
-def _layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> tuple[int, int]:
+def layers_saved_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> tuple[int, int]:
     """(all trained layers', the largest layer's) saved bytes: the trained layers are the last ones, so the sparse
     layers come first when dense ones lead a mixture of experts; Llama 4's interleaved kinds are counted layer by
     layer."""
@@ -277,34 +284,14 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
         return recipes.fused_head_backward_bytes(a, t)
     if liger.fused_loss(t):
         return liger.fused_loss_saved_bytes(a, t, tokens) + liger.fused_loss_forward_bytes(a, t, tokens)
+    if t.recipe is Recipe.TORCHTUNE:
+        return torchtune.loss_bytes(a, t)
     if t.objective is Objective.DPO:  # chosen and rejected rows; the last position of each has no next token
         return (tokens - t.sequences_per_micro_batch) * a.vocab_size * k.DPO_LOGITS_FP32_COPIES * 4
     fp32_copies = k.LOGITS_FP32_COPIES * 4
     if t.loss is Loss.CHUNKED:
         return int(min(tokens, k.CHUNKED_LOSS_TOKENS) * a.vocab_size * (b + fp32_copies))
     return int(tokens * a.vocab_size * fp32_copies)
-
-
-def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit) -> tuple[int, int, int]:
-    """The short-lived blocks whose segments PyTorch's caching allocator keeps cached beside a step's peak
-    (planner.memory.allocator_slack_terms): one fp32 vocab-sized block of the loss (TRL's fused head: its bf16 tile),
-    one decoder layer's saved tensors with what it holds beyond them at its peak (what recompute rebuilds under
-    checkpointing; what backward frees first without it), and a quantised model's largest dequantised weight
-    (bitsandbytes dequantises a 4-bit weight into a bf16 copy for each matmul past a few rows, an 8-bit one in each
-    backward). `t` carries the activations'
-    precision (fp32 under hf-trainer QLoRA)."""
-    tokens = t.sequences_per_micro_batch * t.sequence_length
-    rows = min(tokens, k.CHUNKED_LOSS_TOKENS) if t.loss is Loss.CHUNKED else tokens
-    layer = _layers_saved_bytes(a, t, split, tokens)[1] + layer_peak_extra_bytes(a, t, split, tokens)
-    dequantised = 0
-    if t.method.quantises:
-        dequantised = 2 * max((x.in_features * x.out_features for x in linear_layers(a) if x.part == "decoder"),
-                              default=0)
-    if recipes.fused_head(t):
-        return recipes.fused_head_tile_bytes(t), layer, dequantised
-    if liger.fused_loss(t):
-        return liger.chunk_tokens(a, tokens) * a.vocab_size * t.precision.activation_bytes, layer, dequantised
-    return rows * a.vocab_size * 4, layer, dequantised
 
 
 def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
@@ -347,9 +334,10 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     embeddings_train = t.method is Method.FULL
     gemma = a.family in _GEMMA_NORMS
     fused_loss, patched = liger.fused_loss(t), liger.layers_patched(t)
+    tune = t.recipe is Recipe.TORCHTUNE
     # the token ids where the embeddings train; the labels the loss saves (Liger's fused loss saves none)
     ids = (embeddings_train + (not fused_loss)) * k.TOKEN_ID_BYTES * tokens
-    if t.sequences_per_micro_batch == 1 and not fused_loss:
+    if t.sequences_per_micro_batch == 1 and not fused_loss and not tune:
         # the loss pads the labels by one and shifts them with a slice, which .contiguous() copies except for a
         # single sequence, whose slice is contiguous already: the padded tensor is what stays
         ids += k.TOKEN_ID_BYTES
@@ -360,14 +348,16 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     rotary = a.resolved_rotary_dims // 2 if a.family is Family.GPT_OSS else a.resolved_rotary_dims
     rope = 0 if a.family is Family.GPT2 else 4 * rotary * t.sequence_length \
         if a.family in (Family.DEEPSEEK_V2, Family.LLAMA4) else 2 * rope_bytes * rotary * t.sequence_length
+    if tune:  # the layers save views of torchtune's fp32 RoPE cache, a buffer built with the model
+        rope = torchtune.rope_cache_bytes(a, t)
     head_input = b * h if full and not fused_loss else 0  # Liger's fused loss keeps the head's input for none
-    final = (_norm_bytes(a, b, full, patched) + head_input) * tokens + (4 * h if gemma else 0)
+    final = (_norm_bytes(a, b, full, patched, tune) + head_input) * tokens + (4 * h if gemma else 0)
     softcap = b * a.vocab_size * tokens if a.family is Family.GEMMA2 else 0
     first_layer = 0.0
     if not embeddings_train and not t.gradient_checkpointing:
         # the first layer's input norm (OLMo 2 has none: its norms read the attention and MLP outputs)
         first_layer = 0.0 if a.family is Family.OLMO2 else \
-            _norm_bytes(a, b, full, patched) * tokens + (4 * h if gemma else 0)
+            _norm_bytes(a, b, full, patched, tune) * tokens + (4 * h if gemma else 0)
         adapted = split.adapted_decoder_names
         if t.applies_lora_dropout:
             first_layer += sum(n in adapted for n in first_linears(a)) * k.DROPOUT_MASK_BYTES * h * tokens
@@ -400,7 +390,7 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     gradient on (ZeRO 1-2's reduce buckets): beside the layers' backward, not the loss's."""
     b = t.precision.activation_bytes
     tokens = t.sequences_per_micro_batch * t.sequence_length
-    all_layers, per_layer = _layers_saved_bytes(a, t, split, tokens)
+    all_layers, per_layer = layers_saved_bytes(a, t, split, tokens)
     layers = split.trainable_decoder_layers
     h = a.hidden_size
     logits = logits_bytes(a, t, tokens)

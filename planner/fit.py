@@ -108,7 +108,7 @@ def _variants(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog,
                                                                                         hw.world_size):
         out.append(("--recipe trl-sft", "TRL's SFTTrainer scores the vocabulary through its fused LM head in tiles "
                     "and never builds the logits (planned; tunefleet's executor does not run it)", sft, hw))
-    elif t.loss is Loss.STANDARD and t.recipe is not Recipe.TUNEFLEET:
+    elif t.loss is Loss.STANDARD and t.recipe not in (Recipe.TUNEFLEET, Recipe.TORCHTUNE):
         out.append(("use a chunked cross-entropy loss", "never materialises the full fp32 logits",
                     replace(t, loss=Loss.CHUNKED), hw))
     if t.recipe is Recipe.HF_TRAINER and not t.liger and \
@@ -207,7 +207,13 @@ TRL_DPO_NOTE = ("recipe trl-dpo: planned as TRL's DPOTrainer + PEFT runs the job
                 "scored, the most a pair of that length can cost (simulated, make bench-simulate); tunefleet's "
                 "executor runs its own recipe and refuses this plan: plan with --recipe tunefleet to run it on the "
                 "fleet")
-RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE, Recipe.TRL_DPO: TRL_DPO_NOTE}
+TORCHTUNE_NOTE = ("recipe torchtune: planned as torchtune's single-device recipe runs the job with its configs' "
+                  "defaults (its own model in bf16, bf16 AdamW states, the chunked cross-entropy, which keeps every "
+                  "chunk's fp32 log-softmax until backward), simulated with the recipe itself (make bench-simulate); "
+                  "tunefleet's executor runs its own recipe and refuses this plan: plan with --recipe tunefleet to run "
+                  "it on the fleet")
+RECIPE_NOTES = {Recipe.HF_TRAINER: HF_TRAINER_NOTE, Recipe.TRL_SFT: TRL_SFT_NOTE, Recipe.TRL_DPO: TRL_DPO_NOTE,
+                Recipe.TORCHTUNE: TORCHTUNE_NOTE}
 
 
 def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
@@ -272,7 +278,7 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(LIGER_NOTE)
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
-    if t.precision is Precision.BF16_PURE:
+    if t.precision is Precision.BF16_PURE and t.recipe is not Recipe.TORCHTUNE:
         notes.append(BF16_PURE_NOTE)
     if model.note:
         notes.append(model.note)

@@ -14,7 +14,7 @@ from contract.model import Architecture, Family, ModelSpec
 from contract.schema import Hardware, Method, Offload, Optimizer, Precision, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
-from planner.activations import activation_terms, transient_block_bytes
+from planner.activations import activation_terms
 from planner.architecture import (
     SHARED_EXPERTS_MOE,
     largest_layer_params,
@@ -25,6 +25,7 @@ from planner.architecture import (
 from planner.memo import memo
 from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
 from planner.trainer_deepspeed import Buckets, buckets
+from planner.transient_blocks import transient_block_bytes
 
 
 @dataclass(frozen=True)
@@ -337,9 +338,10 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     # their backward with every gradient of the ones before (simulated on real tensors: a tiny full fine-tune at
     # accumulation 2 peaked 18 % above accumulation 1, by its gradients). bf16-pure is a recipe DeepSpeed does not
     # run (torch optimizers whose foreach step allocates temporaries as large as the gradients, which stay): it
-    # keeps the additive model its third-party rows were measured with (benchmarks/accuracy.py)
-    grows = (t.zero_stage <= 2 or recipes.fsdp(t)) and t.precision is not Precision.BF16_PURE \
-        and t.gradient_accumulation_steps == 1
+    # keeps the additive model its third-party rows were measured with (benchmarks/accuracy.py) — except torchtune's
+    # recipes, simulated: their zero_grad(set_to_none=True) frees the gradients after every step
+    grows = (t.zero_stage <= 2 or recipes.fsdp(t)) and t.gradient_accumulation_steps == 1 \
+        and (t.precision is not Precision.BF16_PURE or t.recipe is Recipe.TORCHTUNE)
     # ZeRO 0's step flattens every gradient; ZeRO 1's step first frees the gradients outside the rank's partition
     # (stage_1_and_2.step: free_grad_in_param_list(params_not_in_partition)), the oversized ones among them
     # (FSDP's gradients are the sharded fp32 ones throughout)
@@ -380,7 +382,7 @@ def allocator_slack_terms(b: MemoryBreakdown, logits_block_bytes: int, layer_byt
     whole, and segments never merge). One fp32 vocab-sized loss block, one layer's saved tensors, ZeRO-3's flat
     gather buffer, for a full or partial fine-tune under ZeRO 1-3 or a Trainer the optimizer step's transient and the
     gradients (their partitions and buckets come and go in sizes the activations' segments do not hold), a
-    quantised model's largest dequantised weight (activations.transient_block_bytes), ZeRO 1-2's reduce bucket, made
+    quantised model's largest dequantised weight (planner.transient_blocks), ZeRO 1-2's reduce bucket, made
     as the activations are freed and freed before the step, and a tied embedding's gradients as backward ends. Each
     weighs SLACK_PER_BYTE,
     fitted to the allocator replayed on the simulated step (make bench-simulate's reserved columns)."""

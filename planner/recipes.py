@@ -35,7 +35,7 @@ from dataclasses import replace
 from contract.model import Architecture, Family
 from contract.schema import LoadDtype, Method, Objective, Offload, Precision, Recipe, Sharding, TrainingSpec
 from planner import constants as k
-from planner import liger
+from planner import liger, torchtune
 from planner.architecture import LAYER_NORM_FAMILIES
 from planner.errors import UnsupportedError
 from planner.parameters import ParameterSplit
@@ -80,13 +80,16 @@ def trained_param_bytes(t: TrainingSpec) -> int:
     (QLoRA)."""
     if t.method is Method.FULL and fsdp(t):
         return FP32_BYTES
-    if t.method is Method.FULL:
+    if t.method is Method.FULL or t.recipe is Recipe.TORCHTUNE:  # torchtune's adapters are the model's dtype
         return t.precision.activation_bytes
     return adapter_bytes(t)
 
 
 def adapter_bytes(t: TrainingSpec) -> int:
-    """Bytes an adapter parameter takes under a Trainer recipe: PEFT's fp32, or bf16 where SFTTrainer casts them."""
+    """Bytes an adapter parameter takes under a Trainer recipe: PEFT's fp32, or bf16 where SFTTrainer casts them;
+    torchtune's are the model's dtype."""
+    if t.recipe is Recipe.TORCHTUNE:
+        return t.precision.activation_bytes
     return TRL_QLORA_ADAPTER_BYTES if t.recipe in TRL_RECIPES and t.method is Method.QLORA else HF_ADAPTER_BYTES
 
 
@@ -191,6 +194,9 @@ _FIELD = "training.recipe"
 def check(a: Architecture, t: TrainingSpec, world_size: int) -> None:
     """Refuse what a recipe's model does not cover (simulated so far), naming what to change."""
     liger.check(a, t)
+    if t.recipe is Recipe.TORCHTUNE:
+        torchtune.check(a, t, world_size)
+        return
     if fsdp(t):
         _check_fsdp(t, world_size)
     elif t.load_dtype is LoadDtype.FP32:

@@ -10,11 +10,11 @@ import pytest
 from contract.schema import ALL_LINEAR, Hardware, LoraSpec, Method, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
-from planner.activations import transient_block_bytes
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.memory import per_gpu_memory
 from planner.parameters import parameter_split
+from planner.transient_blocks import transient_block_bytes
 
 CATALOG = default_catalog()
 H100 = Hardware(gpu=CATALOG.gpu("h100-sxm-80gb"), host_memory_bytes=2**40)

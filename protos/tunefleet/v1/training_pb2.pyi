@@ -65,6 +65,7 @@ class Recipe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RECIPE_HF_TRAINER: _ClassVar[Recipe]
     RECIPE_TRL_SFT: _ClassVar[Recipe]
     RECIPE_TRL_DPO: _ClassVar[Recipe]
+    RECIPE_TORCHTUNE: _ClassVar[Recipe]
 
 class Sharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -112,6 +113,7 @@ RECIPE_TUNEFLEET: Recipe
 RECIPE_HF_TRAINER: Recipe
 RECIPE_TRL_SFT: Recipe
 RECIPE_TRL_DPO: Recipe
+RECIPE_TORCHTUNE: Recipe
 SHARDING_UNSPECIFIED: Sharding
 SHARDING_DEEPSPEED: Sharding
 SHARDING_FSDP: Sharding
