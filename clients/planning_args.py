@@ -91,8 +91,9 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                         "under DeepSpeed with LLaMA-Factory's configs (--zero 2 or 3, any number of GPUs); trl-dpo "
                         "(TRL's DPOTrainer with --dpo, checkpointing on: one GPU, or --zero 2). The last three are "
                         "planned (simulated at full size) for LoRA, QLoRA and bf16 full fine-tuning, not run by the "
-                        "executor. torchtune: its single-device LoRA and full recipes with --precision bf16-pure "
-                        "(Llama, Qwen2, Mistral; one GPU; its own chunked loss), planned, not run by the executor")
+                        "executor. torchtune: its single-device LoRA and full recipes, bf16 throughout (--precision "
+                        "bf16-pure, its default there; Llama, Qwen2, Mistral; one GPU; its own chunked loss), planned, "
+                        "not run by the executor")
     b.add_argument("--sharding", choices=SHARDINGS, default="deepspeed",
                    help="which library shards --zero: deepspeed (DeepSpeed's ZeRO; the default) or fsdp (PyTorch's "
                         "FSDP through accelerate, with --recipe hf-trainer and --zero 3 read as FULL_SHARD: PEFT's "

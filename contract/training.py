@@ -42,7 +42,11 @@ LOAD_DTYPE = proto_table(LoadDtype, training_pb2.LoadDtype, "LOAD_DTYPE_")
 def training_from_proto(p: training_pb2.TrainingSpec, world_size: int,
                         default_precision: Precision = Precision.BF16) -> TrainingSpec:
     """The spec a plan or request asks for, defaults filled in; `default_precision` stands where it names none (the
-    planner picks fp16 for a GPU without bf16)."""
+    planner picks fp16 for a GPU without bf16), except under torchtune, whose recipes train in bf16 throughout
+    (bf16-pure)."""
+    recipe: Recipe = from_proto(RECIPE, p.recipe, Recipe.TUNEFLEET, "training.recipe")
+    if recipe is Recipe.TORCHTUNE:
+        default_precision = Precision.BF16_PURE
     method: Method = from_proto(METHOD, p.method, Method.LORA, "training.method")
     lora = DEFAULT_LORA
     if p.HasField("lora"):
@@ -70,7 +74,7 @@ def training_from_proto(p: training_pb2.TrainingSpec, world_size: int,
         objective=from_proto(OBJECTIVE, p.objective, Objective.SFT, "training.objective"),
         dpo_reference_model=p.dpo_reference_model, train_vision_tower=p.train_vision_tower,
         image_tokens=p.image_tokens, freeze_trainable_layers=p.freeze_trainable_layers, dpo=_dpo(p),
-        recipe=from_proto(RECIPE, p.recipe, Recipe.TUNEFLEET, "training.recipe"),
+        recipe=recipe,
         sharding=from_proto(SHARDING, p.sharding, Sharding.DEEPSPEED, "training.sharding"),
         load_dtype=from_proto(LOAD_DTYPE, p.load_dtype, LoadDtype.BF16, "training.load_dtype"), liger=p.liger,
     )

@@ -69,13 +69,15 @@ def test_torchtune_plans_are_refused_where_the_recipes_do_not_reach() -> None:
         assert refused.value.field == field
 
 
-def test_the_cli_plans_a_torchtune_run_and_names_the_precision_it_needs() -> None:
+def test_the_cli_plans_a_torchtune_run_in_bf16_throughout_and_refuses_mixed_precision() -> None:
     args = ("fit", "--model", "meta-llama/Llama-3.2-1B", "--method", "lora", "--gpu", "a100-80gb", "--micro-batch",
             "2", "--seq-len", "2048", "--recipe", "torchtune", "--json")
-    wrong = tunefleet(*args)
-    assert wrong.returncode == 2 and "training.precision" in wrong.stderr and "bf16-pure" in wrong.stderr
-    planned = tunefleet(*args, "--precision", "bf16-pure")
+    mixed = tunefleet(*args, "--precision", "bf16")
+    assert mixed.returncode == 2 and "training.precision" in mixed.stderr and "bf16-pure" in mixed.stderr
+    planned, named = tunefleet(*args), tunefleet(*args, "--precision", "bf16-pure")
     assert planned.returncode == 0, planned.stderr
+    # unnamed, the precision is the recipe's own: the same plan as bf16-pure named
+    assert json.loads(planned.stdout)["per_gpu"] == json.loads(named.stdout)["per_gpu"]
     per_gpu = json.loads(planned.stdout)["per_gpu"]
     # the chunked loss keeps every chunk's fp32 log-softmax and the bf16 output chunks: 6 bytes a logit and more
     assert int(per_gpu["logits_bytes"]) > 2 * 2048 * 128256 * 6
