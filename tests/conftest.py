@@ -20,6 +20,12 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 # oversubscribes the cores (-38 s of CPU over test_training and test_families alone). A run started by hand keeps
 # torch's default.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# torch's c10d names every address a TCPStore client connects to (c10d::detail::formatSockAddr -> getnameinfo, seen
+# with strace -k), and the IPv4-mapped loopback it tries (::ffff:127.0.0.1) is not in /etc/hosts, so glibc asks DNS for
+# its PTR record: 8 queries for one two-rank training test. Where the nameserver answers, each takes a millisecond;
+# where it drops queries, glibc waits 5 s and asks twice. One second and one attempt bound what a CI machine's DNS can
+# add to the suite's every rendezvous; the suite resolves nothing but loopback names.
+os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
 
 
 @pytest.fixture(scope="session", autouse=True)
