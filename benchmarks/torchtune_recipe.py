@@ -9,7 +9,7 @@ dataloader through padded_collate_sft) and its own train() loop, with the config
 with fused=True, no gradient clipping, no compile, no activation offloading). The config's components the harness
 supplies are the ones that touch files: a checkpointer that hands the recipe a state dict made in memory, a tokenizer
 with a pad id, and a dataset of full-length random token sequences; the recipe's checkpoint save at the epoch's end
-is skipped. The model is torchtune's own builder for the family (`_builder`), sized from the config.json.
+is skipped. The model is torchtune's own builder for the family (`torchtune_model`), sized from the config.json.
 
 torchtune runs in .venv-torchtune (make torchtune-env; requirements-torchtune.txt says why not in .venv): the table and
 the tests run a torchtune row, or a probe of torchtune's modules, in that interpreter (`in_torchtune_venv`).
@@ -41,8 +41,9 @@ from contract.schema import Method, TrainingSpec
 from executor.training.live_bytes import LiveBytes, Peak
 from planner.torchtune import builder_arguments, lora_arguments
 
+_REPOSITORY = Path(__file__).resolve().parent.parent
 # the interpreter of the virtualenv torchtune is installed in (make torchtune-env)
-TORCHTUNE_PYTHON = Path(__file__).resolve().parent.parent / ".venv-torchtune" / "bin" / "python"
+TORCHTUNE_PYTHON = _REPOSITORY / ".venv-torchtune" / "bin" / "python"
 # what one run in it may take: a full-size row simulates in well under a minute
 TORCHTUNE_RUN_TIMEOUT_S = 600
 
@@ -67,7 +68,7 @@ def in_torchtune_venv(*args: str) -> Any:
         raise TorchtuneVenvError(f"{TORCHTUNE_PYTHON} is missing: run make torchtune-env")
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     done = subprocess.run([str(TORCHTUNE_PYTHON), "-m", *args], capture_output=True, text=True, env=env,
-                          timeout=TORCHTUNE_RUN_TIMEOUT_S, check=False, cwd=Path(__file__).resolve().parent.parent)
+                          timeout=TORCHTUNE_RUN_TIMEOUT_S, check=False, cwd=_REPOSITORY)
     if done.returncode != 0:
         raise TorchtuneVenvError(f"python -m {' '.join(args)} in .venv-torchtune exited {done.returncode}:\n"
                                  f"{done.stderr[-4000:]}")
