@@ -21,7 +21,7 @@ from planner.layer_linears import (
     int8_stash_bytes,
     linear_groups,
 )
-from planner.layer_peak import head_saved_bytes, layer_peak_extra_bytes
+from planner.layer_peak import gated_mlp_saved_bytes, head_saved_bytes, layer_peak_extra_bytes
 from planner.parameters import ParameterSplit
 
 # Norms that multiply by their weight in fp32, so that a trained weight's multiply saves the fp32 normalised input
@@ -186,10 +186,8 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
             mlp += 3 * b * a.shared_expert_intermediate_size + b + b * h
     elif a.family is Family.STARCODER2:
         mlp = b * i  # gelu_pytorch_tanh saves its input; its output is c_proj's input
-    elif patched:
-        mlp = 2 * b * i  # Liger's SwiGLU: the gate and up outputs; the product is down_proj's input
     elif a.family not in (Family.GPT2, Family.PHI):
-        mlp = 3 * b * i  # act input (gate output), act output, up output; the product is down_proj's input
+        mlp = gated_mlp_saved_bytes(a, t, tokens=1)  # act input (gate output), act output, up output; Liger's: 2
     else:
         mlp = 4 * b * i  # gelu_new (GPT-2, Phi) saves its input, the tanh output and both product operands
     return norms + linears + core + mlp

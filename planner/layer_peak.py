@@ -38,9 +38,10 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
 
 
-def _mlp_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
+def gated_mlp_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     """What a dense gated MLP saves besides its projections' inputs: the gate's output, its activation and the up
-    output (planner.activations), Liger's SwiGLU the gate and up outputs only."""
+    output (their product is the down projection's input, counted with the projections' inputs), Liger's SwiGLU the
+    gate and up outputs only; none for a mixture of experts, a LayerNorm family's MLP or Llama 4's."""
     if a.num_experts or a.family in LAYER_NORM_FAMILIES or a.family is Family.LLAMA4:
         return 0
     return (2 if liger.layers_patched(t) else 3) * a.intermediate_size * tokens * t.precision.activation_bytes
@@ -55,7 +56,7 @@ def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterS
     if not cast:
         return 0
     mlp_adapted = any(a.intermediate_size in (x.in_features, x.out_features) for x in split.decoder_lora_layers)
-    before_mlp = 0 if mlp_adapted else _mlp_saved_bytes(a, t, tokens)
+    before_mlp = 0 if mlp_adapted else gated_mlp_saved_bytes(a, t, tokens)
     return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes - before_mlp
 
 
