@@ -145,7 +145,8 @@ class Dataset(torch.utils.data.Dataset[dict[str, list[int]]]):
     """Full-length sequences of random tokens, every one labelled (the planner sizes the longest batch)."""
 
     def __init__(self, tokenizer: Any, **_: Any) -> None:
-        self.count, self.length, self.vocab = _RUN["examples"], _RUN["training"].sequence_length, _RUN["vocab"]
+        self.count, self.length = _RUN["examples"], _RUN["training"].sequence_length
+        self.vocab = _RUN["architecture"].vocab_size
         self.random = random.Random(0)
 
     def __len__(self) -> int:
@@ -190,8 +191,7 @@ def torchtune_peaks(a: Architecture, t: TrainingSpec, counter: LiveBytes, steps:
     """`steps` optimizer steps of torchtune's recipe for the plan; each step's peak. `loaded(counter)` is called as
     the first step begins (the model is ready)."""
     peaks: list[Peak] = []
-    _RUN.update(architecture=a, training=t, vocab=a.vocab_size,
-                examples=steps * t.micro_batch_size * t.gradient_accumulation_steps)
+    _RUN.update(architecture=a, training=t, examples=steps * t.micro_batch_size * t.gradient_accumulation_steps)
     with tempfile.TemporaryDirectory() as out, _scaling_by_shape():
         config = recipe_config(t, steps, out)
         recipe = _recipe_class(t.method)(config)

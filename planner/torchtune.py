@@ -93,7 +93,7 @@ def builder_arguments(a: Architecture) -> dict[str, Any]:
     arguments: dict[str, Any] = {
         "vocab_size": a.vocab_size, "num_layers": a.num_layers, "num_heads": a.num_attention_heads,
         "num_kv_heads": a.num_key_value_heads, "embed_dim": a.hidden_size, "intermediate_dim": a.intermediate_size,
-        "max_seq_len": a.max_position_embeddings or 4096}
+        "max_seq_len": _max_seq_len(a)}
     if a.family is not Family.MISTRAL:
         arguments["tie_word_embeddings"] = a.tie_word_embeddings
     return arguments
@@ -106,7 +106,7 @@ def rope_cache_bytes(a: Architecture, t: TrainingSpec) -> int:
     (lora_<family>_self_attention), lora_llama3_2 one for all."""
     widths = 2 if a.family is Family.QWEN2 else 1
     copies = a.num_layers if t.method is Method.LORA and a.family in (Family.QWEN2, Family.MISTRAL) else 1
-    return copies * ROPE_CACHE_BYTES_PER_ELEMENT * builder_arguments(a)["max_seq_len"] * widths * _head_dim(a)
+    return copies * ROPE_CACHE_BYTES_PER_ELEMENT * _max_seq_len(a) * widths * a.resolved_head_dim
 
 
 def layer_fixed_bytes(a: Architecture, t: TrainingSpec) -> int:
@@ -115,11 +115,13 @@ def layer_fixed_bytes(a: Architecture, t: TrainingSpec) -> int:
     [sequence, head_dim] each; the others' RoPE multiplies save views of the cache."""
     if a.family is not Family.QWEN2:
         return 0
-    return 2 * 2 * t.precision.activation_bytes * t.sequence_length * _head_dim(a)
+    return 2 * 2 * t.precision.activation_bytes * t.sequence_length * a.resolved_head_dim
 
 
-def _head_dim(a: Architecture) -> int:
-    return a.hidden_size // a.num_attention_heads
+def _max_seq_len(a: Architecture) -> int:
+    """The builder's max_seq_len: the model's context length, as its released builders set it (4,096 where the config
+    names none)."""
+    return a.max_position_embeddings or 4096
 
 
 def loss_bytes(a: Architecture, t: TrainingSpec) -> int:
