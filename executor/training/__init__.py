@@ -13,10 +13,18 @@ bitsandbytes is loaded only by a run that quantises. PEFT and transformers impor
 its import compiles kernels with torch.compile (3 s a process here); the launcher tells a rank whose plan does not
 quantise (WITHOUT_BITSANDBYTES_ENV), and the rank hides the package before either is imported (a None entry in
 sys.modules: importlib.util.find_spec, which both ask, then finds nothing).
+
+DeepSpeed's Muon optimizer is never loaded: tunefleet's ranks build AdamW. DeepSpeed (0.19) imports its two Muon
+modules wherever it asks whether an optimizer or a parameter is Muon's (deepspeed.initialize under ZeRO, ZeRO-1/2's
+gradient reduction and partition flattening, ZeRO-3's optimizer), and original_muon applies torch.compile at
+import, which loads the inductor compiler: 2-3 s of every ZeRO rank's start here. Stand-in modules answer those
+questions as the real ones do for AdamW (no optimizer is an instance of their MuonWithAuxAdam), and their
+muon_update, which DeepSpeed calls only for a Muon optimizer's parameters, refuses.
 """
 
 import os
 import sys
+import types
 from pathlib import Path
 
 TORCH_EXTENSIONS_DIR = Path(sys.prefix) / "torch_extensions"
@@ -29,3 +37,21 @@ if (ENVIRONMENT_BIN / "ninja").is_file() and not _PATH.startswith(f"{ENVIRONMENT
 WITHOUT_BITSANDBYTES_ENV = "TUNEFLEET_WITHOUT_BITSANDBYTES"
 if os.environ.get(WITHOUT_BITSANDBYTES_ENV) == "1":
     sys.modules.setdefault("bitsandbytes", None)  # type: ignore[arg-type]
+
+MUON_MODULES = ("deepspeed.runtime.zero.muon.muon_optimizer", "deepspeed.runtime.zero.muon.original_muon")
+
+
+class _NotMuon:
+    """DeepSpeed's MuonWithAuxAdam as seen by a tunefleet rank: no optimizer it builds is one."""
+
+
+def _no_muon_update(*_args: object, **_kwargs: object) -> None:
+    raise RuntimeError("tunefleet's ranks never train with DeepSpeed's Muon optimizer (executor.training)")
+
+
+for _name in MUON_MODULES:
+    if _name not in sys.modules:
+        _stand_in = types.ModuleType(_name, "Stand-in: tunefleet never builds DeepSpeed's Muon optimizer.")
+        _stand_in.MuonWithAuxAdam = _NotMuon  # type: ignore[attr-defined]
+        _stand_in.muon_update = _no_muon_update  # type: ignore[attr-defined]
+        sys.modules[_name] = _stand_in

@@ -148,6 +148,24 @@ def test_a_rank_that_does_not_quantise_hides_bitsandbytes_from_peft_and_transfor
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"] * 3
 
+def test_a_rank_never_loads_deepspeed_s_muon_nor_the_compiler_it_pulls_in() -> None:
+    """DeepSpeed imports its Muon modules on every ZeRO rank; the real original_muon applies torch.compile at import
+    (2-3 s a rank). The stand-ins answer DeepSpeed's checks as the real modules do for AdamW, and refuse an update."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch, executor.training.recipe, deepspeed.runtime.zero.stage_1_and_2, "
+             "deepspeed.runtime.zero.stage3\n"
+             "from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam\n"
+             "from deepspeed.runtime.zero.muon.original_muon import muon_update\n"
+             "adamw = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])\n"
+             "try:\n    muon_update(torch.zeros(2, 2), torch.zeros(2, 2), 0.9)\n    refused = False\n"
+             "except RuntimeError:\n    refused = True\n"
+             "print(isinstance(adamw, MuonWithAuxAdam), refused, 'torch._inductor.compile_fx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-3:] == ["False", "True", "False"], out.stdout
+
 
 def test_an_attention_the_family_lacks_is_refused_before_anything_loads() -> None:
     """gpt-oss has no SDPA for its attention sinks: transformers' own refusal, as a PlanError naming the field."""
