@@ -105,15 +105,7 @@ TRAINING_FIXTURES = {"start_worker"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that start training processes, and run their files first.
-
-    Those files take most of the suite's time (a minute or more each) and the rest are short, so under
-    pytest-xdist's --dist loadfile, which hands files out in collection order, the short files end the run on
-    every worker at once instead of one worker finishing a long file alone."""
-    training_files = set()
     for item in items:
         module = item.module.__name__.rpartition(".")[2] if item.module else ""
         if module in TRAINING_MODULES or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.training)
-            training_files.add(item.path)
-    items.sort(key=lambda item: item.path not in training_files)  # stable: each file's own order is kept
