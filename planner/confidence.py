@@ -26,13 +26,14 @@ class Band:
 
 def allocated_error(a: Architecture, t: TrainingSpec) -> tuple[tuple[float, float], str]:
     """How far the allocated part has been found under and over the truth for the regime, and where from."""
+    if t.zero_stage == 3:
+        (under, over), source = k.SIMULATED_ERROR_ZERO3, "worst simulated ZeRO-3 rows, make bench-simulate"
+    else:
+        (under, over), source = k.SIMULATED_ERROR_ZERO0_TO_2, "worst simulated rows of ZeRO 0-2, make bench-simulate"
     if t.sharding is Sharding.FSDP and t.method.quantises:
-        under, over = k.SIMULATED_ERROR_ZERO3 if t.zero_stage == 3 else k.SIMULATED_ERROR_ZERO0_TO_2
         return (max(under, k.MEASURED_FSDP_QLORA_UNDER), over), \
             "measured FSDP QLoRA runs of transformers 4.45 / accelerate 1.0 above the plan, make bench-accuracy"
-    if t.zero_stage == 3:
-        return k.SIMULATED_ERROR_ZERO3, "worst simulated ZeRO-3 rows, make bench-simulate"
-    return k.SIMULATED_ERROR_ZERO0_TO_2, "worst simulated rows of ZeRO 0-2, make bench-simulate"
+    return (under, over), source
 
 
 def band(b: MemoryBreakdown, a: Architecture, t: TrainingSpec) -> Band:
