@@ -333,12 +333,13 @@ def compare_ours() -> None:
     print(f"CSV: {write_csv('accuracy_ours.csv', header, table)}")
 
 
-def main() -> None:
-    compare_ours()
-    catalog = default_catalog()
+def public_cases(catalog: Catalog) -> tuple[list[Case], list[list[object]]]:
+    """Every third-party row the planner can express, the runs their notes report without offload among them, and a
+    table row (index, model, method, why) for each it cannot."""
     with PUBLIC.open() as f:
         rows = list(csv.DictReader(f))
-    cases, skipped = [], []
+    cases: list[Case] = []
+    skipped: list[list[object]] = []
     for index, row in enumerate(rows):
         for r in (row, without_offload(row)):
             if r is None:
@@ -347,6 +348,12 @@ def main() -> None:
                 cases.append(interpret(index, r, catalog))
             except NotExpressibleError as e:
                 skipped.append([index, r["model"][:32], r["method"][:24], str(e)[:90]])
+    return cases, skipped
+
+
+def main() -> None:
+    compare_ours()
+    cases, skipped = public_cases(default_catalog())
     table, errors, time_errors = [], [], []
     allocated_errors = []
     for c in cases:

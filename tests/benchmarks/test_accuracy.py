@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from benchmarks.accuracy import PUBLIC, Case, NotExpressibleError, interpret
-from contract.schema import Sharding
+from benchmarks.accuracy import PUBLIC, interpret, predicted_bytes, public_cases
+from contract.schema import Method, Sharding
 from planner import constants
 from planner.catalog import default_catalog
 from planner.confidence import band
@@ -44,26 +44,13 @@ def test_a_row_s_own_tokens_per_second_is_taken_as_it_is_and_a_row_without_speed
     assert interpret(*silent, CATALOG).measured_tokens_per_s == 0.0
 
 
-
-def _qlora_cases_with_allocated_bytes() -> list[Case]:
-    cases = []
-    for i, r in enumerate(ROWS):
-        if r["method"] == "qlora" and "torch peak allocated" in r["notes"]:
-            try:
-                cases.append(interpret(i, r, CATALOG))
-            except NotExpressibleError:
-                continue
-    return cases
-
-
 def test_fit_s_range_for_fsdp_qlora_reaches_as_far_above_the_plan_as_measured_runs_were() -> None:
     """The third-party FSDP QLoRA rows that report torch's peak allocated bytes were found above the plan by more
     than the simulation's band; planner.constants holds the worst of them, and Fit's range reaches that far."""
-    cases = _qlora_cases_with_allocated_bytes()
+    cases = [c for c in public_cases(CATALOG)[0] if c.training.method is Method.QLORA and c.measured_allocated_bytes]
     fsdp = [c for c in cases if c.training.sharding is Sharding.FSDP]
     assert len(fsdp) >= 2
-    above = [c.measured_allocated_bytes / per_gpu_memory(c.model, c.training, c.hardware).allocated_bytes - 1
-             for c in fsdp]
+    above = [c.measured_allocated_bytes / predicted_bytes(c, "allocated") - 1 for c in fsdp]
     assert pytest.approx(max(above), abs=0.0005) == constants.MEASURED_FSDP_QLORA_UNDER, \
         f"the rows now measure {max(above):+.1%} above the plan: update MEASURED_FSDP_QLORA_UNDER"
     for c in cases:

@@ -148,6 +148,7 @@ def test_a_rank_that_does_not_quantise_hides_bitsandbytes_from_peft_and_transfor
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"] * 3
 
+
 def test_a_rank_never_loads_deepspeed_s_muon_nor_the_compiler_it_pulls_in() -> None:
     """DeepSpeed imports its Muon modules on every ZeRO rank; the real original_muon applies torch.compile at import
     (about 1.5 s of CPU a rank). The stand-ins answer DeepSpeed's checks as the real modules do for AdamW, and
