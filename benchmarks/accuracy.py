@@ -352,7 +352,10 @@ def public_cases(catalog: Catalog) -> tuple[list[Case], list[list[object]]]:
 
 
 def main() -> None:
+    from benchmarks.measure_gpu_sharded import compare as compare_rows_on_gpu
+
     compare_ours()
+    compare_rows_on_gpu()
     cases, skipped = public_cases(default_catalog())
     table, errors, time_errors = [], [], []
     allocated_errors = []

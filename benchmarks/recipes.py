@@ -189,7 +189,6 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
     import transformers
     from accelerate.state import AcceleratorState
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-    from trl import DPOConfig, SFTConfig
 
     from planner.trainer_deepspeed import trainer_deepspeed_config
     from planner.trainer_fsdp import trainer_fsdp_config
@@ -199,7 +198,7 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
     # a fake tensor's device is compared as written, and accelerate names a rank's CPU "cpu:0" unless told the
     # device: the model's tensors say "cpu", so every batch moved to "cpu:0" would be copied where a real one is not
     launcher = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": str(world_size),
-                "ACCELERATE_TORCH_DEVICE": "cpu"} if t.zero_stage else {}
+                **({"ACCELERATE_TORCH_DEVICE": "cpu"} if device == "cpu" else {})} if t.zero_stage else {}
     outer = dict(os.environ)  # transformers also sets ACCELERATE_USE_DEEPSPEED, which must not outlive the run
     os.environ.update(launcher)
     try:
@@ -210,6 +209,8 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
                           use_cpu=device == "cpu", use_liger_kernel=t.liger, **_QUIET)
             if fsdp:
                 common.update(fsdp=True, fsdp_config=trainer_fsdp_config())
+            if t.recipe in (Recipe.TRL_SFT, Recipe.TRL_DPO):
+                from trl import DPOConfig, SFTConfig  # TRL's recipes alone need TRL (and the datasets it imports)
             if t.recipe is Recipe.TRL_SFT:
                 yield SFTConfig(max_length=t.sequence_length, **common)
             elif t.recipe is Recipe.TRL_DPO:

@@ -13,6 +13,10 @@ from google.protobuf.message import Message
 
 from common.errors import FieldError
 
+# gRPC's own default receive limit (4 MiB) stated explicitly, and a send limit: no response may grow past it. Here,
+# beside the other bounds, so that what sizes a plan (contract.run_config) needs no gRPC to import.
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
 # A name (GPU, flavor, model, module, id, path) longer than this is a mistake or an attack, never a name.
 DEFAULT_STRING_CHARS = 256
 # No list in a request needs more entries than the catalog has GPUs, flavors or modules.

@@ -22,7 +22,7 @@ from grpc_status import rpc_status
 from common import metrics
 from common.admission import Admission, StreamGate
 from common.auth import HEALTH_PREFIX, BearerTokenInterceptor
-from common.bounds import Bounds, echo
+from common.bounds import MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, Bounds, echo
 from common.errors import (
     AbandonedError,
     DeniedError,
@@ -37,9 +37,6 @@ from common.threads import DEFAULT_IDLE_S, ElasticThreadPool
 
 log = structlog.get_logger("tunefleet.rpc")
 REQUEST_ID_KEY = "x-request-id"
-# gRPC's own default receive limit (4 MiB) stated explicitly, and a send limit: no response may grow past it.
-MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
-MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
 # An error message (and its log line) never grows past this, whatever the request held.
 MAX_ERROR_CHARS = 2000
 

@@ -16,9 +16,8 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tunefleet.v1 import plan_pb2, training_pb2
 
-from common.bounds import echo
+from common.bounds import MAX_RECEIVE_MESSAGE_BYTES, echo
 from common.errors import FieldError
-from common.rpc import MAX_RECEIVE_MESSAGE_BYTES
 from common.strict_json import loads_object
 from contract import oom
 from contract import training as training_spec
