@@ -1,7 +1,8 @@
 """How sure Fit is: the range the per-GPU peak is likely in, from the benchmarks' measured error.
 
 Three parts are uncertain in different ways. What PyTorch allocates is checked against the executor's own step
-simulated at full size (make bench-simulate): its worst error for the regime bounds that part. The caching
+simulated at full size (make bench-simulate): its worst error for the regime bounds that part, and no tighter above
+the plan than our GPU runs measured (the caching allocator counts as allocated what it rounds blocks up by). The caching
 allocator's slack on top is checked against the allocator replayed on that step's allocations (the same benchmark's
 reserved columns): its model's worst error bounds the reserved bytes. The CUDA context is not in the simulation; its
 range is what nvidia-smi shows for an idle process (planner/constants.py). Pure functions.
@@ -33,6 +34,10 @@ def allocated_error(a: Architecture, t: TrainingSpec) -> tuple[tuple[float, floa
     if t.sharding is Sharding.FSDP and t.method.quantises:
         return (max(under, k.MEASURED_FSDP_QLORA_UNDER), over), \
             "measured FSDP QLoRA runs of transformers 4.45 / accelerate 1.0 above the plan, make bench-accuracy"
+    if under < k.MEASURED_GPU_ALLOCATED_UNDER:
+        return (k.MEASURED_GPU_ALLOCATED_UNDER, over), \
+            f"{source}; above the plan as far as the caching allocator's rounding measured on our GPU runs, make " \
+            "bench-accuracy"
     return (under, over), source
 
 

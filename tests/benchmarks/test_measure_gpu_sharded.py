@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from benchmarks.common import RESULTS
 from benchmarks.measure_gpu_sharded import (
     COLUMNS,
+    MEASURED,
     fill_simulated,
     live_at_peak,
     planned,
     rounding_bytes,
     simulated_bytes,
 )
+from benchmarks.simulate_rows import table_rows
+from contract.schema import Recipe, Sharding
+from planner import constants
+from planner.catalog import default_catalog
+from planner.confidence import allocated_error
 
 LABEL = "hf-trainer Mistral-7B-v0.3 lora[q_proj,k_proj,v_proj,o_proj] mb2x4096 ckpt sdpa fsdp3 x2"
 
@@ -58,3 +68,27 @@ def test_a_model_cut_to_fewer_layers_is_planned_with_fewer_layers() -> None:
     (four, _), (eight, _), (every, likely) = planned(LABEL, 4), planned(LABEL, 8), planned(LABEL, 0)
     assert 0 < four.allocated_bytes < eight.allocated_bytes < every.allocated_bytes
     assert likely.low_bytes < every.total_bytes < likely.high_bytes
+
+
+def test_fit_s_allocated_range_reaches_as_far_above_the_plan_as_our_gpu_runs_measured() -> None:
+    """MEASURED_GPU_ALLOCATED_UNDER is the worst of the committed GPU rows, recomputed from them."""
+    peaks: dict[tuple[str, int], int] = {}
+    for path in sorted(RESULTS.glob(MEASURED)):
+        for r in csv.DictReader(path.open()):
+            key = (r["row"], int(r["layers"]))
+            peaks[key] = max(peaks.get(key, 0), int(r["max_allocated_bytes"]))
+    above = [measured / planned(label, layers)[0].allocated_bytes - 1 for (label, layers), measured in peaks.items()]
+    assert len(above) >= 10
+    assert pytest.approx(max(above), abs=0.0005) == constants.MEASURED_GPU_ALLOCATED_UNDER, \
+        f"the GPU rows now measure {max(above):+.2%} above the plan: update MEASURED_GPU_ALLOCATED_UNDER"
+
+
+def test_a_regime_whose_simulated_error_is_smaller_gets_the_measured_one_and_says_so() -> None:
+    (row,) = [r for r in table_rows() if r.label == LABEL]
+    plain = replace(row.training, sharding=Sharding.DEEPSPEED, zero_stage=0, recipe=Recipe.TUNEFLEET)
+    architecture = default_catalog().model(row.model).architecture
+    (under, _), basis = allocated_error(architecture, plain)
+    assert under == max(constants.SIMULATED_ERROR_ZERO0_TO_2[0], constants.MEASURED_GPU_ALLOCATED_UNDER)
+    assert "measured on our GPU runs" in basis
+    (under3, _), _ = allocated_error(architecture, replace(plain, zero_stage=3))
+    assert under3 == max(constants.SIMULATED_ERROR_ZERO3[0], constants.MEASURED_GPU_ALLOCATED_UNDER)
