@@ -9,8 +9,10 @@ other ranks would send never arrives (the gathered values are whatever memory he
 and the collectives take no time. Per step it records torch.cuda.max_memory_allocated, what was allocated as the
 step began, the reserved peak and the step time, beside the simulated peak of the same row
 (benchmarks/results/simulate.csv) — the check that the fake-tensor simulation of a sharded step is what a GPU
-allocates. With --snapshot, PyTorch's allocator history of the steps is replayed to its allocated peak and what was
-live there beyond the first step's start is summed by the line that allocated it.
+allocates. With --snapshot, PyTorch's allocator history of the run is kept, replayed to its allocated peak (what was
+live there summed by the line that allocated it), and what active blocks hold beyond their requests is summed (the
+allocator's rounding, which max_memory_allocated counts and tensors' bytes do not). Rows of transformers' Trainer
+(hf-trainer) on one GPU or sharded by FSDP; the executor's own runs are measured by benchmarks/measure_gpu.py.
 
   python -m benchmarks.measure_gpu_sharded --row "hf-trainer Mistral-7B-v0.3 qlora[q_proj,k_proj,v_proj,o_proj] \
 mb2x4096 ckpt sdpa fsdp3 x2"
@@ -47,9 +49,15 @@ MEASURED = "gpu_rows*.csv"  # in RESULTS: what make bench-accuracy compares (`co
 
 
 def _row(label: str) -> Row:
+    from contract.schema import Recipe, Sharding
+
     found = [r for r in table_rows() if r.label == label]
     if not found:
         raise SystemExit(f"no make bench-simulate row is labelled {label!r}: see benchmarks/simulate_rows.py")
+    t = found[0].training
+    if t.recipe is not Recipe.HF_TRAINER or (t.zero_stage and t.sharding is not Sharding.FSDP):
+        raise SystemExit(f"{label!r}: this harness runs transformers' Trainer rows on one GPU or sharded by FSDP; "
+                         "measure the executor's runs with benchmarks/measure_gpu.py")
     return found[0]
 
 

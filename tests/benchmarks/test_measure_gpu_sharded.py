@@ -92,3 +92,10 @@ def test_a_regime_whose_simulated_error_is_smaller_gets_the_measured_one_and_say
     assert "measured on our GPU runs" in basis
     (under3, _), _ = allocated_error(architecture, replace(plain, zero_stage=3))
     assert under3 == max(constants.SIMULATED_ERROR_ZERO3[0], constants.MEASURED_GPU_ALLOCATED_UNDER)
+
+
+def test_a_row_the_harness_cannot_run_is_refused_with_where_to_measure_it() -> None:
+    with pytest.raises(SystemExit, match="measure_gpu.py"):
+        planned("Llama-3.1-8B lora[q_proj,v_proj] mb1x2048 ckpt sdpa z0 x1", 0)
+    with pytest.raises(SystemExit, match="no make bench-simulate row"):
+        planned("no such row", 0)
