@@ -255,6 +255,17 @@ def planned(label: str, layers: int) -> tuple[Any, Any]:
     return breakdown, band(breakdown, architecture, row.training)
 
 
+def measured_peaks() -> dict[tuple[str, int], dict[str, str]]:
+    """Each measured (row, layers) of gpu_rows*.csv: its step with the highest peak allocated."""
+    peaks: dict[tuple[str, int], dict[str, str]] = {}
+    for path in sorted(RESULTS.glob(MEASURED)):
+        for r in csv.DictReader(path.open()):
+            key = (r["row"], int(r["layers"]))
+            if key not in peaks or int(r["max_allocated_bytes"]) > int(peaks[key]["max_allocated_bytes"]):
+                peaks[key] = r
+    return peaks
+
+
 def compare() -> None:
     """The rows measured on a GPU (gpu_rows*.csv): each row's peak allocated against its simulation plus cuBLAS's
     workspace (which only a GPU allocates) and against the planner's allocated bytes; the device's used memory
@@ -262,14 +273,10 @@ def compare() -> None:
     from benchmarks.common import print_table
     from planner.constants import CUBLAS_WORKSPACE_BYTES
 
-    rows = [r for path in sorted(RESULTS.glob(MEASURED)) for r in csv.DictReader(path.open())]
-    if not rows:
+    peaks = measured_peaks()
+    if not peaks:
         return
-    peaks: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in rows:
-        key = (r["row"], int(r["layers"]))
-        if key not in peaks or int(r["max_allocated_bytes"]) > int(peaks[key]["max_allocated_bytes"]):
-            peaks[key] = r
+    rows = list(peaks.values())
     table, simulated_errors, planned_errors, inside = [], [], [], 0
     for (label, layers), r in peaks.items():
         measured, used = int(r["max_allocated_bytes"]), int(r["device_used_bytes"])

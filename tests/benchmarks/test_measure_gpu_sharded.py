@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import RESULTS
 from benchmarks.measure_gpu_sharded import (
     COLUMNS,
-    MEASURED,
     fill_simulated,
     live_at_peak,
+    measured_peaks,
     planned,
     rounding_bytes,
     simulated_bytes,
@@ -72,12 +71,8 @@ def test_a_model_cut_to_fewer_layers_is_planned_with_fewer_layers() -> None:
 
 def test_fit_s_allocated_range_reaches_as_far_above_the_plan_as_our_gpu_runs_measured() -> None:
     """MEASURED_GPU_ALLOCATED_UNDER is the worst of the committed GPU rows, recomputed from them."""
-    peaks: dict[tuple[str, int], int] = {}
-    for path in sorted(RESULTS.glob(MEASURED)):
-        for r in csv.DictReader(path.open()):
-            key = (r["row"], int(r["layers"]))
-            peaks[key] = max(peaks.get(key, 0), int(r["max_allocated_bytes"]))
-    above = [measured / planned(label, layers)[0].allocated_bytes - 1 for (label, layers), measured in peaks.items()]
+    above = [int(r["max_allocated_bytes"]) / planned(label, layers)[0].allocated_bytes - 1
+             for (label, layers), r in measured_peaks().items()]
     assert len(above) >= 10
     assert pytest.approx(max(above), abs=0.0005) == constants.MEASURED_GPU_ALLOCATED_UNDER, \
         f"the GPU rows now measure {max(above):+.2%} above the plan: update MEASURED_GPU_ALLOCATED_UNDER"
