@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from common.net import free_port
@@ -20,6 +21,28 @@ def as_single_rank() -> None:
         os.environ.setdefault(key, value)
     if "MASTER_PORT" not in os.environ:
         os.environ["MASTER_PORT"] = str(free_port())
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size: int) -> Iterator[None]:
+    """This process as rank 0 of `world_size` on PyTorch's fake process group (collectives return at once and move
+    no data), with the launcher's environment a rank reads; both undone as the block ends."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    launcher_env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}
+    outer_env = {name: os.environ.get(name) for name in launcher_env}
+    os.environ.update(launcher_env)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        for name, outer in outer_env.items():
+            if outer is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = outer
 
 
 def time_calls(fn: Callable[[], object], n: int, warmup: int = 20) -> list[float]:

@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import gzip
-import os
 import pickle
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, fake_process_group
 from benchmarks.simulate_rows import Row, table_rows
 
 STEPS = 4  # the first warms up; its peak is kept (the optimizer's states are made in it)
@@ -59,16 +59,6 @@ def _row(label: str) -> Row:
         raise SystemExit(f"{label!r}: this harness runs transformers' Trainer rows on one GPU or sharded by FSDP; "
                          "measure the executor's runs with benchmarks/measure_gpu.py")
     return found[0]
-
-
-def _fake_ranks(world_size: int) -> None:
-    """This process as rank 0 of `world_size` on the fake process group, as the simulation's ranks are."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
 
 
 def _model(row: Row, layers: int, device: str) -> tuple[Any, int]:
@@ -317,11 +307,11 @@ def main() -> None:
     if not a.row:
         p.error("give --row (or --fill-simulated)")
     row = _row(a.row)
-    if row.world_size > 1:  # a one-GPU row runs as the simulation runs it: without a process group
-        _fake_ranks(row.world_size)
-    model, vocab = _model(row, a.layers, a.device)
-    loaded_bytes = _memory().memory_allocated()
-    steps, snapshot = _steps(model, row, vocab, a.snapshot is not None and a.device == "cuda", a.device)
+    # a sharded row's ranks as the simulation's are; a one-GPU row runs as the simulation runs it, without a group
+    with fake_process_group(row.world_size) if row.world_size > 1 else contextlib.nullcontext():
+        model, vocab = _model(row, a.layers, a.device)
+        loaded_bytes = _memory().memory_allocated()
+        steps, snapshot = _steps(model, row, vocab, a.snapshot is not None and a.device == "cuda", a.device)
     _report(a, row, loaded_bytes, steps)
     if snapshot is not None:
         _write_snapshot(a.snapshot, snapshot)

@@ -42,11 +42,10 @@ from typing import Any
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from benchmarks.common import RESULTS  # noqa: E402
+from benchmarks.common import RESULTS, fake_process_group  # noqa: E402
 from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import (  # noqa: E402
     hf_trainer_model,
@@ -254,13 +253,8 @@ def _functional_restored() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _process_group(world_size: int) -> Iterator[None]:
-    """A fake process group of world_size ranks (this process is rank 0): collectives return at once, so ZeRO
-    partitions and buckets as on N ranks."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    launcher_env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}  # what DeepSpeed reads
-    outer_env = {name: os.environ.get(name) for name in launcher_env}
-    os.environ.update(launcher_env)
+    """A fake process group of world_size ranks (this process is rank 0, benchmarks.common.fake_process_group):
+    collectives return at once, so ZeRO partitions and buckets as on N ranks."""
     from deepspeed.comm import comm as ds_comm
     from deepspeed.runtime.zero import partitioned_param_coordinator as coordinator
     from deepspeed.utils import groups
@@ -271,19 +265,13 @@ def _process_group(world_size: int) -> Iterator[None]:
     coordinator.assert_ints_same_as_other_ranks = lambda ints: None
     # DeepSpeed caches the process groups it made in module globals; each simulation starts from import state
     saved = {name: copy.copy(value) for name, value in vars(groups).items() if name.startswith("_") and name.isupper()}
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    ds_comm.init_distributed(dist_backend="fake", auto_mpi_discovery=False)  # as the rank's main() does, first
     try:
-        yield
+        with fake_process_group(world_size):
+            ds_comm.init_distributed(dist_backend="fake", auto_mpi_discovery=False)  # as the rank's main() does
+            yield
     finally:
-        dist.destroy_process_group()
         vars(groups).update(saved)
         coordinator.assert_ints_same_as_other_ranks = check
-        for name, outer in outer_env.items():
-            if outer is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = outer
         ds_comm.cdb = None
 
 
