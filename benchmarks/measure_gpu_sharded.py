@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, fake_process_group
-from benchmarks.simulate_rows import Row, table_rows
+from benchmarks.simulate_rows import RESULTS_CSV, Row, table_rows
 
 STEPS = 4  # the first warms up; its peak is kept (the optimizer's states are made in it)
 GiB = 2**30
@@ -137,11 +137,12 @@ def _steps(model: Any, row: Row, vocab: int, history: bool, device: str) -> tupl
     with trainer_arguments(t, row.world_size, device) as args:
         args.max_steps = STEPS
         trainer = transformers.Trainer(model=model, args=args, train_dataset=examples, callbacks=[_Measured()])
+        snapshot = None
         if history:
             torch.cuda.memory._record_memory_history(max_entries=400_000, stacks="python")
         trainer.train()
-        snapshot = torch.cuda.memory._snapshot() if history else None
         if history:
+            snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
     return steps, snapshot
 
@@ -191,8 +192,7 @@ def rounding_bytes(snapshot: dict[str, Any]) -> int:
 
 
 def _simulated(label: str) -> int:
-    path = RESULTS / "simulate.csv"
-    with path.open() as f:
+    with RESULTS_CSV.open() as f:
         return next((int(r["simulated_bytes"]) for r in csv.DictReader(f) if r["row"] == label), 0)
 
 

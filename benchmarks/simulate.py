@@ -45,7 +45,7 @@ import torch  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from benchmarks.common import RESULTS, fake_process_group  # noqa: E402
+from benchmarks.common import fake_process_group  # noqa: E402
 from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import (  # noqa: E402
     hf_trainer_model,
@@ -55,7 +55,7 @@ from benchmarks.recipes import (  # noqa: E402
     trl_dpo_peaks,
     trl_sft_peaks,
 )
-from benchmarks.simulate_rows import THIRD_PARTY_RESERVED, Row, table_rows  # noqa: E402
+from benchmarks.simulate_rows import RESULTS_CSV, THIRD_PARTY_RESERVED, Row, table_rows  # noqa: E402
 from benchmarks.torchtune_recipe import TorchtuneVenvError, in_torchtune_venv, torchtune_peaks  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
@@ -72,7 +72,6 @@ from executor.training.measure import relative_error  # noqa: E402
 from planner.hf_config import architecture_from_config, config_json  # noqa: E402
 
 UNDER_PREDICTION_LIMIT = -0.02
-RESULTS_CSV = RESULTS / "simulate.csv"
 
 PHASES = ("init", "forward", "backward", "step")
 

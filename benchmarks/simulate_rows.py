@@ -1,10 +1,12 @@
 """The configurations make bench-simulate holds the planner to (`table_rows`), each a model, a training spec and a
-world size (`Row`), and those among them that ran for real elsewhere (`THIRD_PARTY_RESERVED`)."""
+world size (`Row`), those among them that ran for real elsewhere (`THIRD_PARTY_RESERVED`), and where their
+simulated peaks are stored (`RESULTS_CSV`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from benchmarks.common import RESULTS
 from contract.schema import (
     ALL_LINEAR,
     Attention,
@@ -18,6 +20,8 @@ from contract.schema import (
     Sharding,
     TrainingSpec,
 )
+
+RESULTS_CSV = RESULTS / "simulate.csv"
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,7 @@ def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def main() -> None:
-    from benchmarks.simulate import RESULTS_CSV
-    from benchmarks.simulate_rows import table_rows
+    from benchmarks.simulate_rows import RESULTS_CSV, table_rows
 
     catalog = default_catalog()
     rows = {r.label: r for r in table_rows()}
