@@ -10,12 +10,16 @@ STAMP := $(VENV)/.installed
 # requirements-torchtune.txt says why they cannot share .venv.
 TORCHTUNE_VENV := .venv-torchtune
 TORCHTUNE_STAMP := $(TORCHTUNE_VENV)/.installed
+# transformers 4.45.2's Trainer stack layered over .venv the same way, for plans on an older transformers
+# (requirements-legacy.txt says why it cannot share .venv).
+LEGACY_VENV := .venv-legacy
+LEGACY_STAMP := $(LEGACY_VENV)/.installed
 DEPLOY_VENV := .venv-deploy
 DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
 CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock torchtune-env redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-scheduler bench-multinode bench-accuracy bench-simulate serve clean
+.PHONY: help install lock torchtune-env legacy-env redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-scheduler bench-multinode bench-accuracy bench-simulate serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -74,6 +78,16 @@ $(TORCHTUNE_STAMP): requirements-torchtune.txt | $(STAMP)
 
 torchtune-env: $(TORCHTUNE_STAMP) ## .venv-torchtune: torchtune 0.6.1 over .venv, for torchtune plans' simulation
 
+$(LEGACY_STAMP): requirements-legacy.txt | $(STAMP)
+	rm -rf $(LEGACY_VENV) && python3 -m venv $(LEGACY_VENV)
+	echo "import site; site.addsitedir('$(abspath $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'))')" \
+		> $$($(LEGACY_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tunefleet_venv.pth
+	$(LEGACY_VENV)/bin/pip install -q --no-deps -r requirements-legacy.txt
+	$(LEGACY_VENV)/bin/python -c "import transformers, accelerate, peft, executor.training.live_bytes"
+	touch $(LEGACY_STAMP)
+
+legacy-env: $(LEGACY_STAMP) ## .venv-legacy: transformers 4.45.2's Trainer stack over .venv, for older-transformers plans' simulation
+
 $(DEPLOY_STAMP):
 	python3 -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q checkov==$(CHECKOV_VERSION)
@@ -91,10 +105,10 @@ deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustom
 # runs it in one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) $(TORCHTUNE_STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite
+test: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-fast: $(STAMP) $(TORCHTUNE_STAMP) $(DEPLOY_STAMP) redis chromium ## the inner loop: every test that starts no training process and installs nothing
+test-fast: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chromium ## the inner loop: every test that starts no training process and installs nothing
 	$(PY) -m pytest -q -m "not training and not install"
 
 lint: $(STAMP) ## ruff and mypy
@@ -136,11 +150,11 @@ bench-multinode: $(STAMP) redis ## multi-node gangs on this machine: gang start 
 bench-accuracy: $(STAMP) ## planner memory and throughput vs measured rows (third-party, and ours when measured)
 	$(PY) -m benchmarks.accuracy
 
-bench-simulate: $(STAMP) $(TORCHTUNE_STAMP) ## planner memory vs the executor's own step at full size under fake tensors (~25 s a row)
+bench-simulate: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) ## planner memory vs the executor's own step at full size under fake tensors (~25 s a row)
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.simulate
 
 serve: $(STAMP) ## serve the planner on 127.0.0.1:50051
 	$(VENV)/bin/tunefleet serve planner
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) $(TORCHTUNE_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules .tunefleet
+	rm -rf $(VENV) $(TORCHTUNE_VENV) $(LEGACY_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules .tunefleet

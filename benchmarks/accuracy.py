@@ -182,6 +182,21 @@ def _load_dtype(r: dict[str, str], method: Method) -> LoadDtype:
     return LoadDtype.FP32 if fp32 else LoadDtype.BF16
 
 
+# The transformers release behind a row where its source names it (planned through training.transformers_version):
+# fms-acceleration's references ran 4.45.2 (scripts/benchmarks/refs/requirements.txt at commit 24bdadb), with
+# transformers' default reentrant checkpointing; PEFT's FSDP-QLoRA section (docs/source/accelerate/fsdp.md) asks for
+# transformers > 4.44.2 with accelerate >= 1.0.1 and PEFT > 0.13.0 and runs --use_reentrant True: planned on 4.45.0, the
+# first release past 4.44.2 (every release before 4.52 plans alike). Its FSDP-LoRA section runs --use_reentrant False,
+# which the planner does not model on those releases, so its row keeps the planner's own.
+TRANSFORMERS_BY_SOURCE = (("foundation-model-stack/fms-acceleration", (Method.LORA, Method.QLORA), "4.45.2"),
+                          ("huggingface/peft docs/source/accelerate/fsdp.md", (Method.QLORA,), "4.45.0"))
+
+
+def _transformers_version(r: dict[str, str], method: Method) -> str:
+    return next((version for source, methods, version in TRANSFORMERS_BY_SOURCE
+                 if r["source"].startswith(source) and method in methods), "")
+
+
 # A row whose notes give the same run's peak without offload ("same run without CPU offload: 35.6 GB/GPU")
 _WITHOUT_OFFLOAD_NOTE = re.compile(r"without CPU offload: ([\d.]+) GB", re.IGNORECASE)
 
@@ -250,9 +265,12 @@ def interpret(index: int, r: dict[str, str], catalog: Catalog) -> Case:
         raise NotExpressibleError(str(e)) from e
     hf = replace(t, recipe=_recipe(r, t.precision, hw.world_size),
                  sharding=Sharding.FSDP if _fsdp(r) else Sharding.DEEPSPEED, load_dtype=_load_dtype(r, method))
+    if hf.recipe is Recipe.HF_TRAINER:
+        hf = replace(hf, transformers_version=_transformers_version(r, method))
     if recipes.covers(model.architecture, hf, hw.world_size):
         t = hf
     recipe = "hf-trainer " if t.recipe is Recipe.HF_TRAINER else ""
+    recipe += f"transformers-{t.transformers_version} " if t.transformers_version else ""
     recipe += "fp32-loaded " if t.load_dtype is LoadDtype.FP32 else ""
     label = f"{recipe}{model.name.split('/')[-1]} {method.value} mb{t.micro_batch_size}x{t.sequence_length} " \
             f"{'ckpt ' if t.gradient_checkpointing else ''}" \

@@ -74,7 +74,7 @@ def _fake_params_class(base: type, attributes: tuple[str, ...], what: str) -> ty
     return type(base.__name__, (FakeTensor, base), {"to": to, "detach": detach, "__module__": __name__})
 
 
-def _fake_params4bit_class() -> type:
+def fake_params4bit_class() -> type:
     """A fake Params4bit (named so: PEFT's prepare_model_for_kbit_training looks for it)."""
     import bitsandbytes as bnb
 
@@ -143,7 +143,7 @@ def quantised(model: Any, bnb_config: Any) -> Any:
     dense = {name: module for name, module in model.named_modules() if type(module) is torch.nn.Linear}
     with unset_fake_temporarily():  # Linear4bit's meta weight is a Params4bit, which cannot wrap a fake tensor
         quantizer.preprocess_model(model, device_map={"": "cpu"}, dtype=torch.bfloat16)
-    params_class = _fake_params4bit_class() if bnb_config.load_in_4bit else _fake_int8params_class()
+    params_class = fake_params4bit_class() if bnb_config.load_in_4bit else _fake_int8params_class()
     for name, module in model.named_modules():
         if isinstance(module, bnb.nn.Linear4bit | bnb.nn.Linear8bitLt):
             original = dense.pop(name)
@@ -262,7 +262,7 @@ def _quant_state_recovered_on_fakes() -> Iterator[None]:
     from bitsandbytes.nn import modules
 
     original = modules.fix_4bit_weight_quant_state_from_module
-    params_class = _fake_params4bit_class()
+    params_class = fake_params4bit_class()
 
     def recovered(module: Any) -> None:
         weight = module.weight

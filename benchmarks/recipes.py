@@ -14,7 +14,7 @@ ms-swift or Axolotl underneath) runs it (under DeepSpeed: below):
 
 What differs from CUDA, set to CUDA's way: torch.optim.AdamW picks its foreach implementation for CUDA tensors and
 the per-parameter loop for CPU ones (torch.optim.optimizer._default_to_fused_or_foreach); the foreach step keeps
-temporaries as large as the gradients, so the simulation asks for foreach (`_foreach_as_on_cuda`). Autocast runs
+temporaries as large as the gradients, so the simulation asks for foreach (`foreach_as_on_cuda`). Autocast runs
 the CPU's policy: for the RMSNorm decoders simulated here the two agree op for op (the ops CUDA alone keeps in
 fp32 — pow, rsqrt, softmax, log_softmax, sum — see fp32 inputs already: transformers upcasts before each), but a
 LayerNorm model would not (CUDA runs layer_norm in fp32 under autocast, the CPU in bf16), so hf-trainer rows are
@@ -25,7 +25,7 @@ fine-tune), on tokenised sequences through TRL's own collator and fused LM head 
 CUDA, set to CUDA's way: the fused head's Triton folds and in-place fp32 accumulation (`_fused_head_as_on_cuda`).
 
 Sharded by FSDP (training.sharding fsdp, hf-trainer) the Trainer gets PEFT's FSDP config (planner.trainer_fsdp) and
-runs on the fake process group: accelerate's own FSDP preparation wraps the model (`_fsdp_on_cpu` lets accelerate
+runs on the fake process group: accelerate's own FSDP preparation wraps the model (`fsdp_on_cpu` lets accelerate
 take the plugin up on the CPU's ranks), and a QLoRA model is not k-bit prepared (`hf_trainer_model`).
 
 Under ZeRO 2-3 either trainer gets LLaMA-Factory's DeepSpeed config (planner.trainer_deepspeed) in its arguments
@@ -51,7 +51,7 @@ from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
 
 
 @contextlib.contextmanager
-def _foreach_as_on_cuda() -> Iterator[None]:
+def foreach_as_on_cuda() -> Iterator[None]:
     """torch's Adam and AdamW choose foreach as on CUDA tensors. torch.optim.adam binds the chooser by name at import,
     so it is replaced there as well as where it is defined."""
     from torch.optim import adam, optimizer
@@ -88,7 +88,7 @@ def _deepspeed_step_marked(counter: LiveBytes) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _fsdp_on_cpu() -> Iterator[None]:
+def fsdp_on_cpu() -> Iterator[None]:
     """accelerate runs FSDP on accelerator devices only: on the CPU's ranks it settles on MULTI_CPU (DDP) and leaves
     the Trainer's FSDP plugin unused (accelerate.state.AcceleratorState). PyTorch's FSDP itself runs on the CPU and
     the fake process group; as the state is made, the plugin is taken up as on a GPU rank (distributed type FSDP, its
@@ -139,7 +139,7 @@ def loaded(counter: LiveBytes) -> None:
         counter.allocator.empty_cache()
 
 
-def _step_callback(counter: LiveBytes, peaks: list[Peak]) -> Any:
+def step_callback(counter: LiveBytes, peaks: list[Peak]) -> Any:
     """A Trainer callback marking each step's phases for the counter and keeping its peak."""
     import transformers
 
@@ -160,7 +160,7 @@ def _step_callback(counter: LiveBytes, peaks: list[Peak]) -> Any:
     return _Steps()
 
 
-def _marking_backward(trainer_class: Any, counter: LiveBytes) -> Any:
+def marking_backward(trainer_class: Any, counter: LiveBytes) -> Any:
     """`trainer_class` whose compute_loss marks where the forward ends and backward begins."""
 
     class _Trainer(trainer_class):  # type: ignore[misc, valid-type]
@@ -173,7 +173,7 @@ def _marking_backward(trainer_class: Any, counter: LiveBytes) -> Any:
 
 
 # What both trainers are given besides the plan's batch and checkpointing: no saving, logging or progress bars
-_QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True)
+QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True)
 
 
 @contextlib.contextmanager
@@ -202,11 +202,11 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
     outer = dict(os.environ)  # transformers also sets ACCELERATE_USE_DEEPSPEED, which must not outlive the run
     os.environ.update(launcher)
     try:
-        with tempfile.TemporaryDirectory() as out, _fsdp_on_cpu() if fsdp else contextlib.nullcontext():
+        with tempfile.TemporaryDirectory() as out, fsdp_on_cpu() if fsdp else contextlib.nullcontext():
             common = dict(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
                           gradient_accumulation_steps=t.gradient_accumulation_steps,
                           gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed,
-                          use_cpu=device == "cpu", use_liger_kernel=t.liger, **_QUIET)
+                          use_cpu=device == "cpu", use_liger_kernel=t.liger, **QUIET)
             if fsdp:
                 common.update(fsdp=True, fsdp_config=trainer_fsdp_config())
             if t.recipe in (Recipe.TRL_SFT, Recipe.TRL_DPO):
@@ -246,9 +246,9 @@ def hf_trainer_peaks(model: Any, args: Any, t: TrainingSpec, vocab_size: int, co
     peaks: list[Peak] = []
     examples = full_sequences(vocab_size, t.sequence_length, steps * t.micro_batch_size)
     args.max_steps = steps
-    with _foreach_as_on_cuda(), _deepspeed_step_marked(counter), _liger(t):
-        _marking_backward(transformers.Trainer, counter)(
-            model=model, args=args, train_dataset=examples, callbacks=[_step_callback(counter, peaks)]).train()
+    with foreach_as_on_cuda(), _deepspeed_step_marked(counter), _liger(t):
+        marking_backward(transformers.Trainer, counter)(
+            model=model, args=args, train_dataset=examples, callbacks=[step_callback(counter, peaks)]).train()
     return peaks
 
 
@@ -334,8 +334,8 @@ def _trl_peaks(trainer_class: Any, given: dict[str, Any], t: TrainingSpec, count
     peaks: list[Peak] = []
     given["args"].max_steps = steps
     with _fused_head_as_on_cuda(), _deepspeed_step_marked(counter), _liger(t):
-        trainer = _marking_backward(trainer_class, counter)(
-            **given, processing_class=_word_tokenizer(), callbacks=[_step_callback(counter, peaks)],
+        trainer = marking_backward(trainer_class, counter)(
+            **given, processing_class=_word_tokenizer(), callbacks=[step_callback(counter, peaks)],
             peft_config=None if t.method is Method.FULL else lora_config(t.lora, given["model"]))
         modules.name(trainer.model)
         trainer.train()

@@ -9,11 +9,11 @@ counts every storage. With `fake=False` the same code runs on real tensors (smal
 agree byte for byte (tests/benchmarks/test_simulate.py).
 
 CPU and CUDA paths differ in one place that changes what a step allocates — dropout's mask — and the step runs
-CUDA's way there (`_as_on_cuda`, which also says why SDPA and FusedAdam need nothing). QLoRA quantises the fake
-model with transformers' quantizer and bitsandbytes' fake kernels, its 4-bit matmul allocating as on CUDA
-(benchmarks/quantised.py). What fake tensors cannot do
+CUDA's way there (benchmarks/fake_step.py: `as_on_cuda`, which also says why SDPA and FusedAdam need nothing).
+QLoRA quantises the fake model with transformers' quantizer and bitsandbytes' fake kernels, its 4-bit matmul
+allocating as on CUDA (benchmarks/quantised.py). What fake tensors cannot do
 (read a value, call a C++ kernel) gets a stand-in that allocates what the real path allocates (`_stand_ins`,
-`_Scalars`, `_swappable`).
+fake_step's `Scalars` and `swappable`).
 
 `make bench-simulate` runs the table (`python -m benchmarks.simulate --match TEXT` runs the rows whose label has
 TEXT); tests/benchmarks/test_simulate.py holds the harness to real tensors and keeps a few full-size rows as a
@@ -34,7 +34,6 @@ import queue
 import statistics
 import sys
 import time
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,9 +42,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.common import fake_process_group  # noqa: E402
+from benchmarks.fake_step import Scalars, as_on_cuda, swappable  # noqa: E402
 from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import (  # noqa: E402
     hf_trainer_model,
@@ -56,7 +55,8 @@ from benchmarks.recipes import (  # noqa: E402
     trl_sft_peaks,
 )
 from benchmarks.simulate_rows import RESULTS_CSV, THIRD_PARTY_RESERVED, Row, table_rows  # noqa: E402
-from benchmarks.torchtune_recipe import TorchtuneVenvError, in_torchtune_venv, torchtune_peaks  # noqa: E402
+from benchmarks.torchtune_recipe import in_torchtune_venv, torchtune_peaks  # noqa: E402
+from benchmarks.venvs import LEGACY, VenvError, in_venv  # noqa: E402
 from common.units import GiB  # noqa: E402
 from contract.deepspeed_config import deepspeed_config  # noqa: E402
 from contract.schema import (  # noqa: E402
@@ -103,59 +103,6 @@ def _all_ones(mask: torch.Tensor) -> bool:
     return True
 
 
-def _cuda_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
-    """torch.nn.functional.dropout as CUDA runs it: the fused native_dropout, whose backward keeps a bool mask
-    (aten/src/ATen/native/Dropout.cpp: is_fused_kernel_acceptable is true for CUDA inputs with 0 < p < 1). The CPU
-    path multiplies by a noise tensor of the input's dtype, which it keeps instead: twice the bytes in bf16."""
-    if not training or p == 0.0 or input.numel() == 0:
-        return input
-    if p == 1.0:
-        return input * 0
-    return torch.ops.aten.native_dropout(input, p, True)[0]
-
-
-_SDPA = torch.nn.functional.scaled_dot_product_attention
-
-
-def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, dropout_p: float = 0.0,
-               **kwargs: Any) -> torch.Tensor:
-    """SDPA as CUDA's flash and memory-efficient kernels run it with dropout: the mask drawn inside the kernel from a
-    seed, nothing per element kept; the CPU flash kernel without dropout saves the same tensors. A value head
-    narrower than the query's (latent attention) sends the CPU to its math path, which keeps the S x S scores; CUDA
-    runs its memory-efficient kernel, whose fake kernel stands in here (saving q, k, v as given, the output and an
-    fp32 log-sum-exp per head and row)."""
-    if isinstance(query, FakeTensor) and query.shape[-1] != value.shape[-1]:
-        attn_mask = kwargs.get("attn_mask", args[0] if args else None)
-        if attn_mask is not None or kwargs.get("enable_gqa"):
-            raise RuntimeError("latent attention under SDPA is simulated causal, without a mask or grouped heads")
-        return torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, None, True, 0.0, kwargs.get("is_causal", False), scale=kwargs.get("scale"))[0]
-    return _SDPA(query, key, value, *args, dropout_p=0.0, **kwargs)
-
-
-@contextlib.contextmanager
-def _as_on_cuda() -> Iterator[None]:
-    """The one place where the CPU and CUDA paths of the executor's step allocate differently, set to CUDA's:
-    - dropout: CUDA's fused kernel keeps a 1-byte bool mask, the CPU path a mask in the activations' dtype
-      (`_cuda_dropout`);
-    - SDPA: the CPU kernel (_scaled_dot_product_flash_attention_for_cpu) saves q, k, v, the output and an fp32
-      log-sum-exp per head and row, as CUDA's flash and memory-efficient kernels do (they add a seed and an
-      offset: 16 bytes), so it is left as is — but with attention dropout (StarCoder2's) the CPU falls back to the
-      math path, which keeps the S x S probabilities and mask, while CUDA's kernels draw the mask inside from that
-      seed: the CPU kernel runs without dropout (`_cuda_sdpa`);
-    - DeepSpeed's FusedAdam: the CPU and CUDA kernels both update in place and allocate nothing;
-    - left as is: LayerNorm (GPT-2, Phi) keeps its mean and rstd in the input's dtype on the CPU, fp32 on CUDA (4
-      bytes a token a norm less here), and SDPA after a partial-rotary cat (Phi) returns a head-major output on the
-      CPU that the output projection copies (its rows run eager attention)."""
-    original = torch.nn.functional.dropout, torch.nn.functional.scaled_dot_product_attention
-    torch.nn.functional.dropout = _cuda_dropout
-    torch.nn.functional.scaled_dot_product_attention = _cuda_sdpa
-    try:
-        yield
-    finally:
-        torch.nn.functional.dropout, torch.nn.functional.scaled_dot_product_attention = original
-
-
 @contextlib.contextmanager
 def _stand_ins(fake: bool) -> Iterator[None]:
     """Under fake tensors, what reads data gets a stand-in that allocates what the real path allocates:
@@ -184,54 +131,6 @@ def _stand_ins(fake: bool) -> Iterator[None]:
     finally:
         (fused_adam.multi_tensor_applier, masking_utils.is_tracing, masking_utils.fast_all,
          masking_utils.find_packed_sequence_indices) = saved
-
-
-class _Scalars(TorchDispatchMode):
-    """Under fake tensors a tensor's value cannot be read; DeepSpeed reads a few to decide its step (overflow flags,
-    the gradient norm). Each read of a fake tensor gets a fixed benign value: integers and flags 0 (no overflow,
-    no skipped step), floats 1.0 (a finite gradient norm, so the step runs; with gradient_clipping 1.0 the clip
-    coefficient 1/(1+1e-6) < 1, so clipping runs, as in a real step whose norm exceeds the clip)."""
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
-            return 1.0 if args[0].dtype.is_floating_point else 0
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def _swappable(mode: FakeTensorMode) -> Iterator[None]:
-    """nn.Module.to() swaps a fake parameter for its converted copy (torch.utils.swap_tensors), which refuses a
-    tensor with weak references. Two kinds are on the way: fake mode's converter memo (a cache: the Parameter
-    constructor re-fakes its data) and weakref.finalize callbacks (DeepSpeed's parameter-name map,
-    deepspeed.utils.debug.WeakIdNameMap). Memo entries are dropped; finalizers are detached for the swap and
-    registered again on the same object after it (swap_tensors keeps each Python object, swapping contents)."""
-    original = torch.utils.swap_tensors
-    memo = mode.fake_tensor_converter.meta_converter.tensor_memo
-
-    def swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
-        collecting = gc.isenabled()
-        gc.disable()  # a collection here runs finalizers, which would change the dicts being read
-        try:
-            for key in [key for key, value in list(memo.items()) if value is t1 or value is t2]:
-                del memo[key]
-            held = [f for f, info in list(weakref.finalize._registry.items())  # type: ignore[attr-defined]
-                    if info.weakref() is t1 or info.weakref() is t2]
-        finally:
-            if collecting:
-                gc.enable()
-        callbacks = [f.detach() for f in held]
-        del held
-        original(t1, t2)
-        for detached in callbacks:
-            if detached is not None:
-                obj, func, args, kwargs = detached
-                weakref.finalize(obj, func, *args, **kwargs)
-
-    torch.utils.swap_tensors = swap
-    try:
-        yield
-    finally:
-        torch.utils.swap_tensors = original
 
 
 @contextlib.contextmanager
@@ -363,9 +262,9 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_mode = contextlib.ExitStack()
     if fake:
-        fake_mode.enter_context(_swappable(mode))
+        fake_mode.enter_context(swappable(mode))
         fake_mode.enter_context(mode)
-        fake_mode.enter_context(_Scalars())
+        fake_mode.enter_context(Scalars())
     # the executor's ranks join a process group, as do the Trainer recipes under DeepSpeed; on one GPU without
     # DeepSpeed they run without one
     deepspeed = t.recipe is Recipe.TUNEFLEET or t.zero_stage > 0
@@ -373,7 +272,7 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
     arguments = contextlib.nullcontext() if t.recipe in (Recipe.TUNEFLEET, Recipe.TORCHTUNE) else \
         trainer_arguments(t, world_size)
     dynamic_map = real_dynamic_map() if t.method is Method.QLORA else contextlib.nullcontext()
-    with dynamic_map, _functional_restored(), ranks, _as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
+    with dynamic_map, _functional_restored(), ranks, as_on_cuda(), _stand_ins(fake), fake_mode, counter, \
             modules, kernels_as_on_cuda(t.method), arguments as trainer_args:
         torch.manual_seed(0)
         # ZeRO-3 partitions the weights as they are made: the Trainer's arguments say so for its recipes
@@ -467,15 +366,25 @@ def _in_child(row: Row, results: Any) -> None:
 def _isolated(row: Row) -> dict[str, Any]:
     """One row in a forked child (torch, transformers and DeepSpeed already imported): a crash or a leak of one
     row's run cannot take the table with it. A torchtune row runs in .venv-torchtune
-    (benchmarks/torchtune_recipe.py)."""
+    (benchmarks/torchtune_recipe.py), a row on an older transformers in .venv-legacy (benchmarks/legacy_trainer.py)."""
     import multiprocessing
 
     if row.training.recipe is Recipe.TORCHTUNE:
         try:
             return dict(in_torchtune_venv("benchmarks.simulate", "--row", row.label))
-        except TorchtuneVenvError as e:
+        except VenvError as e:
             print(e, file=sys.stderr)
             return _failed(row, "failed: .venv-torchtune")
+    if row.training.transformers_version:
+        from planner.catalog import default_catalog
+
+        try:
+            legacy = in_venv(LEGACY, "benchmarks.legacy_trainer", "--row", row.label)
+        except VenvError as e:
+            print(e, file=sys.stderr)
+            return _failed(row, "failed: .venv-legacy")
+        return _result(row, legacy["simulated_bytes"], legacy["simulated_reserved_bytes"], legacy["peak_at"],
+                       legacy["seconds"], default_catalog())
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()

@@ -22,6 +22,8 @@ from contract.schema import (
 )
 
 RESULTS_CSV = RESULTS / "simulate.csv"
+# the transformers release of .venv-legacy (requirements-legacy.txt), which the rows on an older stack name
+LEGACY_TRANSFORMERS = "4.45.2"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Row:
         recipe = "" if t.recipe is Recipe.TUNEFLEET else f"{t.recipe.value} "
         recipe += "fp32-loaded " if t.load_dtype is LoadDtype.FP32 else ""
         recipe += "liger " if t.liger else ""
+        recipe += f"transformers-{t.transformers_version} " if t.transformers_version else ""
         adapted = f"[{targets}]" if targets else ""
         return (f"{recipe}{self.model.split('/')[-1]} {objective}{t.method.value}{adapted} "
                 f"mb{t.micro_batch_size}x{t.sequence_length} {'ckpt ' if t.gradient_checkpointing else ''}"
@@ -314,6 +317,15 @@ def table_rows() -> list[Row]:
              Row("Qwen/Qwen2.5-0.5B", tune(spec(full, 2, 1024, ckpt=False))),
              Row("mistralai/Mistral-7B-v0.3", tune(spec(lora, 2, 2048, ckpt=False))),
              Row("mistralai/Mistral-7B-v0.3", tune(spec(full, 1, 1024, ckpt=False)))]
+    # fms-acceleration's FSDP configurations on their stack, transformers 4.45.2 (benchmarks/legacy_trainer.py, run in
+    # .venv-legacy): reentrant checkpointing from outside each layer's unit, SDPA's k and v repeated
+
+    def legacy(t: TrainingSpec) -> TrainingSpec:
+        return replace(fsdp(t), transformers_version=LEGACY_TRANSFORMERS)
+
+    rows += [Row("mistralai/Mistral-7B-v0.3", legacy(spec(qlora, 2, 4096, lora_spec=qkvo)), 2),
+             Row("mistralai/Mistral-7B-v0.3", legacy(spec(lora, 2, 4096, lora_spec=qkvo)), 2),
+             Row("meta-llama/Llama-2-70b-hf", legacy(spec(qlora, 2, 4096, lora_spec=qkvo)), 2)]
     # the executor's ZeRO 1-2 step where the largest gradient's fp64 copy for the norm outgrows the flattened partition
     rows += [Row("meta-llama/Llama-3.2-1B", spec(full, 1, 1024, zero=2), 4)]
     return rows

@@ -25,10 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import json
-import os
 import random
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,16 +33,11 @@ from typing import Any
 
 import torch
 
+from benchmarks.venvs import TORCHTUNE, in_venv
 from contract.model import Architecture, Family
 from contract.schema import Method, TrainingSpec
 from executor.training.live_bytes import LiveBytes, Peak
 from planner.torchtune import builder_arguments, lora_arguments
-
-_REPOSITORY = Path(__file__).resolve().parent.parent
-# the interpreter of the virtualenv torchtune is installed in (make torchtune-env)
-TORCHTUNE_PYTHON = _REPOSITORY / ".venv-torchtune" / "bin" / "python"
-# what one run in it may take: a full-size row simulates in well under a minute
-TORCHTUNE_RUN_TIMEOUT_S = 600
 
 # the recipes a plan runs, by method, and the class each defines (torchtune 0.6.1's recipes/ directory)
 RECIPES = {Method.LORA: ("lora_finetune_single_device", "LoRAFinetuneRecipeSingleDevice"),
@@ -58,21 +50,9 @@ BUILDER_NAMES = {Family.LLAMA: "llama3_2", Family.QWEN2: "qwen2", Family.MISTRAL
 _RUN: dict[str, Any] = {}
 
 
-class TorchtuneVenvError(RuntimeError):
-    """.venv-torchtune is missing, or a run in it failed."""
-
-
 def in_torchtune_venv(*args: str) -> Any:
     """`python -m <args>` in .venv-torchtune; what it prints (JSON), parsed."""
-    if not TORCHTUNE_PYTHON.exists():
-        raise TorchtuneVenvError(f"{TORCHTUNE_PYTHON} is missing: run make torchtune-env")
-    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run([str(TORCHTUNE_PYTHON), "-m", *args], capture_output=True, text=True, env=env,
-                          timeout=TORCHTUNE_RUN_TIMEOUT_S, check=False, cwd=_REPOSITORY)
-    if done.returncode != 0:
-        raise TorchtuneVenvError(f"python -m {' '.join(args)} in .venv-torchtune exited {done.returncode}:\n"
-                                 f"{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return in_venv(TORCHTUNE, *args)
 
 
 @contextlib.contextmanager

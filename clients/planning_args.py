@@ -108,6 +108,12 @@ def add_job_args(p: argparse.ArgumentParser, *, hardware: bool = True) -> None:
                    help="Liger's Triton kernels, as the Trainer's use_liger_kernel applies them (with --recipe "
                         "hf-trainer or trl-sft): the fused linear cross-entropy (no logits), RMSNorm, SwiGLU and "
                         "RoPE; planned (simulated at full size) for Llama-style models, not run by the executor")
+    b.add_argument("--transformers-version", default="", metavar="VERSION",
+                   help="the transformers release your Trainer script runs (pip show transformers), e.g. 4.45.2, "
+                        "with --recipe hf-trainer, trl-sft or trl-dpo; the default is the release the planner is "
+                        "simulated with. Before 4.52 a checkpointed FSDP step holds every recomputed layer's input "
+                        "gradient until backward ends, and before 4.54 SDPA copies k and v to every head: the plan "
+                        "counts both")
     if hardware:
         h = p.add_argument_group("hardware")
         h.add_argument("--gpu", help="GPU class or alias, e.g. rtx-4090, a100-80gb, h100 (see 'tunefleet hardware')")
@@ -127,6 +133,7 @@ def training_spec(a: argparse.Namespace) -> training_pb2.TrainingSpec:
         offload=OFFLOADS[a.offload], gradient_checkpointing=a.grad_ckpt, attention=ATTENTIONS[a.attention],
         loss=LOSSES[a.loss], recipe=RECIPES[a.recipe], sharding=SHARDINGS[a.sharding],
         load_dtype=LOAD_DTYPES[a.load_dtype], liger=a.liger,
+        transformers_version=a.transformers_version,
         micro_batch_size=a.micro_batch, sequence_length=a.seq_len,
         gradient_accumulation_steps=a.grad_accum,
         objective=training_pb2.OBJECTIVE_DPO if a.dpo else training_pb2.OBJECTIVE_SFT,

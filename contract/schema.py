@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 from contract.errors import InvalidFieldError
@@ -128,6 +129,8 @@ class LoraSpec:
 
 # TRL's DPOConfig.beta default (trl/trainer/dpo_config.py, TRL 1.16, the version the tests run).
 DEFAULT_DPO_BETA = 0.1
+# a transformers release as pip names it: major.minor, then a patch and a pre-release tag if any (4.45.2, 4.52.0rc1)
+_TRANSFORMERS_VERSION = re.compile(r"(\d+)\.(\d+)(\.\d+)?([.-]?[a-z]+\d*)?")
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ class TrainingSpec:
     sharding: Sharding = Sharding.DEEPSPEED
     load_dtype: LoadDtype = LoadDtype.BF16
     liger: bool = False
+    transformers_version: str = ""
 
     __hash__ = hash_once
     __getstate__ = without_hash
@@ -222,10 +226,26 @@ class TrainingSpec:
             raise InvalidFieldError("training.liger", "Liger's kernels are the Trainer's use_liger_kernel: set recipe "
                                                       f"hf-trainer or trl-sft, or drop liger (recipe "
                                                       f"{self.recipe.value})")
+        if self.transformers_version:
+            if not _TRANSFORMERS_VERSION.fullmatch(self.transformers_version):
+                raise InvalidFieldError("training.transformers_version",
+                                        f"is a transformers release such as 4.45.2 (pip show transformers), got "
+                                        f"{self.transformers_version!r}")
+            if self.recipe not in (Recipe.HF_TRAINER, Recipe.TRL_SFT, Recipe.TRL_DPO):
+                raise InvalidFieldError("training.transformers_version",
+                                        "is the release under a Trainer recipe's script: set recipe hf-trainer, "
+                                        "trl-sft or trl-dpo, or drop transformers_version "
+                                        f"(recipe {self.recipe.value})")
         if self.method.quantises and self.zero_stage == 3 and \
                 self.offload is Offload.ALL:
             raise InvalidFieldError("training.offload",
                                     "quantised base weights cannot be offloaded to the CPU")
+
+    @property
+    def transformers_release(self) -> tuple[int, int] | None:
+        """(major, minor) of transformers_version; None where unset (the release the planner is simulated with)."""
+        found = _TRANSFORMERS_VERSION.fullmatch(self.transformers_version)
+        return (int(found[1]), int(found[2])) if found else None
 
     @property
     def uses_reference_model(self) -> bool:

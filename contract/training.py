@@ -77,6 +77,7 @@ def training_from_proto(p: training_pb2.TrainingSpec, world_size: int,
         recipe=recipe,
         sharding=from_proto(SHARDING, p.sharding, Sharding.DEEPSPEED, "training.sharding"),
         load_dtype=from_proto(LOAD_DTYPE, p.load_dtype, LoadDtype.BF16, "training.load_dtype"), liger=p.liger,
+        transformers_version=p.transformers_version,
     )
 
 
@@ -96,6 +97,7 @@ def training_to_proto(t: TrainingSpec) -> training_pb2.TrainingSpec:
         train_vision_tower=t.train_vision_tower, image_tokens=t.image_tokens,
         freeze_trainable_layers=t.freeze_trainable_layers, double_quant=t.double_quant, recipe=RECIPE[t.recipe],
         sharding=SHARDING[t.sharding], load_dtype=LOAD_DTYPE[t.load_dtype], liger=t.liger,
+        transformers_version=t.transformers_version,
         dpo=training_pb2.DpoSpec(beta=t.dpo.beta, label_smoothing=t.dpo.label_smoothing,
                                  sft_weight=t.dpo.sft_weight, precompute_reference=t.dpo.precompute_reference)
         if t.objective is Objective.DPO else None,

@@ -117,9 +117,11 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
         # head. transformers passes k/v unrepeated (enable_gqa) when there is no padding mask.
         v_storage = q + 2 * kv if a.family is Family.PHI3 else \
             heads * (m.qk_nope_head_dim + m.v_head_dim) if m else kv
-        # torchtune's attention expands k and v to every head before SDPA (MultiHeadAttention: expand + flatten)
-        k_width = q if tune else kv
-        v_storage = q if tune else v_storage
+        # torchtune's attention expands k and v to every head before SDPA (MultiHeadAttention: expand + flatten), as
+        # transformers' did before 4.54 (repeat_kv)
+        expanded = tune or recipes.repeats_kv(t)
+        k_width = q if expanded else kv
+        v_storage = q if expanded else v_storage
         core = b * (q + k_width) + b * v_storage + b * a.v_dim + 4 * heads
     else:
         # q, k and v repeated to every head, the fp32 softmax and (below fp32) its cast back; Gemma 2's
@@ -404,8 +406,11 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit,
         layer = per_layer + layer_peak_extra_bytes(a, t, split, tokens)
         # 8-bit linears keep their inputs through checkpointing (int8_stash_bytes)
         kept = int8_stash_bytes(t, split, linear_groups(a, t), False) * tokens
-        body = layers * (b * h * tokens + kept) + max(layer + backward_buffer_bytes, eager + backward_buffer_bytes,
-                                                      logits) + outside
+        # recomputed from outside FSDP's units, every layer's input gradient is kept to the end of backward: at the
+        # first layer's, all but its own (recipes.checkpoints_outside_fsdp_units)
+        held = (layers - 1) * b * h * tokens if recipes.checkpoints_outside_fsdp_units(t) else 0
+        body = layers * (b * h * tokens + kept) + max(layer + backward_buffer_bytes + held,
+                                                      eager + backward_buffer_bytes + held, logits) + outside
         logits_term = 0
     else:
         body = all_layers + outside

@@ -91,6 +91,18 @@ MEASURED_GPU_ALLOCATED_UNDER = 0.013
 # (+27.7 % above the plan) and 8.78 GiB for Mistral-7B (+13.2 %); make bench-accuracy. Fit's range for the regime
 # reaches this far above the plan (planner/confidence.py).
 MEASURED_FSDP_QLORA_UNDER = 0.277
+# The first transformers release that checkpoints a decoder layer from inside FSDP's unit (modeling_layers.py:
+# GradientCheckpointingLayer, whose __call__ the FSDP-wrapped layer runs). Before it the model's forward called its
+# checkpoint function on the wrapped layer itself — reentrant by default — so FSDP 1's pre-forward ran in the recompute
+# and hooked a frozen unit's reshard on the recompute's detached input (torch/distributed/fsdp/_runtime_utils.py:
+# _register_post_backward_reshard_only_hook): the hook's grad accumulator keeps that input and its gradient until
+# backward ends. Simulated (benchmarks/legacy_trainer.py, torch 2.13 and 2.4.1 alike): transformers 4.45.2 and 4.51.3
+# hold one hidden-sized gradient per layer below the one in backward, 4.52.4 none.
+TRANSFORMERS_CHECKPOINTS_INSIDE_FSDP = (4, 52)
+# The first transformers release whose SDPA attention hands grouped k/v heads to SDPA unrepeated (enable_gqa, on torch
+# 2.5 or later without a padding mask: integrations/sdpa_attention.py, use_gqa_in_sdpa). Before it repeat_kv copied k
+# and v to every query head, and SDPA saved the copies (4.52.4's sdpa_attention.py; 4.45's LlamaSdpaAttention).
+TRANSFORMERS_SDPA_UNREPEATED_KV = (4, 54)
 
 # bitsandbytes NF4: 4 bits per weight plus one absmax per 64-weight block; fp32 absmax without
 # double quantisation, 8-bit absmax plus an fp32 constant per 256 blocks with it (Dettmers 2023).

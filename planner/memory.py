@@ -308,7 +308,8 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         layer = int(layer_quantised * k.NF4_PACKED_BYTES_PER_PARAM
                     + (counts.decoder_layer - layer_quantised) * dense_bytes)
         gathered = (counts.total - a.num_layers * counts.decoder_layer) * dense_bytes + layer
-        fetch_buffer = backward_gathered = layer
+        fetch_buffer = layer
+        backward_gathered = 0 if recipes.checkpoints_outside_fsdp_units(t) else layer
     if t.method in (Method.FULL, Method.FREEZE):
         # the trainable weights are the model's own; report them under weights only
         adapter = 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contract.model import Architecture, Family
-from contract.schema import LoadDtype, Method, Objective, Offload, Precision, Recipe, Sharding, TrainingSpec
+from contract.schema import Attention, LoadDtype, Method, Objective, Offload, Precision, Recipe, Sharding, TrainingSpec
 from planner import constants as k
 from planner import liger, torchtune
 from planner.architecture import LAYER_NORM_FAMILIES
@@ -151,6 +151,25 @@ def fsdp(t: TrainingSpec) -> bool:
       unit gathers them packed), the quantisation constants whole on every rank (module attributes FSDP does not
       manage), and no k-bit preparation (`fp32_stream`): the stream stays bf16."""
     return t.sharding is Sharding.FSDP
+
+
+def checkpoints_outside_fsdp_units(t: TrainingSpec) -> bool:
+    """Whether a checkpointed FSDP step recomputes each frozen unit from outside it (k.TRANSFORMERS_CHECKPOINTS_INSIDE_
+    FSDP: a Trainer's script on transformers before 4.52, reentrant by default; the decoder layers' units frozen, the
+    adapters wrapped in units of their own — a full fine-tune's units train and are resharded by their gradients'
+    hooks instead). Simulated (benchmarks/legacy_trainer.py): backward keeps every recomputed layer's input and its
+    gradient to the end, and a layer's backward runs beside its own unit only (the next one is gathered by its own
+    recompute, not prefetched)."""
+    release = t.transformers_release
+    return fsdp(t) and t.gradient_checkpointing and t.method.uses_adapters and release is not None \
+        and release < k.TRANSFORMERS_CHECKPOINTS_INSIDE_FSDP
+
+
+def repeats_kv(t: TrainingSpec) -> bool:
+    """Whether SDPA attention gets k and v copied to every query head (k.TRANSFORMERS_SDPA_UNREPEATED_KV): a Trainer's
+    script on transformers before 4.54 (flash attention takes grouped heads as they are)."""
+    release = t.transformers_release
+    return t.attention is Attention.SDPA and release is not None and release < k.TRANSFORMERS_SDPA_UNREPEATED_KV
 
 
 def adapter_compute_bytes(t: TrainingSpec) -> int:

@@ -67,7 +67,9 @@ def lora_config(spec: LoraSpec, model: Any, frozen_vision: bool = False) -> Any:
     from peft import LoraConfig, TaskType  # the ranks' import, not the launcher's (seconds of start-up)
 
     targets = lora_targets(spec, model)
+    # exclude_modules only where there are modules to exclude: PEFT before 0.14 (benchmarks/legacy_trainer.py) lacks it
+    excluded: dict[str, Any] = {"exclude_modules": VISION_MODULES} if frozen_vision else {}
     return LoraConfig(r=spec.rank, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
                       lora_dropout=spec.dropout, target_modules=targets,
-                      exclude_modules=VISION_MODULES if frozen_vision else None,
+                      **excluded,
                       bias="none", task_type=TaskType.CAUSAL_LM)

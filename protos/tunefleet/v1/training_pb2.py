@@ -24,39 +24,39 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btunefleet/v1/training.proto\x12\x0ctunefleet.v1\"P\n\x08LoraSpec\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\r\n\x05\x61lpha\x18\x02 \x01(\x01\x12\x0f\n\x07\x64ropout\x18\x03 \x01(\x01\x12\x16\n\x0etarget_modules\x18\x04 \x03(\t\"p\n\x07\x44poSpec\x12\x11\n\x04\x62\x65ta\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0flabel_smoothing\x18\x02 \x01(\x01\x12\x12\n\nsft_weight\x18\x03 \x01(\x01\x12\x1c\n\x14precompute_reference\x18\x04 \x01(\x08\x42\x07\n\x05_beta\"\xe0\x06\n\x0cTrainingSpec\x12$\n\x06method\x18\x01 \x01(\x0e\x32\x14.tunefleet.v1.Method\x12$\n\x04lora\x18\x02 \x01(\x0b\x32\x16.tunefleet.v1.LoraSpec\x12\x19\n\x0c\x64ouble_quant\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12*\n\tprecision\x18\x04 \x01(\x0e\x32\x17.tunefleet.v1.Precision\x12*\n\toptimizer\x18\x05 \x01(\x0e\x32\x17.tunefleet.v1.Optimizer\x12\x17\n\nzero_stage\x18\x06 \x01(\rH\x01\x88\x01\x01\x12&\n\x07offload\x18\x07 \x01(\x0e\x32\x15.tunefleet.v1.Offload\x12#\n\x16gradient_checkpointing\x18\x08 \x01(\x08H\x02\x88\x01\x01\x12*\n\tattention\x18\t \x01(\x0e\x32\x17.tunefleet.v1.Attention\x12 \n\x04loss\x18\n \x01(\x0e\x32\x12.tunefleet.v1.Loss\x12\x18\n\x10micro_batch_size\x18\x0b \x01(\r\x12\x17\n\x0fsequence_length\x18\x0c \x01(\r\x12#\n\x1bgradient_accumulation_steps\x18\r \x01(\r\x12*\n\tobjective\x18\x0e \x01(\x0e\x32\x17.tunefleet.v1.Objective\x12\x1b\n\x13\x64po_reference_model\x18\x0f \x01(\x08\x12\x1a\n\x12train_vision_tower\x18\x10 \x01(\x08\x12\x14\n\x0cimage_tokens\x18\x11 \x01(\r\x12\x1f\n\x17\x66reeze_trainable_layers\x18\x12 \x01(\r\x12\"\n\x03\x64po\x18\x13 \x01(\x0b\x32\x15.tunefleet.v1.DpoSpec\x12$\n\x06recipe\x18\x14 \x01(\x0e\x32\x14.tunefleet.v1.Recipe\x12(\n\x08sharding\x18\x15 \x01(\x0e\x32\x16.tunefleet.v1.Sharding\x12+\n\nload_dtype\x18\x16 \x01(\x0e\x32\x17.tunefleet.v1.LoadDtype\x12\r\n\x05liger\x18\x17 \x01(\x08\x42\x0f\n\r_double_quantB\r\n\x0b_zero_stageB\x19\n\x17_gradient_checkpointing\"I\n\x0cWorkloadSpec\x12\x16\n\x0e\x64\x61taset_tokens\x18\x01 \x01(\x04\x12\x0e\n\x06\x65pochs\x18\x02 \x01(\x01\x12\x11\n\tmax_steps\x18\x03 \x01(\x04*}\n\x06Method\x12\x16\n\x12METHOD_UNSPECIFIED\x10\x00\x12\x0f\n\x0bMETHOD_FULL\x10\x01\x12\x0f\n\x0bMETHOD_LORA\x10\x02\x12\x10\n\x0cMETHOD_QLORA\x10\x03\x12\x14\n\x10METHOD_LORA_8BIT\x10\x04\x12\x11\n\rMETHOD_FREEZE\x10\x05*L\n\tObjective\x12\x19\n\x15OBJECTIVE_UNSPECIFIED\x10\x00\x12\x11\n\rOBJECTIVE_SFT\x10\x01\x12\x11\n\rOBJECTIVE_DPO\x10\x02*{\n\tPrecision\x12\x19\n\x15PRECISION_UNSPECIFIED\x10\x00\x12\x12\n\x0ePRECISION_FP32\x10\x01\x12\x12\n\x0ePRECISION_FP16\x10\x02\x12\x12\n\x0ePRECISION_BF16\x10\x03\x12\x17\n\x13PRECISION_BF16_PURE\x10\x04*\x88\x01\n\tOptimizer\x12\x19\n\x15OPTIMIZER_UNSPECIFIED\x10\x00\x12\x13\n\x0fOPTIMIZER_ADAMW\x10\x01\x12\x18\n\x14OPTIMIZER_ADAMW_8BIT\x10\x02\x12\x1e\n\x1aOPTIMIZER_PAGED_ADAMW_8BIT\x10\x03\x12\x11\n\rOPTIMIZER_SGD\x10\x04*\\\n\x07Offload\x12\x17\n\x13OFFLOAD_UNSPECIFIED\x10\x00\x12\x10\n\x0cOFFLOAD_NONE\x10\x01\x12\x15\n\x11OFFLOAD_OPTIMIZER\x10\x02\x12\x0f\n\x0bOFFLOAD_ALL\x10\x03*d\n\tAttention\x12\x19\n\x15\x41TTENTION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41TTENTION_EAGER\x10\x01\x12\x12\n\x0e\x41TTENTION_SDPA\x10\x02\x12\x13\n\x0f\x41TTENTION_FLASH\x10\x03*A\n\x04Loss\x12\x14\n\x10LOSS_UNSPECIFIED\x10\x00\x12\x11\n\rLOSS_STANDARD\x10\x01\x12\x10\n\x0cLOSS_CHUNKED\x10\x02*\x8b\x01\n\x06Recipe\x12\x16\n\x12RECIPE_UNSPECIFIED\x10\x00\x12\x14\n\x10RECIPE_TUNEFLEET\x10\x01\x12\x15\n\x11RECIPE_HF_TRAINER\x10\x02\x12\x12\n\x0eRECIPE_TRL_SFT\x10\x03\x12\x12\n\x0eRECIPE_TRL_DPO\x10\x04\x12\x14\n\x10RECIPE_TORCHTUNE\x10\x05*O\n\x08Sharding\x12\x18\n\x14SHARDING_UNSPECIFIED\x10\x00\x12\x16\n\x12SHARDING_DEEPSPEED\x10\x01\x12\x11\n\rSHARDING_FSDP\x10\x02*Q\n\tLoadDtype\x12\x1a\n\x16LOAD_DTYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fLOAD_DTYPE_BF16\x10\x01\x12\x13\n\x0fLOAD_DTYPE_FP32\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btunefleet/v1/training.proto\x12\x0ctunefleet.v1\"P\n\x08LoraSpec\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\r\n\x05\x61lpha\x18\x02 \x01(\x01\x12\x0f\n\x07\x64ropout\x18\x03 \x01(\x01\x12\x16\n\x0etarget_modules\x18\x04 \x03(\t\"p\n\x07\x44poSpec\x12\x11\n\x04\x62\x65ta\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0flabel_smoothing\x18\x02 \x01(\x01\x12\x12\n\nsft_weight\x18\x03 \x01(\x01\x12\x1c\n\x14precompute_reference\x18\x04 \x01(\x08\x42\x07\n\x05_beta\"\xfe\x06\n\x0cTrainingSpec\x12$\n\x06method\x18\x01 \x01(\x0e\x32\x14.tunefleet.v1.Method\x12$\n\x04lora\x18\x02 \x01(\x0b\x32\x16.tunefleet.v1.LoraSpec\x12\x19\n\x0c\x64ouble_quant\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12*\n\tprecision\x18\x04 \x01(\x0e\x32\x17.tunefleet.v1.Precision\x12*\n\toptimizer\x18\x05 \x01(\x0e\x32\x17.tunefleet.v1.Optimizer\x12\x17\n\nzero_stage\x18\x06 \x01(\rH\x01\x88\x01\x01\x12&\n\x07offload\x18\x07 \x01(\x0e\x32\x15.tunefleet.v1.Offload\x12#\n\x16gradient_checkpointing\x18\x08 \x01(\x08H\x02\x88\x01\x01\x12*\n\tattention\x18\t \x01(\x0e\x32\x17.tunefleet.v1.Attention\x12 \n\x04loss\x18\n \x01(\x0e\x32\x12.tunefleet.v1.Loss\x12\x18\n\x10micro_batch_size\x18\x0b \x01(\r\x12\x17\n\x0fsequence_length\x18\x0c \x01(\r\x12#\n\x1bgradient_accumulation_steps\x18\r \x01(\r\x12*\n\tobjective\x18\x0e \x01(\x0e\x32\x17.tunefleet.v1.Objective\x12\x1b\n\x13\x64po_reference_model\x18\x0f \x01(\x08\x12\x1a\n\x12train_vision_tower\x18\x10 \x01(\x08\x12\x14\n\x0cimage_tokens\x18\x11 \x01(\r\x12\x1f\n\x17\x66reeze_trainable_layers\x18\x12 \x01(\r\x12\"\n\x03\x64po\x18\x13 \x01(\x0b\x32\x15.tunefleet.v1.DpoSpec\x12$\n\x06recipe\x18\x14 \x01(\x0e\x32\x14.tunefleet.v1.Recipe\x12(\n\x08sharding\x18\x15 \x01(\x0e\x32\x16.tunefleet.v1.Sharding\x12+\n\nload_dtype\x18\x16 \x01(\x0e\x32\x17.tunefleet.v1.LoadDtype\x12\r\n\x05liger\x18\x17 \x01(\x08\x12\x1c\n\x14transformers_version\x18\x18 \x01(\tB\x0f\n\r_double_quantB\r\n\x0b_zero_stageB\x19\n\x17_gradient_checkpointing\"I\n\x0cWorkloadSpec\x12\x16\n\x0e\x64\x61taset_tokens\x18\x01 \x01(\x04\x12\x0e\n\x06\x65pochs\x18\x02 \x01(\x01\x12\x11\n\tmax_steps\x18\x03 \x01(\x04*}\n\x06Method\x12\x16\n\x12METHOD_UNSPECIFIED\x10\x00\x12\x0f\n\x0bMETHOD_FULL\x10\x01\x12\x0f\n\x0bMETHOD_LORA\x10\x02\x12\x10\n\x0cMETHOD_QLORA\x10\x03\x12\x14\n\x10METHOD_LORA_8BIT\x10\x04\x12\x11\n\rMETHOD_FREEZE\x10\x05*L\n\tObjective\x12\x19\n\x15OBJECTIVE_UNSPECIFIED\x10\x00\x12\x11\n\rOBJECTIVE_SFT\x10\x01\x12\x11\n\rOBJECTIVE_DPO\x10\x02*{\n\tPrecision\x12\x19\n\x15PRECISION_UNSPECIFIED\x10\x00\x12\x12\n\x0ePRECISION_FP32\x10\x01\x12\x12\n\x0ePRECISION_FP16\x10\x02\x12\x12\n\x0ePRECISION_BF16\x10\x03\x12\x17\n\x13PRECISION_BF16_PURE\x10\x04*\x88\x01\n\tOptimizer\x12\x19\n\x15OPTIMIZER_UNSPECIFIED\x10\x00\x12\x13\n\x0fOPTIMIZER_ADAMW\x10\x01\x12\x18\n\x14OPTIMIZER_ADAMW_8BIT\x10\x02\x12\x1e\n\x1aOPTIMIZER_PAGED_ADAMW_8BIT\x10\x03\x12\x11\n\rOPTIMIZER_SGD\x10\x04*\\\n\x07Offload\x12\x17\n\x13OFFLOAD_UNSPECIFIED\x10\x00\x12\x10\n\x0cOFFLOAD_NONE\x10\x01\x12\x15\n\x11OFFLOAD_OPTIMIZER\x10\x02\x12\x0f\n\x0bOFFLOAD_ALL\x10\x03*d\n\tAttention\x12\x19\n\x15\x41TTENTION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41TTENTION_EAGER\x10\x01\x12\x12\n\x0e\x41TTENTION_SDPA\x10\x02\x12\x13\n\x0f\x41TTENTION_FLASH\x10\x03*A\n\x04Loss\x12\x14\n\x10LOSS_UNSPECIFIED\x10\x00\x12\x11\n\rLOSS_STANDARD\x10\x01\x12\x10\n\x0cLOSS_CHUNKED\x10\x02*\x8b\x01\n\x06Recipe\x12\x16\n\x12RECIPE_UNSPECIFIED\x10\x00\x12\x14\n\x10RECIPE_TUNEFLEET\x10\x01\x12\x15\n\x11RECIPE_HF_TRAINER\x10\x02\x12\x12\n\x0eRECIPE_TRL_SFT\x10\x03\x12\x12\n\x0eRECIPE_TRL_DPO\x10\x04\x12\x14\n\x10RECIPE_TORCHTUNE\x10\x05*O\n\x08Sharding\x12\x18\n\x14SHARDING_UNSPECIFIED\x10\x00\x12\x16\n\x12SHARDING_DEEPSPEED\x10\x01\x12\x11\n\rSHARDING_FSDP\x10\x02*Q\n\tLoadDtype\x12\x1a\n\x16LOAD_DTYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fLOAD_DTYPE_BF16\x10\x01\x12\x13\n\x0fLOAD_DTYPE_FP32\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tunefleet.v1.training_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_METHOD']._serialized_start=1183
-  _globals['_METHOD']._serialized_end=1308
-  _globals['_OBJECTIVE']._serialized_start=1310
-  _globals['_OBJECTIVE']._serialized_end=1386
-  _globals['_PRECISION']._serialized_start=1388
-  _globals['_PRECISION']._serialized_end=1511
-  _globals['_OPTIMIZER']._serialized_start=1514
-  _globals['_OPTIMIZER']._serialized_end=1650
-  _globals['_OFFLOAD']._serialized_start=1652
-  _globals['_OFFLOAD']._serialized_end=1744
-  _globals['_ATTENTION']._serialized_start=1746
-  _globals['_ATTENTION']._serialized_end=1846
-  _globals['_LOSS']._serialized_start=1848
-  _globals['_LOSS']._serialized_end=1913
-  _globals['_RECIPE']._serialized_start=1916
-  _globals['_RECIPE']._serialized_end=2055
-  _globals['_SHARDING']._serialized_start=2057
-  _globals['_SHARDING']._serialized_end=2136
-  _globals['_LOADDTYPE']._serialized_start=2138
-  _globals['_LOADDTYPE']._serialized_end=2219
+  _globals['_METHOD']._serialized_start=1213
+  _globals['_METHOD']._serialized_end=1338
+  _globals['_OBJECTIVE']._serialized_start=1340
+  _globals['_OBJECTIVE']._serialized_end=1416
+  _globals['_PRECISION']._serialized_start=1418
+  _globals['_PRECISION']._serialized_end=1541
+  _globals['_OPTIMIZER']._serialized_start=1544
+  _globals['_OPTIMIZER']._serialized_end=1680
+  _globals['_OFFLOAD']._serialized_start=1682
+  _globals['_OFFLOAD']._serialized_end=1774
+  _globals['_ATTENTION']._serialized_start=1776
+  _globals['_ATTENTION']._serialized_end=1876
+  _globals['_LOSS']._serialized_start=1878
+  _globals['_LOSS']._serialized_end=1943
+  _globals['_RECIPE']._serialized_start=1946
+  _globals['_RECIPE']._serialized_end=2085
+  _globals['_SHARDING']._serialized_start=2087
+  _globals['_SHARDING']._serialized_end=2166
+  _globals['_LOADDTYPE']._serialized_start=2168
+  _globals['_LOADDTYPE']._serialized_end=2249
   _globals['_LORASPEC']._serialized_start=45
   _globals['_LORASPEC']._serialized_end=125
   _globals['_DPOSPEC']._serialized_start=127
   _globals['_DPOSPEC']._serialized_end=239
   _globals['_TRAININGSPEC']._serialized_start=242
-  _globals['_TRAININGSPEC']._serialized_end=1106
-  _globals['_WORKLOADSPEC']._serialized_start=1108
-  _globals['_WORKLOADSPEC']._serialized_end=1181
+  _globals['_TRAININGSPEC']._serialized_end=1136
+  _globals['_WORKLOADSPEC']._serialized_start=1138
+  _globals['_WORKLOADSPEC']._serialized_end=1211
 # @@protoc_insertion_point(module_scope)

@@ -146,7 +146,7 @@ class DpoSpec(_message.Message):
     def __init__(self, beta: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., sft_weight: _Optional[float] = ..., precompute_reference: _Optional[bool] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe", "sharding", "load_dtype", "liger")
+    __slots__ = ("method", "lora", "double_quant", "precision", "optimizer", "zero_stage", "offload", "gradient_checkpointing", "attention", "loss", "micro_batch_size", "sequence_length", "gradient_accumulation_steps", "objective", "dpo_reference_model", "train_vision_tower", "image_tokens", "freeze_trainable_layers", "dpo", "recipe", "sharding", "load_dtype", "liger", "transformers_version")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_QUANT_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,7 @@ class TrainingSpec(_message.Message):
     SHARDING_FIELD_NUMBER: _ClassVar[int]
     LOAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
     LIGER_FIELD_NUMBER: _ClassVar[int]
+    TRANSFORMERS_VERSION_FIELD_NUMBER: _ClassVar[int]
     method: Method
     lora: LoraSpec
     double_quant: bool
@@ -193,7 +194,8 @@ class TrainingSpec(_message.Message):
     sharding: Sharding
     load_dtype: LoadDtype
     liger: bool
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., load_dtype: _Optional[_Union[LoadDtype, str]] = ..., liger: _Optional[bool] = ...) -> None: ...
+    transformers_version: str
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., double_quant: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., zero_stage: _Optional[int] = ..., offload: _Optional[_Union[Offload, str]] = ..., gradient_checkpointing: _Optional[bool] = ..., attention: _Optional[_Union[Attention, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., micro_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., objective: _Optional[_Union[Objective, str]] = ..., dpo_reference_model: _Optional[bool] = ..., train_vision_tower: _Optional[bool] = ..., image_tokens: _Optional[int] = ..., freeze_trainable_layers: _Optional[int] = ..., dpo: _Optional[_Union[DpoSpec, _Mapping]] = ..., recipe: _Optional[_Union[Recipe, str]] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., load_dtype: _Optional[_Union[LoadDtype, str]] = ..., liger: _Optional[bool] = ..., transformers_version: _Optional[str] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
     __slots__ = ("dataset_tokens", "epochs", "max_steps")
