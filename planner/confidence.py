@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.model import Architecture
-from contract.schema import Sharding, TrainingSpec
+from contract.schema import TrainingSpec
 from planner import constants as k
 from planner.memory import MemoryBreakdown
 
@@ -31,9 +31,6 @@ def allocated_error(a: Architecture, t: TrainingSpec) -> tuple[tuple[float, floa
         (under, over), source = k.SIMULATED_ERROR_ZERO3, "worst simulated ZeRO-3 rows, make bench-simulate"
     else:
         (under, over), source = k.SIMULATED_ERROR_ZERO0_TO_2, "worst simulated rows of ZeRO 0-2, make bench-simulate"
-    if t.sharding is Sharding.FSDP and t.method.quantises:
-        return (max(under, k.MEASURED_FSDP_QLORA_UNDER), over), \
-            "measured FSDP QLoRA runs of transformers 4.45 / accelerate 1.0 above the plan, make bench-accuracy"
     if under < k.MEASURED_GPU_ALLOCATED_UNDER:
         return (k.MEASURED_GPU_ALLOCATED_UNDER, over), \
             f"{source}; above the plan as far as the caching allocator's rounding measured on our GPU runs, make " \

@@ -82,15 +82,6 @@ SIMULATED_ERROR_ZERO3 = (0.016, 0.019)
 # and tensors' bytes, the simulation's, do not; the H100 rows (gpu_measurements_h100*.csv) reach +0.4 %. Fit's
 # allocated range reaches at least this far above the plan (planner/confidence.py).
 MEASURED_GPU_ALLOCATED_UNDER = 0.013
-# How far measured runs of transformers' Trainer + PEFT sharding a 4-bit model with FSDP were found above the plan's
-# allocated bytes, where today's stack agrees with the plan, simulated at full size (make bench-simulate) and run for
-# real on an H200 as rank 0 of two (benchmarks/results/gpu_rows_h200.csv: Mistral-7B at 2 x 4,096 tokens within
-# 0.01 %), and the cause in the measured versions is not established: fms-acceleration's baseline-peft-bnb references
-# (scripts/benchmarks/refs/a100_80gb.csv, commit 24bdadb, 2025-02-07: transformers 4.45.2, accelerate 1.0.1,
-# TRL 0.11.4, torch 2.4.1), torch peak allocated 43.48 GiB for Llama-2-70B on 2 A100-80GB at 2 x 4,096 tokens
-# (+27.7 % above the plan) and 8.78 GiB for Mistral-7B (+13.2 %); make bench-accuracy. Fit's range for the regime
-# reaches this far above the plan (planner/confidence.py).
-MEASURED_FSDP_QLORA_UNDER = 0.277
 # The first transformers release that checkpoints a decoder layer from inside FSDP's unit (modeling_layers.py:
 # GradientCheckpointingLayer, whose __call__ the FSDP-wrapped layer runs). Before it the model's forward called its
 # checkpoint function on the wrapped layer itself — reentrant by default — so FSDP 1's pre-forward ran in the recompute

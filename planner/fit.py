@@ -231,6 +231,20 @@ def _dpo_note(t: TrainingSpec, gpu: MemoryBreakdown) -> str:
 LIGER_NOTE = ("liger: planned with Liger's kernels as the Trainer's use_liger_kernel applies them (RMSNorm, SwiGLU, "
               "RoPE; under hf-trainer its fused linear cross-entropy, no logits), simulated with liger-kernel's own "
               "functions (make bench-simulate); the step time is planned as without them")
+
+
+def _transformers_note(t: TrainingSpec) -> str:
+    """What the plan counts for the transformers release a Trainer's script runs (planner.recipes)."""
+    counted = [what for applies, what in (
+        (recipes.checkpoints_outside_fsdp_units(t), "each layer checkpointed from outside its FSDP unit, whose "
+         "recomputed input and its gradient are kept to the end of backward (reentrant, that release's default)"),
+        (recipes.repeats_kv(t), "SDPA's k and v copied to every query head"))
+        if applies]
+    return f"transformers {t.transformers_version}: planned with " + ("; ".join(counted) if counted else
+                                                                     "nothing that release allocates differently") + \
+        " (simulated on transformers 4.45.2, make bench-simulate)"
+
+
 BF16_PURE_NOTE = ("bf16-pure (no fp32 master weights, bf16 optimizer states) is what recipes such as torchtune's run; "
                   "tunefleet's executor trains with DeepSpeed, whose bf16 optimizer keeps fp32 master weights and "
                   "states, so it refuses this plan: plan --precision bf16 to run it on the fleet")
@@ -276,6 +290,8 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(hf_note)
     if t.liger:
         notes.append(LIGER_NOTE)
+    if t.transformers_version:
+        notes.append(_transformers_note(t))
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
     if t.precision is Precision.BF16_PURE and t.recipe is not Recipe.TORCHTUNE:

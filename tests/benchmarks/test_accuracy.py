@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import pytest
 
 from benchmarks.accuracy import PUBLIC, interpret, predicted_bytes, public_cases
 from contract.schema import Method, Sharding
-from planner import constants
 from planner.catalog import default_catalog
-from planner.confidence import band
+from planner.confidence import allocated_error
 from planner.memory import per_gpu_memory
 
 ROWS = list(csv.DictReader(PUBLIC.open()))
@@ -44,19 +44,18 @@ def test_a_row_s_own_tokens_per_second_is_taken_as_it_is_and_a_row_without_speed
     assert interpret(*silent, CATALOG).measured_tokens_per_s == 0.0
 
 
-def test_fit_s_range_for_fsdp_qlora_reaches_as_far_above_the_plan_as_measured_runs_were() -> None:
-    """The third-party FSDP QLoRA rows that report torch's peak allocated bytes were found above the plan by more
-    than the simulation's band; planner.constants holds the worst of them, and Fit's range reaches that far."""
-    cases = [c for c in public_cases(CATALOG)[0] if c.training.method is Method.QLORA and c.measured_allocated_bytes]
-    fsdp = [c for c in cases if c.training.sharding is Sharding.FSDP]
-    assert len(fsdp) >= 2
-    above = [c.measured_allocated_bytes / predicted_bytes(c, "allocated") - 1 for c in fsdp]
-    assert pytest.approx(max(above), abs=0.0005) == constants.MEASURED_FSDP_QLORA_UNDER, \
-        f"the rows now measure {max(above):+.1%} above the plan: update MEASURED_FSDP_QLORA_UNDER"
+def test_fsdp_qlora_rows_planned_on_the_release_they_ran_fall_inside_fit_s_range() -> None:
+    """fms-acceleration's FSDP QLoRA rows, which report torch's peak allocated bytes, ran transformers 4.45.2 (their
+    refs/requirements.txt): planned on that release they fall inside Fit's allocated range, the simulated band; planned
+    on the planner's own release they measure more than 10 % above the plan, the excess the release explains
+    (checkpointing from outside FSDP's units: planner.recipes.checkpoints_outside_fsdp_units)."""
+    cases = [c for c in public_cases(CATALOG)[0] if c.training.method is Method.QLORA and c.measured_allocated_bytes
+             and c.training.sharding is Sharding.FSDP]
+    assert len(cases) >= 2
     for c in cases:
-        m = per_gpu_memory(c.model, c.training, c.hardware)
-        likely = band(m, c.model.architecture, c.training)
-        if c in fsdp:
-            assert likely.high_bytes >= c.measured_allocated_bytes + m.allocator_bytes, c.label
-        assert ("measured FSDP QLoRA runs" in likely.basis) == (c in fsdp), c.label
-    assert len(cases) > len(fsdp), "a QLoRA row without FSDP keeps the simulated band"
+        assert c.training.transformers_version == "4.45.2", c.label
+        planned = predicted_bytes(c, "allocated")
+        (under, over), source = allocated_error(c.model.architecture, c.training)
+        assert planned * (1 - over) <= c.measured_allocated_bytes <= planned * (1 + under), (c.label, source)
+        today = per_gpu_memory(c.model, replace(c.training, transformers_version=""), c.hardware)
+        assert c.measured_allocated_bytes > today.allocated_bytes * 1.10, c.label

@@ -101,6 +101,21 @@ def test_fit_plans_liger_s_fused_loss_under_the_trainer() -> None:
     assert gemma.returncode != 0 and "training.liger" in gemma.stderr
 
 
+def test_fit_plans_the_transformers_release_a_trainer_script_runs() -> None:
+    """fms-acceleration's Llama-2-70B QLoRA on two A100s ran transformers 4.45.2, whose checkpointing keeps every
+    layer's input gradient under FSDP: that plan holds about 10 GiB more than today's release's; a release that is
+    not one is refused, naming the field."""
+    args = ("fit", "--model", "NousResearch/Llama-2-70b-hf", "--method", "qlora", "--gpu", "a100-80gb", "--gpus", "2",
+            "--zero", "3", "--recipe", "hf-trainer", "--sharding", "fsdp", "--micro-batch", "2", "--seq-len", "4096",
+            "--json")
+    today, old = tunefleet(*args), tunefleet(*args, "--transformers-version", "4.45.2")
+    assert today.returncode == 0 and old.returncode == 0, today.stderr + old.stderr
+    totals = [json.loads(out.stdout)["per_gpu"]["total_bytes"] for out in (today, old)]
+    assert totals[1] - totals[0] > 8 * 2**30
+    bad = tunefleet(*args, "--transformers-version", "latest")
+    assert bad.returncode == 2 and "training.transformers_version" in bad.stderr and "4.45.2" in bad.stderr
+
+
 def test_unknown_model_suggests_close_names() -> None:
     out = tunefleet("fit", "--model", "meta-llama/Llama-3.1-8b-instruct", "--gpu", "a100-80gb")
     assert out.returncode == 0, out.stderr  # names are case-insensitive
