@@ -17,9 +17,8 @@ import csv
 import re
 import statistics
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from benchmarks.common import RESULTS, print_table, write_csv
+from benchmarks.common import PUBLIC, RESULTS, print_table, write_csv
 from common.units import GiB
 from contract.errors import SpecError
 from contract.model import Architecture, Family, ModelSpec
@@ -41,7 +40,6 @@ from planner.catalog import Catalog, default_catalog
 from planner.memory import per_gpu_memory
 from planner.throughput import step_time
 
-PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
 # issue 25's goal for the third-party rows: median |error| <= 6 %, none under the measurement by more than 10 %
 UNDER_PREDICTION_LIMIT = -0.10
 # Qwen (v1) names its linears differently; these are the same layers in the Llama layout. Its attention's output

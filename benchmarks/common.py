@@ -13,6 +13,8 @@ from pathlib import Path
 from common.net import free_port
 
 RESULTS = Path(__file__).parent / "results"
+# third-party measured runs with their configurations (benchmarks/data/README.md)
+PUBLIC = Path(__file__).parent / "data" / "public_measurements.csv"
 
 
 def as_single_rank() -> None:

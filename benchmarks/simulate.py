@@ -43,7 +43,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 
-from benchmarks.common import fake_process_group  # noqa: E402
+from benchmarks.common import PUBLIC, fake_process_group  # noqa: E402
 from benchmarks.fake_step import Scalars, as_on_cuda, swappable  # noqa: E402
 from benchmarks.quantised import kernels_as_on_cuda, quantised, real_dynamic_map  # noqa: E402
 from benchmarks.recipes import (  # noqa: E402
@@ -311,7 +311,6 @@ def _simulated(step_peaks: list[Peak], started: float, allocator: CachingAllocat
 def _third_party_reserved(results: list[dict[str, Any]]) -> None:
     """The replayed reserved peak plus what the planner holds outside the allocator and cuBLAS's workspace against what
     nvidia-smi showed for the same configuration (one-GPU Trainer rows: no NCCL)."""
-    from benchmarks.accuracy import PUBLIC
     from benchmarks.common import print_table
     from planner.constants import CUBLAS_WORKSPACE_BYTES, TRAINING_OUTSIDE_ALLOCATOR_BYTES
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.accuracy import PUBLIC, interpret, predicted_bytes, public_cases
+from benchmarks.accuracy import interpret, predicted_bytes, public_cases
+from benchmarks.common import PUBLIC
 from contract.schema import Method, Sharding
 from planner.catalog import default_catalog
 from planner.confidence import allocated_error
