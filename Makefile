@@ -68,23 +68,19 @@ dashboard-assets: ## install the dashboard's chart library from the npm registry
 	cp dashboard/assets/node_modules/uplot/LICENSE dashboard/static/vendor/uPlot.LICENSE
 	rm -rf dashboard/assets/node_modules
 
-$(TORCHTUNE_STAMP): requirements-torchtune.txt | $(STAMP)
-	rm -rf $(TORCHTUNE_VENV) && python3 -m venv $(TORCHTUNE_VENV)
+# A virtualenv layered over .venv from requirements-NAME.txt (.venv-torchtune, .venv-legacy), checked by importing
+# what it is for
+LAYERED_IMPORTS_torchtune := torchtune, omegaconf, executor.training.live_bytes
+LAYERED_IMPORTS_legacy := transformers, accelerate, peft, executor.training.live_bytes
+.venv-%/.installed: requirements-%.txt | $(STAMP)
+	rm -rf .venv-$* && python3 -m venv .venv-$*
 	echo "import site; site.addsitedir('$(abspath $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'))')" \
-		> $$($(TORCHTUNE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tunefleet_venv.pth
-	$(TORCHTUNE_VENV)/bin/pip install -q --no-deps -r requirements-torchtune.txt
-	$(TORCHTUNE_VENV)/bin/python -c "import torchtune, omegaconf, executor.training.live_bytes"
-	touch $(TORCHTUNE_STAMP)
+		> $$(.venv-$*/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tunefleet_venv.pth
+	.venv-$*/bin/pip install -q --no-deps -r $<
+	.venv-$*/bin/python -c "import $(LAYERED_IMPORTS_$*)"
+	touch $@
 
 torchtune-env: $(TORCHTUNE_STAMP) ## .venv-torchtune: torchtune 0.6.1 over .venv, for torchtune plans' simulation
-
-$(LEGACY_STAMP): requirements-legacy.txt | $(STAMP)
-	rm -rf $(LEGACY_VENV) && python3 -m venv $(LEGACY_VENV)
-	echo "import site; site.addsitedir('$(abspath $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'))')" \
-		> $$($(LEGACY_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tunefleet_venv.pth
-	$(LEGACY_VENV)/bin/pip install -q --no-deps -r requirements-legacy.txt
-	$(LEGACY_VENV)/bin/python -c "import transformers, accelerate, peft, executor.training.live_bytes"
-	touch $(LEGACY_STAMP)
 
 legacy-env: $(LEGACY_STAMP) ## .venv-legacy: transformers 4.45.2's Trainer stack over .venv, for older-transformers plans' simulation
 
