@@ -5,6 +5,7 @@ simulated peaks are stored (`RESULTS_CSV`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from benchmarks.common import RESULTS
 from contract.schema import (
@@ -22,8 +23,10 @@ from contract.schema import (
 )
 
 RESULTS_CSV = RESULTS / "simulate.csv"
-# the transformers release of .venv-legacy (requirements-legacy.txt), which the rows on an older stack name
-LEGACY_TRANSFORMERS = "4.45.2"
+# the transformers release of .venv-legacy, as requirements-legacy.txt pins it: the rows on an older stack name it
+LEGACY_TRANSFORMERS = next(line.removeprefix("transformers==") for line in
+                           (Path(__file__).resolve().parent.parent / "requirements-legacy.txt").read_text().splitlines()
+                           if line.startswith("transformers=="))
 
 
 @dataclass(frozen=True)
