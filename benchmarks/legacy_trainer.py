@@ -30,9 +30,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -42,8 +40,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from benchmarks.common import fake_process_group
 from benchmarks.fake_step import Scalars, as_on_cuda, swappable
-from benchmarks.quantised import fake_params4bit_class, quantised, real_dynamic_map
-from benchmarks.recipes import QUIET, foreach_as_on_cuda, fsdp_on_cpu, marking_backward, step_callback
+from benchmarks.quantised import fake_params4bit_class, fake_view_params4bit, quantised, real_dynamic_map
+from benchmarks.recipes import foreach_as_on_cuda, marking_backward, step_callback, trainer_arguments
 from benchmarks.simulate_rows import Row, table_rows
 from contract.schema import Method, Sharding, TrainingSpec
 from executor.training.caching_allocator import CachingAllocator
@@ -120,15 +118,8 @@ def _fake_views_recovered() -> Iterator[None]:
     params_class = fake_params4bit_class()
 
     def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
-        weight = module.weight
-        if isinstance(weight, FakeTensor) and not isinstance(weight, bnb.nn.Params4bit):
-            alias = torch.nn.Parameter(weight.view_as(weight), requires_grad=False)
-            alias.__class__ = params_class
-            state = module.quant_state
-            alias.__dict__.update(blocksize=state.blocksize, compress_statistics=state.nested,
-                                  quant_type=state.quant_type, quant_storage=module.quant_storage, bnb_quantized=True,
-                                  module=module, quant_state=state)
-            module.weight = alias
+        if isinstance(module.weight, FakeTensor) and not isinstance(module.weight, bnb.nn.Params4bit):
+            module.weight = fake_view_params4bit(module, params_class)
         return original(module, x)
 
     bnb.nn.Linear4bit.forward = forward
@@ -159,18 +150,6 @@ def _model(config: Any, t: TrainingSpec) -> Any:
     return peft.get_peft_model(model, lora_config(t.lora, model))
 
 
-def _trainer_arguments(t: TrainingSpec, out: str) -> Any:
-    import transformers
-
-    from planner.trainer_fsdp import trainer_fsdp_config
-
-    fsdp = dict(fsdp="full_shard auto_wrap", fsdp_config=trainer_fsdp_config()) if t.sharding is Sharding.FSDP else {}
-    return transformers.TrainingArguments(
-        output_dir=out, per_device_train_batch_size=t.micro_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps, gradient_checkpointing=t.gradient_checkpointing,
-        bf16=True, optim="adamw_torch", use_cpu=True, **QUIET, **fsdp)
-
-
 def legacy_peaks(config_json: dict[str, Any], t: TrainingSpec, world_size: int, steps: int = 2) -> dict[str, Any]:
     """`steps` Trainer steps of the plan on this virtualenv's stack; the highest peak, where it fell and what the CUDA
     caching allocator replayed on the same allocations reserved."""
@@ -187,13 +166,9 @@ def legacy_peaks(config_json: dict[str, Any], t: TrainingSpec, world_size: int, 
     counter = LiveBytes(modules, allocator)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     peaks: list[Peak] = []
-    launcher = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": str(world_size),
-                "ACCELERATE_TORCH_DEVICE": "cpu"}
     ranks = fake_process_group(world_size) if t.sharding is Sharding.FSDP else contextlib.nullcontext()
-    os.environ.update(launcher)
-    with real_dynamic_map(), ranks, tempfile.TemporaryDirectory() as out, fsdp_on_cpu(), as_on_cuda(), \
-            _fake_bitsandbytes(), _fake_views_recovered(), foreach_as_on_cuda():
-        args = _trainer_arguments(t, out)
+    with real_dynamic_map(), ranks, trainer_arguments(t, world_size) as args, as_on_cuda(), _fake_bitsandbytes(), \
+            _fake_views_recovered(), foreach_as_on_cuda():
         args.max_steps = steps
         with swappable(mode), mode, Scalars(), counter, modules:
             torch.manual_seed(0)

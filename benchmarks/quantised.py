@@ -252,6 +252,17 @@ def _mixed_scaled_mm(a: torch.Tensor, ca: torch.Tensor, cb: torch.Tensor, sca: t
     return output.addmm(sub_a, sub_b), sub_a
 
 
+def fake_view_params4bit(module: Any, params_class: type) -> torch.nn.Parameter:
+    """The Params4bit bitsandbytes makes of an FSDP view of a Linear4bit's weight, with the module's quant state, as a
+    fake one (`params_class`: fake_params4bit_class)."""
+    alias = torch.nn.Parameter(module.weight.view_as(module.weight), requires_grad=False)
+    alias.__class__ = params_class
+    state = module.quant_state
+    alias.__dict__.update(blocksize=state.blocksize, compress_statistics=state.nested, quant_type=state.quant_type,
+                          quant_storage=module.quant_storage, bnb_quantized=True, module=module, quant_state=state)
+    return alias
+
+
 @contextlib.contextmanager
 def _quant_state_recovered_on_fakes() -> Iterator[None]:
     """FSDP replaces a Linear4bit's weight with a plain view of its flat parameter; bitsandbytes makes the view a
@@ -269,12 +280,7 @@ def _quant_state_recovered_on_fakes() -> Iterator[None]:
         if not isinstance(weight, FakeTensor) or isinstance(weight, bnb.nn.Params4bit):
             original(module)
             return
-        alias = torch.nn.Parameter(weight.view_as(weight), requires_grad=False)
-        alias.__class__ = params_class
-        state = module.quant_state
-        alias.__dict__.update(blocksize=state.blocksize, compress_statistics=state.nested, quant_type=state.quant_type,
-                              quant_storage=module.quant_storage, bnb_quantized=True, module=module, quant_state=state)
-        module.weight = alias
+        module.weight = fake_view_params4bit(module, params_class)
 
     modules.fix_4bit_weight_quant_state_from_module = recovered
     try:

@@ -25,7 +25,7 @@ fine-tune), on tokenised sequences through TRL's own collator and fused LM head 
 CUDA, set to CUDA's way: the fused head's Triton folds and in-place fp32 accumulation (`_fused_head_as_on_cuda`).
 
 Sharded by FSDP (training.sharding fsdp, hf-trainer) the Trainer gets PEFT's FSDP config (planner.trainer_fsdp) and
-runs on the fake process group: accelerate's own FSDP preparation wraps the model (`fsdp_on_cpu` lets accelerate
+runs on the fake process group: accelerate's own FSDP preparation wraps the model (`_fsdp_on_cpu` lets accelerate
 take the plugin up on the CPU's ranks), and a QLoRA model is not k-bit prepared (`hf_trainer_model`).
 
 Under ZeRO 2-3 either trainer gets LLaMA-Factory's DeepSpeed config (planner.trainer_deepspeed) in its arguments
@@ -88,7 +88,7 @@ def _deepspeed_step_marked(counter: LiveBytes) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fsdp_on_cpu() -> Iterator[None]:
+def _fsdp_on_cpu() -> Iterator[None]:
     """accelerate runs FSDP on accelerator devices only: on the CPU's ranks it settles on MULTI_CPU (DDP) and leaves
     the Trainer's FSDP plugin unused (accelerate.state.AcceleratorState). PyTorch's FSDP itself runs on the CPU and
     the fake process group; as the state is made, the plugin is taken up as on a GPU rank (distributed type FSDP, its
@@ -173,7 +173,7 @@ def marking_backward(trainer_class: Any, counter: LiveBytes) -> Any:
 
 
 # What both trainers are given besides the plan's batch and checkpointing: no saving, logging or progress bars
-QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True)
+_QUIET = dict(report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True)
 
 
 @contextlib.contextmanager
@@ -202,11 +202,11 @@ def trainer_arguments(t: TrainingSpec, world_size: int, device: str = "cpu") -> 
     outer = dict(os.environ)  # transformers also sets ACCELERATE_USE_DEEPSPEED, which must not outlive the run
     os.environ.update(launcher)
     try:
-        with tempfile.TemporaryDirectory() as out, fsdp_on_cpu() if fsdp else contextlib.nullcontext():
+        with tempfile.TemporaryDirectory() as out, _fsdp_on_cpu() if fsdp else contextlib.nullcontext():
             common = dict(output_dir=out, per_device_train_batch_size=t.micro_batch_size,
                           gradient_accumulation_steps=t.gradient_accumulation_steps,
                           gradient_checkpointing=t.gradient_checkpointing, deepspeed=deepspeed,
-                          use_cpu=device == "cpu", use_liger_kernel=t.liger, **QUIET)
+                          use_cpu=device == "cpu", use_liger_kernel=t.liger, **_QUIET)
             if fsdp:
                 common.update(fsdp=True, fsdp_config=trainer_fsdp_config())
             if t.recipe in (Recipe.TRL_SFT, Recipe.TRL_DPO):
