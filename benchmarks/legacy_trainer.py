@@ -8,9 +8,10 @@ the planner is held to): the model built from its config in bf16 with SDPA atten
 the same tensors and builds no mask either), QLoRA's weights quantised as from_pretrained quantises them
 (benchmarks.quantised), the base frozen and the embeddings' output made to require grad as their plugin's k-bit
 preparation does (fms_acceleration_peft.framework_plugin_bnb: no fp32 casts), PEFT's LoRA adapters, then the
-Trainer with bf16 autocast, the plan's micro-batch, gradient checkpointing as transformers 4.45 defaults it
-(reentrant) and, sharded, PEFT's FSDP config (planner.trainer_fsdp) taken up by accelerate 1.0's own preparation on the
-fake process group; each step's peak counted by executor.training.live_bytes.
+Trainer with the arguments today's hf-trainer rows get (benchmarks.recipes.trainer_arguments: bf16 autocast, the
+plan's micro-batch, gradient checkpointing as transformers 4.45 defaults it, reentrant, and, sharded, PEFT's FSDP config
+taken up by accelerate 1.0's own preparation on the fake process group); each step's peak counted by
+executor.training.live_bytes.
 
 What bitsandbytes 0.43.3 does in C through ctypes, which a fake tensor has no storage for, is done here in torch ops
 that allocate what its functions allocate (bitsandbytes/functional.py): `quantize_4bit` (the packed weight in the
