@@ -131,10 +131,11 @@ def hf_trainer_model(model: Any, t: TrainingSpec, quantized: bool) -> Any:
 
 
 def loaded(counter: LiveBytes) -> None:
-    """The model is ready and the first step begins: the caching allocator gives back what loading left cached.
-    The simulation builds the model from its config and converts (and quantises) it on the device, which leaves
-    segments a real from_pretrained, loading each weight in its final dtype, would not; so the reserved peak is
-    the steps' own, from the weights and what they keep."""
+    """The model is ready and the first step begins: the counter keeps loading's peak (`LiveBytes.steps_begin`), and
+    the caching allocator gives back what loading left cached. The simulation builds the model from its config and
+    converts (and quantises) it on the device, which leaves segments a real from_pretrained, loading each weight in
+    its final dtype, would not; so the reserved peak is the steps' own, from the weights and what they keep."""
+    counter.steps_begin()
     if counter.allocator is not None:
         counter.allocator.empty_cache()
 

@@ -70,6 +70,7 @@ from executor.training.caching_allocator import CachingAllocator  # noqa: E402
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak  # noqa: E402
 from executor.training.measure import relative_error  # noqa: E402
 from planner.hf_config import architecture_from_config, config_json  # noqa: E402
+from planner.recipes import fsdp  # noqa: E402
 
 UNDER_PREDICTION_LIMIT = -0.02
 
@@ -90,6 +91,8 @@ class Simulated:
     # what PyTorch's CUDA caching allocator reserves at most for the same allocations and frees, loading included
     # (executor/training/caching_allocator.py): nvidia-smi's figure less the CUDA context
     peak_reserved_bytes: int = 0
+    # the peak before the first step, where it is counted (a quantised model loaded whole, not under FSDP), else 0
+    loading_bytes: int = 0
 
 
 def _inplace_adam(*args: Any, **kwargs: Any) -> None:
@@ -147,6 +150,20 @@ def _functional_restored() -> Iterator[None]:
         for name in [name for name in functional if name not in saved]:
             del functional[name]
         functional.update(saved)
+
+
+@contextlib.contextmanager
+def _zero_init_skipped() -> Iterator[None]:
+    """from_pretrained under a quantizer skips zero.Init whatever the DeepSpeed config (modeling_utils:
+    `is_deepspeed_zero3_enabled() and not _is_quantized`): the model is built whole, as if ZeRO-3 were off."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
 
 
 @contextlib.contextmanager
@@ -277,13 +294,16 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
         torch.manual_seed(0)
         # ZeRO-3 partitions the weights as they are made: the Trainer's arguments say so for its recipes
         zero3_loading = HfDeepSpeedConfig(ds_config) if t.zero_stage == 3 and t.recipe is Recipe.TUNEFLEET else None
+        bnb_config = quantization(t)
         if t.recipe is Recipe.TORCHTUNE:  # torchtune builds the model itself, from its own modules
             step_peaks = torchtune_peaks(architecture_from_config(json.dumps(config_json)), t, counter, steps, loaded)
             return _simulated(step_peaks, started, allocator)
-        model = from_config(config, t)
-        bnb_config = quantization(t)
-        if bnb_config is not None:
-            model = quantised(model, bnb_config)
+        if bnb_config is None:
+            model = from_config(config, t)
+        else:
+            with _zero_init_skipped():
+                model = quantised(from_config(config, t), bnb_config)
+        counter.peak = Peak(counter.live_bytes)  # loaded as from_pretrained leaves the model: loading counts from here
         vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
         if t.recipe is Recipe.HF_TRAINER:
             model = hf_trainer_model(model, t, quantized=bnb_config is not None)
@@ -299,13 +319,20 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
             model = prepare_model(model, t, quantized=bnb_config is not None)
             step_peaks = _executor_peaks(model, t, config, ds_config, vocab, counter, modules, steps)
         del zero3_loading, model
-    return _simulated(step_peaks, started, allocator)
+    # a quantised model is on the GPU whole, as from_pretrained quantises it weight by weight, before what loading
+    # does next (PEFT's upcast, DeepSpeed's partitioning); a dense one is built by from_config, not as from_pretrained
+    # reads it, and FSDP shards a quantised one as it places it
+    loading = counter.loading_peak if bnb_config is not None and not fsdp(t) else None
+    return _simulated(step_peaks, started, allocator, loading)
 
 
-def _simulated(step_peaks: list[Peak], started: float, allocator: CachingAllocator) -> Simulated:
-    peak = max(step_peaks, key=lambda p: p.bytes)
+def _simulated(step_peaks: list[Peak], started: float, allocator: CachingAllocator,
+               loading: Peak | None = None) -> Simulated:
+    """The highest of the steps' peaks and, where it is counted, loading's."""
+    peak = max([*step_peaks, *([loading] if loading else [])], key=lambda p: p.bytes)
     return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
-                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started, allocator.peak_reserved_bytes)
+                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started, allocator.peak_reserved_bytes,
+                     loading.bytes if loading else 0)
 
 
 def _third_party_reserved(results: list[dict[str, Any]]) -> None:

@@ -161,10 +161,16 @@ def table_rows() -> list[Row]:
     # QLoRA: NF4 base weights with nested absmax (bitsandbytes under fake tensors: benchmarks/quantised.py); 1,024
     # tokens a micro-batch is where the CUDA kernel's choice depends on the GPU (the fallback is simulated)
     qlora = Method.QLORA
+    peft_zero3 = LoraSpec(target_modules=(ALL_LINEAR,), rank=8, alpha=16, dropout=0.1)
     rows += [Row("meta-llama/Llama-3.1-8B", spec(qlora, 1, 2048)),
              Row("meta-llama/Llama-3.1-8B", spec(qlora, 2, 2048, lora_spec=q_v)),
              Row("meta-llama/Llama-3.1-8B", spec(qlora, 1, 1024, ckpt=False, attn=eager)),
              Row("meta-llama/Llama-3.1-8B", spec(qlora, 2, 2048, zero=2), 2),
+             # ZeRO-3: from_pretrained places a quantised model whole on every GPU before DeepSpeed partitions it
+             # (planner.loading); PEFT's ZeRO-3 QLoRA guide's configuration on 2 ranks
+             Row("meta-llama/Llama-3.2-1B", spec(qlora, 1, 2048, zero=3), 2),
+             Row("meta-llama/Llama-3.1-8B", spec(qlora, 1, 2048, zero=3), 4),
+             Row("meta-llama/Llama-2-70b-hf", spec(qlora, 2, 2048, lora_spec=peft_zero3, zero=3), 2),
              Row("mistralai/Mistral-7B-v0.3", spec(qlora, 1, 4096)),
              Row("Qwen/Qwen2.5-7B", spec(qlora, 4, 512, ckpt=False)),
              Row("google/gemma-2-9b", spec(qlora, 1, 2048, attn=eager)),

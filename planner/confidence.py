@@ -44,8 +44,9 @@ def band(b: MemoryBreakdown, a: Architecture, t: TrainingSpec) -> Band:
     slack_under, slack_over = k.SLACK_MODEL_ERROR
     context_low = b.cuda_context_bytes - k.OUTSIDE_ALLOCATOR_SPREAD_BYTES
     context_high = b.cuda_context_bytes + k.OUTSIDE_ALLOCATOR_SPREAD_BYTES
-    low = (allocated * (1 - over) + b.allocator_bytes) * (1 - slack_over) + context_low
-    high = (allocated * (1 + under) + b.allocator_bytes) * (1 + slack_under) + context_high
+    slack = 0 if b.loading_decides_peak else b.allocator_bytes
+    low = (allocated * (1 - over) + slack) * (1 - slack_over) + context_low
+    high = (allocated * (1 + under) + slack) * (1 + slack_under) + context_high
     basis = (f"allocated -{over:.1%}/+{under:.1%} ({source}); reserved with the caching allocator's slack "
              f"-{slack_over:.1%}/+{slack_under:.1%} (its model against the allocator replayed on the simulated "
              f"step, make bench-simulate); outside the allocator (CUDA context, NCCL, kernels) "

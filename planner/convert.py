@@ -278,7 +278,8 @@ def fit_to_proto(r: FitResult) -> plan_pb2.FitResult:
             deepspeed_buffers_bytes=g.deepspeed_buffers_bytes, cuda_context_bytes=g.cuda_context_bytes,
             allocator_bytes=g.allocator_bytes, overhead_bytes=g.overhead_bytes, total_bytes=g.total_bytes,
             optimizer_step_bytes=g.optimizer_step_bytes, gathered_parameters_bytes=g.gathered_parameters_bytes,
-            regathered_experts_bytes=g.regathered_bytes, cuda_workspace_bytes=g.cuda_workspace_bytes),
+            regathered_experts_bytes=g.regathered_bytes, cuda_workspace_bytes=g.cuda_workspace_bytes,
+            loading_bytes=g.loading_bytes),
         host=plan_pb2.HostMemory(
             offloaded_optimizer_bytes=h.offloaded_optimizer_bytes,
             offloaded_parameters_bytes=h.offloaded_parameters_bytes,

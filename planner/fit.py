@@ -275,7 +275,8 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(f"with the {margin_fraction:.0%} margin asked for it needs {gib(needed)} per GPU on a "
                      f"{gib(hw.gpu.memory_bytes)} {hw.gpu.display_name}")
     if gpu.total_bytes > hw.gpu.memory_bytes:
-        notes.append(f"micro-batch {t.micro_batch_size} needs {gib(gpu.total_bytes)} per GPU on a "
+        needs = "loading" if gpu.loading_decides_peak else f"micro-batch {t.micro_batch_size}"
+        notes.append(f"{needs} needs {gib(gpu.total_bytes)} per GPU on a "
                      f"{gib(hw.gpu.memory_bytes)} {hw.gpu.display_name}")
     if not host.fits:
         notes.append(f"host RAM: needs {gib(host.total_bytes)} per node, the node has {gib(host.capacity_bytes)}")
@@ -292,6 +293,11 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(LIGER_NOTE)
     if t.transformers_version:
         notes.append(_transformers_note(t))
+    if gpu.loading_decides_peak:
+        notes.append(f"loading is the peak: {gib(gpu.loading_bytes)} on every GPU, the whole {t.method.value} model "
+                     "(transformers places a quantised model whole on each GPU, PEFT upcasts what is not quantised "
+                     "to fp32, and only then does DeepSpeed partition it), above what a step needs; more GPUs do not "
+                     "lower it, a GPU with more memory does")
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
     if t.precision is Precision.BF16_PURE and t.recipe is not Recipe.TORCHTUNE:

@@ -17,13 +17,13 @@ from planner import recipes
 from planner.activations import activation_terms
 from planner.architecture import (
     SHARED_EXPERTS_MOE,
-    largest_layer_params,
     layer_expert_params,
     linear_layers,
     parameter_counts,
 )
+from planner.loading import loading_bytes
 from planner.memo import memo
-from planner.parameters import ParameterSplit, parameter_split, weight_storage_bytes
+from planner.parameters import ParameterSplit, parameter_split, quantisation_constant_bytes, weight_storage_bytes
 from planner.trainer_deepspeed import Buckets, buckets
 from planner.transient_blocks import transient_block_bytes
 
@@ -62,6 +62,8 @@ class MemoryBreakdown:
     reduce_bucket_bytes: int = 0
     # cuBLAS's workspaces, allocated through PyTorch's caching allocator (k.CUBLAS_WORKSPACE_BYTES)
     cuda_workspace_bytes: int = 0
+    # the peak before the first step, while the model loads: a quantised model whole on every GPU (planner.loading)
+    loading_bytes: int = 0
 
     @property
     def overhead_bytes(self) -> int:
@@ -70,9 +72,21 @@ class MemoryBreakdown:
 
     @property
     def allocated_bytes(self) -> int:
-        """What torch.cuda.max_memory_allocated would show: the total less the CUDA context and the allocator's
-        slack."""
-        return self.total_bytes - self.cuda_context_bytes - self.allocator_bytes
+        """What torch.cuda.max_memory_allocated would show: the higher of a step's peak (its total less the CUDA
+        context and the allocator's slack) and loading's (with cuBLAS's workspace, which the first step adds)."""
+        return max(self._step_total_bytes() - self.cuda_context_bytes - self.allocator_bytes,
+                   self._loading_total_bytes() - self.cuda_context_bytes)
+
+    @property
+    def loading_decides_peak(self) -> bool:
+        """Whether loading, not a step, is the peak (total_bytes): a quantised model whole on the GPU above what a
+        step holds once ZeRO-3 has partitioned it, or a mixture of experts' dense expert tensors upcast to fp32.
+        Loading leaves little slack (big weights, each its own block, and PEFT empties the
+        cache after its fp32 casts); cuBLAS's workspace comes with the first step, beside what loading left cached."""
+        return self._loading_total_bytes() > self._step_total_bytes()
+
+    def _loading_total_bytes(self) -> int:
+        return self.loading_bytes + self.cuda_workspace_bytes + self.cuda_context_bytes
 
     def _after_backward_bytes(self) -> int:
         if self.gradients_grow_in_backward:
@@ -89,10 +103,14 @@ class MemoryBreakdown:
     @property
     def activations_decide_peak(self) -> bool:
         """Whether the start of backward (activations) is the peak, so a longer or bigger batch needs more."""
-        return self._during_backward_bytes() >= self._after_backward_bytes()
+        return not self.loading_decides_peak and self._during_backward_bytes() >= self._after_backward_bytes()
 
     @property
     def total_bytes(self) -> int:
+        """The peak: a step's, or loading's where that is higher (`loading_decides_peak`)."""
+        return max(self._step_total_bytes(), self._loading_total_bytes())
+
+    def _step_total_bytes(self) -> int:
         """The peak of a step. Backward frees the activations as it builds the gradients, layer by layer: their sum
         peaks at one end — the start (activations, the logits/loss term among them) or the end (every gradient).
         The optimizer step then runs with the gradients it updates and its own transient (`optimizer_step_bytes`).
@@ -158,14 +176,27 @@ def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int, large
     return max(partition * recipes.zero_step_bytes_per_element(t), norm)
 
 
-def stage3_gathered_elements(a: Architecture, total_params: int, b: Buckets) -> int:
-    """Parameters ZeRO-3 holds gathered (full copies, beside every rank's partition) in forward and backward: up to
-    stage3_max_live_parameters, or the largest module when that alone is bigger. The coordinator prefetches until
-    that many are available and, from the second step on (a recorded trace), keeps what the trace marks as used
-    again (partitioned_param_coordinator.fetch_sub_module, __params_to_release). Simulated: after the forward of a
-    Llama-3.2-1B LoRA step on 2 ranks, 1.0e9 of its 1.24e9 parameters were gathered (8 to 12 of its 16 layers and
-    the lm_head), 0.97e9 for Llama-3.1-8B (2 layers and the lm_head), 27 % and 11 % of their peaks."""
-    return min(max(b.max_live_parameters, largest_layer_params(a)), total_params)
+def zero3_elements(a: Architecture, split: ParameterSplit, t: TrainingSpec) -> tuple[int, int]:
+    """DeepSpeed's elements of the whole model and of its largest module under ZeRO-3: a 4-bit weight is partitioned
+    and gathered as its packed storage, which bitsandbytes stores in bf16 (four weights an element; DeepSpeed casts
+    every other parameter, fp32 ones included, to bf16 as it partitions them). Simulated: Llama-3.2-1B QLoRA on 2
+    ranks, 243,269,632 packed elements for its 973,078,528 4-bit weights (make bench-simulate)."""
+    counts = parameter_counts(a)
+    per_weight = k.NF4_PACKED_BYTES_PER_PARAM / 2 if t.method is Method.QLORA else 1
+    layer_quantised = split.quantised // a.num_layers
+    layer = counts.decoder_layer - layer_quantised + int(layer_quantised * per_weight)
+    total = split.total - split.quantised + int(split.quantised * per_weight)
+    return total, max(layer, counts.embedding, counts.lm_head)
+
+
+def stage3_gathered_elements(total_elements: int, largest_module_elements: int, b: Buckets) -> int:
+    """Elements ZeRO-3 holds gathered (full copies, beside every rank's partition) in forward and backward: up to
+    stage3_max_live_parameters, or the largest module when that alone is bigger (`zero3_elements`). The coordinator
+    prefetches until that many are available and, from the second step on (a recorded trace), keeps what the trace
+    marks as used again (partitioned_param_coordinator.fetch_sub_module, __params_to_release). Simulated: after the
+    forward of a Llama-3.2-1B LoRA step on 2 ranks, 1.0e9 of its 1.24e9 parameters were gathered (8 to 12 of its 16
+    layers and the lm_head), 0.97e9 for Llama-3.1-8B (2 layers and the lm_head), 27 % and 11 % of their peaks."""
+    return min(max(b.max_live_parameters, largest_module_elements), total_elements)
 
 
 def experts_released_between_uses(a: Architecture, t: TrainingSpec, b: Buckets) -> bool:
@@ -284,12 +315,15 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         # 2 x 2,048 tokens: 24.69 GiB, where gathering had been planned at 26.56; on an H100, 24.76 (+ cuBLAS's
         # workspace, benchmarks/results/gpu_measurements_h100.csv).
         if n > 1:
-            gathered = stage3_gathered_elements(a, split.total, b) * dense_bytes
+            elements, largest = zero3_elements(a, split, t)
+            gathered = stage3_gathered_elements(elements, largest, b) * dense_bytes
             # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
             # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
-            fetch_buffer = min(largest_layer_params(a), split.total) * dense_bytes
+            fetch_buffer = min(largest, elements) * dense_bytes
             regathered = regathered_experts_bytes(a, t, b, dense_bytes)
-        weights = 0 if t.offload is Offload.ALL else weights / n
+        # the quantisation constants are the modules' own attributes, which DeepSpeed neither partitions nor gathers
+        constants = quantisation_constant_bytes(split, t)
+        weights = 0 if t.offload is Offload.ALL else (weights - constants) / n + constants
         adapter = adapter / n
     backward_gathered = 0
     if recipes.fsdp(t):
@@ -297,7 +331,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         # a quantised layer's unit holds its packed 4-bit weights (stored as bf16) and its norms; the quantisation
         # constants are the modules' own attributes, which FSDP neither shards nor gathers (every rank holds them all)
         packed = split.quantised * k.NF4_PACKED_BYTES_PER_PARAM
-        constants = weight_storage_bytes(split, t) - packed - (split.total - split.quantised) * dense_bytes
+        constants = quantisation_constant_bytes(split, t)
         if t.method is Method.FULL:
             weights = split.total * recipes.trained_param_bytes(t) / n
         else:
@@ -365,6 +399,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
         fetch_buffer_bytes=int(fetch_buffer),
         forward_end_bytes=forward_end if fetch_buffer else 0,
         regathered_bytes=regathered, reduce_bucket_bytes=backward_buffers,
+        loading_bytes=loading_bytes(a, split, t),
     )
     terms = allocator_slack_terms(breakdown, *transient_block_bytes(a, stream, split), t)
     return replace(breakdown, allocator_bytes=int(sum(c * x for c, x in zip(SLACK_PER_BYTE, terms, strict=True))))

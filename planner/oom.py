@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from contract.model import Architecture
 from contract.oom import Move, Report, ladder
 from contract.schema import TrainingSpec
+from planner import recipes
 from planner.memory import gpu_memory
 
 
@@ -42,6 +43,8 @@ def replan(a: Architecture, t: TrainingSpec, world_size: int, report: Report,
     no change at all."""
     last: NoRung | None = None
     for rung in ladder(t, moves):
+        if not recipes.covers(a, rung, world_size):  # a layout the planner refuses (8-bit LoRA under ZeRO-3)
+            continue
         need = predicted_after(a, t, rung, world_size, report.measured_bytes)
         if need <= report.capacity_bytes:
             return Replan(rung, need)

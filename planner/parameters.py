@@ -73,3 +73,15 @@ def weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
         per_quantised = _quantised_bytes_per_param(t.method, t.double_quant)
         return split.quantised * per_quantised + (split.total - split.quantised) * dense_bytes
     return split.total * dense_bytes
+
+
+def quantisation_constant_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
+    """The quantised weights' constants (4-bit: the absmax of every block, nested or not): attributes of their modules,
+    not parameters, so neither ZeRO-3 nor FSDP partitions them — every rank holds them all."""
+    if not split.quantised:
+        return 0.0
+    return split.quantised * (_quantised_bytes_per_param(t.method, t.double_quant) - _stored_bytes_per_param(t.method))
+
+
+def _stored_bytes_per_param(method: Method) -> float:
+    return k.NF4_PACKED_BYTES_PER_PARAM if method is Method.QLORA else float(k.INT8_BYTES_PER_PARAM)

@@ -96,6 +96,7 @@ class LiveBytes(TorchDispatchMode):
         self.phase = "init"
         self.live_bytes = 0
         self.peak = Peak()
+        self.loading_peak = Peak()  # the highest count before the first step (`steps_begin`)
         self.modules = modules
         # storage key -> (bytes, birth); keys are the storages' data pointers' stand-in: id of the StorageImpl
         # wrapper, which PyTorch preserves for as long as the storage lives
@@ -103,6 +104,11 @@ class LiveBytes(TorchDispatchMode):
         self._by_phase: Counter[str] = Counter()  # live bytes by the phase they were born in, kept as they change
         self._counted: set[int] = set()  # storages counted at least once and still alive: the ones resize_ recounts
         self._resize: Any = None  # UntypedStorage.resize_ while the counter is entered
+
+    def steps_begin(self) -> None:
+        """The model is loaded and the first step begins: what loading raised the count to is kept in `loading_peak`
+        (each step then counts its own `peak`)."""
+        self.loading_peak = self.peak
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase

@@ -53,6 +53,8 @@ MATRIX = [
     # QLoRA: bitsandbytes' real CPU kernels against its fake ones, the 4-bit matmul allocating as on CUDA both times
     (TINY_LLAMA, Method.QLORA, 0, 1, True, Attention.SDPA, ALL),
     (TINY_LLAMA, Method.QLORA, 2, 2, False, Attention.EAGER, QV),
+    # under ZeRO-3, loaded whole (no zero.Init under a quantizer), partitioned by DeepSpeed, checkpointed reentrantly
+    (TINY_LLAMA, Method.QLORA, 3, 2, True, Attention.SDPA, ALL),
     # 8-bit LoRA: LLM.int8's matmul allocating as its CUDA kernels do, on real CPU tensors and fake ones; its inputs
     # kept on the autograd context through checkpointing
     (TINY_LLAMA, Method.LORA_8BIT, 0, 1, True, Attention.SDPA, ALL),

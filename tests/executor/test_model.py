@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from contract.schema import Method, TrainingSpec  # noqa: E402
+from contract.schema import Method, Precision, TrainingSpec  # noqa: E402
 from executor.training.model import prepare_model  # noqa: E402
 
 LAYERS, TRAINABLE = 4, 1
@@ -185,3 +185,28 @@ def test_an_attention_the_family_lacks_is_refused_before_anything_loads() -> Non
     with pytest.raises(PlanError, match=r"training.attention: .*scaled_dot_product_attention.*eager attention"):
         check_attention(model, TrainingSpec(attention=Attention.SDPA))
     check_attention(model, TrainingSpec(attention=Attention.EAGER))
+
+
+@pytest.mark.parametrize(("zero_stage", "precision", "reentrant", "embedding_dtype"), [
+    (3, Precision.BF16, True, torch.bfloat16), (2, Precision.BF16, False, torch.bfloat16),
+    (3, Precision.FP32, True, torch.float32)], ids=["zero3-bf16", "zero2-bf16", "zero3-fp32"])
+def test_a_quantised_model_is_upcast_for_an_fp32_step_only_and_checkpointed_reentrantly_under_zero_3(
+        tiny_model: Path, tmp_path: Path, zero_stage: int, precision: Precision, reentrant: bool,
+        embedding_dtype: torch.dtype) -> None:
+    """Under mixed precision DeepSpeed casts the model back to bf16, so PEFT's fp32 casts would only raise loading's
+    peak (planner.loading); under ZeRO-3 bitsandbytes' matmul would hold every layer's gathered weight from a
+    non-reentrant forward to backward (executor.training.model.reentrant_checkpointing)."""
+    from contract.run_config import DatasetConfig, RunConfig
+    from executor.training.model import Host, load_model
+
+    t = TrainingSpec(method=Method.QLORA, zero_stage=zero_stage, precision=precision)
+    cfg = RunConfig(plan_id="p", model_path=str(tiny_model), dataset=DatasetConfig(), training=t, world_size=1,
+                    max_steps=1, epochs=1.0, seed=0, checkpoint_every_steps=0, output_dir=tmp_path,
+                    deepspeed_config_json="{}")
+    model = load_model(cfg, Host(gpu_count=0))
+    assert model.get_input_embeddings().weight.dtype is embedding_dtype
+    layer = model.base_model.model.model.layers[0]
+    assert layer.gradient_checkpointing and layer._gradient_checkpointing_func.keywords["use_reentrant"] is reentrant
+    # reentrant checkpointing needs an input that requires grad, which the embeddings' output then does
+    ids = torch.randint(0, 30, (1, 8))
+    assert model.get_input_embeddings()(ids).requires_grad

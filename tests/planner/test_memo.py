@@ -27,6 +27,8 @@ def _specs(model: ModelSpec) -> list[tuple[TrainingSpec, Hardware]]:
     out = []
     for method in METHODS:
         for stage, offload, gpus in LAYOUTS:
+            if method is Method.LORA_8BIT and stage == 3:
+                continue  # refused: ZeRO-3 shards none of an 8-bit base (planner.recipes.check)
             t = TrainingSpec(method=method, zero_stage=stage, offload=offload, micro_batch_size=2,
                              sequence_length=1024)
             out.append((t, Hardware(gpu=CATALOG.gpu("a100-80gb"), gpus_per_node=gpus, host_memory_bytes=2**40)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contract.schema import Hardware, Method, Offload, Precision, Recipe, TrainingSpec
@@ -15,6 +15,12 @@ from planner.memory import host_memory, per_gpu_memory
 CATALOG = default_catalog()
 MODELS = st.sampled_from([m.name for m in CATALOG.models])
 METHODS = st.sampled_from([Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT])
+# 8-bit LoRA is refused under ZeRO-3 (planner.recipes.check: ZeRO-3 shards none of its int8 base)
+ZERO3_METHODS = st.sampled_from([Method.FULL, Method.LORA, Method.QLORA])
+
+
+def _planned(method: Method, zero: int) -> None:
+    assume(not (method is Method.LORA_8BIT and zero == 3))
 PRECISIONS = st.sampled_from([Precision.BF16, Precision.FP16, Precision.FP32, Precision.BF16_PURE])
 
 
@@ -31,6 +37,7 @@ def total(model: str, t: TrainingSpec, gpus: int = 1) -> int:
        ckpt=st.booleans(), zero=st.integers(0, 3), gpus=st.sampled_from([1, 2, 8]))
 def test_more_micro_batch_or_sequence_never_needs_less(model: str, method: Method, precision: Precision, mb: int,
                                                        seq: int, ckpt: bool, zero: int, gpus: int) -> None:
+    _planned(method, zero)
     t = TrainingSpec(method=method, precision=precision, micro_batch_size=mb, sequence_length=seq,
                      gradient_checkpointing=ckpt, zero_stage=zero)
     bigger_batch = per_gpu_memory(CATALOG.model(model), replace(t, micro_batch_size=mb + 1), hw(gpus))
@@ -44,7 +51,7 @@ def test_more_micro_batch_or_sequence_never_needs_less(model: str, method: Metho
 
 
 @settings(max_examples=200, deadline=None)
-@given(model=MODELS, method=METHODS, gpus=st.sampled_from([2, 4, 8]), mb=st.integers(1, 8))
+@given(model=MODELS, method=ZERO3_METHODS, gpus=st.sampled_from([2, 4, 8]), mb=st.integers(1, 8))
 def test_higher_zero_stage_never_needs_more_per_gpu(model: str, method: Method, gpus: int, mb: int) -> None:
     """What each stage allocates (the allocator's slack is a regression over the simulated rows, not a law)."""
     b = [per_gpu_memory(CATALOG.model(model), TrainingSpec(method=method, zero_stage=z, micro_batch_size=mb), hw(gpus))
@@ -65,6 +72,7 @@ def test_higher_zero_stage_never_needs_more_per_gpu(model: str, method: Method, 
 @settings(max_examples=200, deadline=None)
 @given(model=MODELS, method=METHODS, zero=st.integers(1, 3), gpus=st.sampled_from([1, 2, 4]))
 def test_more_gpus_never_need_more_per_gpu_at_zero_1_and_up(model: str, method: Method, zero: int, gpus: int) -> None:
+    _planned(method, zero)
     t = TrainingSpec(method=method, zero_stage=zero)
     few, more = (per_gpu_memory(CATALOG.model(model), t, hw(n)) for n in (gpus, gpus * 2))
     # beyond the second reduce bucket overlap_comm adds once there is a second rank (contract.deepspeed_config), and
@@ -111,6 +119,7 @@ def test_accumulating_gradients_keeps_them_through_the_next_backward(model: str,
     """From a step's second micro-batch on, backward starts with every gradient of the micro-batches before it: the
     peak is never below accumulation 1's, and under ZeRO 0-1 (which free the gradients at each step) it holds the
     gradients beside the activations."""
+    _planned(method, zero)
     t = TrainingSpec(method=method, precision=Precision.BF16, micro_batch_size=2, sequence_length=2048,
                      gradient_checkpointing=False, zero_stage=zero)
     one = per_gpu_memory(CATALOG.model(model), t, hw(gpus))

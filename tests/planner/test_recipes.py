@@ -194,7 +194,8 @@ CASES = [(recipe, *case, FIELD) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT
     *[(recipe, "meta-llama/Llama-3.1-8B", change, 2, words, field) for recipe in (Recipe.HF_TRAINER, Recipe.TRL_SFT)
       for change, words, field in ((dict(), "is modelled on one GPU", FIELD),
                                    (dict(zero_stage=1), "ZeRO 2 or 3", "training.zero_stage"),
-                                   (dict(method=Method.QLORA, zero_stage=3), "not ZeRO-3", "training.zero_stage"))]]
+                                   (dict(method=Method.QLORA, zero_stage=3), "checkpoints reentrantly",
+                                    "training.zero_stage"))]]
 
 
 DPO = dict(objective=Objective.DPO)

@@ -53,7 +53,7 @@ OOM_MOVE_SHORTER_SEQUENCES: OomMove
 OOM_MOVE_QLORA: OomMove
 
 class MemoryBreakdown(_message.Message):
-    __slots__ = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "deepspeed_buffers_bytes", "cuda_context_bytes", "allocator_bytes", "overhead_bytes", "total_bytes", "optimizer_step_bytes", "gathered_parameters_bytes", "regathered_experts_bytes", "cuda_workspace_bytes")
+    __slots__ = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "deepspeed_buffers_bytes", "cuda_context_bytes", "allocator_bytes", "overhead_bytes", "total_bytes", "optimizer_step_bytes", "gathered_parameters_bytes", "regathered_experts_bytes", "cuda_workspace_bytes", "loading_bytes")
     WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_BYTES_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class MemoryBreakdown(_message.Message):
     GATHERED_PARAMETERS_BYTES_FIELD_NUMBER: _ClassVar[int]
     REGATHERED_EXPERTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     CUDA_WORKSPACE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOADING_BYTES_FIELD_NUMBER: _ClassVar[int]
     weights_bytes: int
     adapter_bytes: int
     gradients_bytes: int
@@ -84,7 +85,8 @@ class MemoryBreakdown(_message.Message):
     gathered_parameters_bytes: int
     regathered_experts_bytes: int
     cuda_workspace_bytes: int
-    def __init__(self, weights_bytes: _Optional[int] = ..., adapter_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activations_bytes: _Optional[int] = ..., logits_bytes: _Optional[int] = ..., deepspeed_buffers_bytes: _Optional[int] = ..., cuda_context_bytes: _Optional[int] = ..., allocator_bytes: _Optional[int] = ..., overhead_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., optimizer_step_bytes: _Optional[int] = ..., gathered_parameters_bytes: _Optional[int] = ..., regathered_experts_bytes: _Optional[int] = ..., cuda_workspace_bytes: _Optional[int] = ...) -> None: ...
+    loading_bytes: int
+    def __init__(self, weights_bytes: _Optional[int] = ..., adapter_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activations_bytes: _Optional[int] = ..., logits_bytes: _Optional[int] = ..., deepspeed_buffers_bytes: _Optional[int] = ..., cuda_context_bytes: _Optional[int] = ..., allocator_bytes: _Optional[int] = ..., overhead_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., optimizer_step_bytes: _Optional[int] = ..., gathered_parameters_bytes: _Optional[int] = ..., regathered_experts_bytes: _Optional[int] = ..., cuda_workspace_bytes: _Optional[int] = ..., loading_bytes: _Optional[int] = ...) -> None: ...
 
 class HostMemory(_message.Message):
     __slots__ = ("offloaded_optimizer_bytes", "offloaded_parameters_bytes", "model_loading_bytes", "process_bytes", "total_bytes", "capacity_bytes", "fits")
