@@ -22,7 +22,7 @@ def _fsdp(t: training_pb2.TrainingSpec) -> bool:
     return t.sharding == training_pb2.SHARDING_FSDP
 
 
-def _loading_peaks(g: plan_pb2.MemoryBreakdown) -> bool:
+def loading_peaks(g: plan_pb2.MemoryBreakdown) -> bool:
     """Whether loading, not a step, sets the total (MemoryBreakdown.loading_bytes)."""
     return g.loading_bytes > 0 and g.loading_bytes + g.cuda_workspace_bytes + g.cuda_context_bytes >= g.total_bytes
 
@@ -100,7 +100,7 @@ def fit_text(r: plan_pb2.FitResult) -> str:
             ("DeepSpeed buffers", gib(g.deepspeed_buffers_bytes)), ("cuBLAS workspace", gib(g.cuda_workspace_bytes)),
             ("CUDA context, libraries", gib(g.cuda_context_bytes)),
             ("allocator slack", gib(g.allocator_bytes)),
-            *([("loading, before the first step: the peak", gib(g.loading_bytes))] if _loading_peaks(g) else []),
+            *([("loading, before the first step: the peak", gib(g.loading_bytes))] if loading_peaks(g) else []),
             ("total per GPU", gib(g.total_bytes)),
             ("  likely range", f"{gib(r.total_low_bytes)} - {gib(r.total_high_bytes)}"),
             *([("margin asked for", f"{r.margin_fraction:.0%} of the total")] if r.margin_fraction else []),

@@ -11,6 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2, training_pb2
 
 from clients.fleet_render import expected_start, gpu_class_of, phase_name, priority_name
+from clients.render import loading_peaks
 from common.units import size
 
 TERMINAL = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
@@ -116,8 +117,17 @@ class Segment:
 
 def breakdown(fit: plan_pb2.FitResult) -> tuple[list[Segment], float, float, float]:
     """The per-GPU peak as stacked segments that sum to its total, on a scale of the larger of the GPU's capacity and
-    the range's top; and where the capacity and the range's two ends fall on it (percent)."""
+    the range's top; and where the capacity and the range's two ends fall on it (percent). Where loading is the peak,
+    its segments are the whole model as it loads and what is outside PyTorch's allocator."""
     g = fit.per_gpu
+    scale = max(fit.capacity_bytes, fit.total_high_bytes, g.total_bytes, 1)
+    marks = (100.0 * fit.capacity_bytes / scale, 100.0 * fit.total_low_bytes / scale,
+             100.0 * fit.total_high_bytes / scale)
+    if loading_peaks(g):  # the whole model as it loads, before the first step (MemoryBreakdown.loading_bytes)
+        loading = [("loading: the whole model", g.loading_bytes, "s-weights"),
+                   ("cuBLAS workspace", g.cuda_workspace_bytes, "s-buffers"),
+                   ("CUDA context, libraries", g.cuda_context_bytes, "s-context")]
+        return [Segment(name, b, 100.0 * b / scale, css) for name, b, css in loading if b], *marks
     # The peak's terms (plan.proto's MemoryBreakdown.total_bytes): resident ones, then the larger of backward
     # (activations, ZeRO-3's gathered copies) and the optimizer step; what is left of the total is that larger
     # transient under ZeRO 2-3's kept gradient partition.
@@ -135,10 +145,7 @@ def breakdown(fit: plan_pb2.FitResult) -> tuple[list[Segment], float, float, flo
                      ("activations", peak_transient - min(g.gradients_bytes, peak_transient), "s-activations")]
     else:
         transient = [("optimizer step", peak_transient, "s-step")]
-    scale = max(fit.capacity_bytes, fit.total_high_bytes, g.total_bytes, 1)
-    segments = [Segment(name, b, 100.0 * b / scale, css) for name, b, css in resident + transient if b]
-    return (segments, 100.0 * fit.capacity_bytes / scale, 100.0 * fit.total_low_bytes / scale,
-            100.0 * fit.total_high_bytes / scale)
+    return [Segment(name, b, 100.0 * b / scale, css) for name, b, css in resident + transient if b], *marks
 
 
 def event_json(e: progress_pb2.ProgressEvent) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Per-GPU and host memory of a training step, term by term.
+"""Per-GPU and host memory of a training step, term by term, and of loading where that is the higher peak.
 
 The model follows what PyTorch, DeepSpeed and PEFT allocate: weights by storage dtype,
 adapters, gradients and optimizer states (partitioned by ZeRO stage), activations saved for
