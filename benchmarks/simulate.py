@@ -88,8 +88,9 @@ class Simulated:
     by_phase: dict[str, int]
     step_peak_bytes: tuple[int, ...]  # the peak of each step (init excluded from none: live bytes carry over)
     seconds: float
-    # what PyTorch's CUDA caching allocator reserves at most for the same allocations and frees, loading included
-    # (executor/training/caching_allocator.py): nvidia-smi's figure less the CUDA context
+    # what PyTorch's CUDA caching allocator reserves at most for the same allocations and frees over the steps
+    # (executor/training/caching_allocator.py): nvidia-smi's figure less the CUDA context; at least loading's peak
+    # where that is counted (the simulation's own loading, a dense model built and quantised, is not replayed)
     peak_reserved_bytes: int = 0
     # the peak before the first step, where it is counted (a quantised model loaded whole, not under FSDP), else 0
     loading_bytes: int = 0
@@ -329,10 +330,11 @@ def simulate(config_json: dict[str, Any], t: TrainingSpec, world_size: int = 1, 
 def _simulated(step_peaks: list[Peak], started: float, allocator: CachingAllocator,
                loading: Peak | None = None) -> Simulated:
     """The highest of the steps' peaks and, where it is counted, loading's."""
+    loading_bytes = loading.bytes if loading else 0
     peak = max([*step_peaks, *([loading] if loading else [])], key=lambda p: p.bytes)
     return Simulated(peak.bytes, peak.phase, peak.op, peak.module, peak.by_phase,
-                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started, allocator.peak_reserved_bytes,
-                     loading.bytes if loading else 0)
+                     tuple(p.bytes for p in step_peaks), time.perf_counter() - started,
+                     max(allocator.peak_reserved_bytes, loading_bytes), loading_bytes)
 
 
 def _third_party_reserved(results: list[dict[str, Any]]) -> None:

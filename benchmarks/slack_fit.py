@@ -31,6 +31,7 @@ from planner.transient_blocks import transient_block_bytes
 
 FEATURES = ("logits block", "layer", "fetch buffer", "optimizer step", "gradients", "dequantised", "reduce bucket",
             "tied gradients")
+LOADING_PHASE = "init:"  # a simulated peak before the first step (benchmarks/simulate.py: Simulated.loading_bytes)
 FLAT_FRACTION = k.ALLOCATOR_OVERHEAD_FRACTION  # the slack the planner assumed before this fit
 
 
@@ -64,7 +65,10 @@ def main() -> None:
     labels, allocated, reserved, x = [], [], [], []
     with RESULTS_CSV.open() as f:
         for r in csv.DictReader(f):
-            if r["row"] in rows and int(r.get("simulated_reserved_bytes") or 0):
+            # a row whose peak is loading's (a quantised model whole before the first step) reserves that, not a
+            # step's short-lived blocks
+            if r["row"] in rows and int(r.get("simulated_reserved_bytes") or 0) and \
+                    not r["peak_at"].startswith(LOADING_PHASE):
                 row = rows[r["row"]]
                 labels.append(r["row"])
                 allocated.append(int(r["simulated_bytes"]))
