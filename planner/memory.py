@@ -80,9 +80,9 @@ class MemoryBreakdown:
     @property
     def loading_decides_peak(self) -> bool:
         """Whether loading, not a step, is the peak (total_bytes): a quantised model whole on the GPU above what a
-        step holds once ZeRO-3 has partitioned it, or a mixture of experts' dense expert tensors upcast to fp32.
-        Loading leaves little slack (big weights, each its own block, and PEFT empties the
-        cache after its fp32 casts); cuBLAS's workspace comes with the first step, beside what loading left cached."""
+        step holds once ZeRO-3 has partitioned it. Loading leaves little slack (big weights, each its own block, and
+        PEFT empties the cache after its fp32 casts); cuBLAS's workspace comes with the first step, beside what
+        loading left cached."""
         return self._loading_total_bytes() > self._step_total_bytes()
 
     def _loading_total_bytes(self) -> int:

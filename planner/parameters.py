@@ -34,12 +34,22 @@ class ParameterSplit:
         return frozenset(layer.name for layer in self.decoder_lora_layers)
 
 
+def _stored_bytes_per_param(method: Method) -> float:
+    """A quantised weight's own storage: NF4 packed two to a byte, or int8."""
+    return k.NF4_PACKED_BYTES_PER_PARAM if method is Method.QLORA else float(k.INT8_BYTES_PER_PARAM)
+
+
+def _constant_bytes_per_param(method: Method, double_quant: bool) -> float:
+    """A 4-bit weight's share of its block's absmax: fp32 per block, or (nested) uint8 with an fp32 per 256 blocks."""
+    if method is not Method.QLORA:
+        return 0.0
+    if double_quant:
+        return 1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)
+    return 4 / k.NF4_BLOCK_SIZE
+
+
 def _quantised_bytes_per_param(method: Method, double_quant: bool) -> float:
-    if method is Method.QLORA:
-        absmax = (1 / k.NF4_BLOCK_SIZE + 4 / (k.NF4_BLOCK_SIZE * k.NF4_DOUBLE_QUANT_BLOCK)) if double_quant \
-            else 4 / k.NF4_BLOCK_SIZE
-        return k.NF4_PACKED_BYTES_PER_PARAM + absmax
-    return float(k.INT8_BYTES_PER_PARAM)
+    return _stored_bytes_per_param(method) + _constant_bytes_per_param(method, double_quant)
 
 
 # Keys are small: an Architecture and a LoraSpec whose target modules are de-duplicated and capped
@@ -78,10 +88,4 @@ def weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
 def quantisation_constant_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
     """The quantised weights' constants (4-bit: the absmax of every block, nested or not): attributes of their modules,
     not parameters, so neither ZeRO-3 nor FSDP partitions them — every rank holds them all."""
-    if not split.quantised:
-        return 0.0
-    return split.quantised * (_quantised_bytes_per_param(t.method, t.double_quant) - _stored_bytes_per_param(t.method))
-
-
-def _stored_bytes_per_param(method: Method) -> float:
-    return k.NF4_PACKED_BYTES_PER_PARAM if method is Method.QLORA else float(k.INT8_BYTES_PER_PARAM)
+    return split.quantised * _constant_bytes_per_param(t.method, t.double_quant)
