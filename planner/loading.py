@@ -12,10 +12,10 @@ quantised model: Llama-2-70B QLoRA under ZeRO-3 on 2 ranks peaks there, 0.15 % a
 
 Then a Trainer's script runs PEFT's prepare_model_for_kbit_training, which casts every parameter that is not 4-bit
 to fp32 (peft.utils.other: the embeddings, norms, output head and a mixture of experts' fused expert tensors),
-parameter by parameter; PEFT adds the adapters (fp32); and DeepSpeed's bf16 engine casts each upcast parameter back
-to bf16, its fp32 source freed once its bf16 copy is made. TRL's trainers do not upcast (they cast QLoRA's adapters
-to bf16), nor does tunefleet's executor under mixed precision, where DeepSpeed would cast the upcast back (for a
-mixture of experts, whose expert tensors bitsandbytes leaves in bf16, the upcast alone doubled them).
+parameter by parameter; PEFT adds the adapters (fp32, for a bf16 base); and DeepSpeed's bf16 engine casts each upcast
+parameter back to bf16, its fp32 source freed once its bf16 copy is made. TRL's trainers do not upcast (they cast
+QLoRA's adapters to bf16), nor does tunefleet's executor under mixed precision, where DeepSpeed would cast the upcast
+back (for a mixture of experts, whose expert tensors bitsandbytes leaves in bf16, the upcast alone doubled them).
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ def largest_unquantised_params(a: Architecture) -> int:
 def loading_bytes(a: Architecture, split: ParameterSplit, t: TrainingSpec) -> int:
     """The peak of loading a quantised model (0 for a dense one, whose loading the step's own peak covers, and under
     FSDP, which shards a quantised model unit by unit as it places it): the model whole as stored and the adapters
-    PEFT adds (fp32; bf16 where TRL casts them). Where PEFT's prepare_model_for_kbit_training runs
-    (`recipes.upcasts_when_loading`), every dense parameter upcast to fp32 too, and the bf16 copy of the largest beside
-    its fp32 one as DeepSpeed casts it back (without DeepSpeed, its bf16 source beside its fp32 copy as PEFT casts it:
-    the same bytes). Simulated: Llama-3.2-1B QLoRA under ZeRO-3 on 2 ranks with the upcast, 2,123,472,576 bytes at
-    DeepSpeed's cast of the tied embedding, 122,560 more than these terms."""
+    PEFT adds (fp32, whatever casts them later: TRL to bf16, DeepSpeed to the step's dtype). Where PEFT's
+    prepare_model_for_kbit_training runs (`recipes.upcasts_when_loading`), every dense parameter upcast to fp32 too,
+    and the bf16 copy of the largest beside its fp32 one as DeepSpeed casts it back (without DeepSpeed, its bf16 source
+    beside its fp32 copy as PEFT casts it: the same bytes). Simulated: Llama-3.2-1B QLoRA under ZeRO-3 on 2 ranks
+    with the upcast, 2,123,472,576 bytes at DeepSpeed's cast of the tied embedding, 122,560 more than these terms."""
     if not split.quantised or recipes.fsdp(t):
         return 0
-    stored = int(weight_storage_bytes(split, t)) + split.adapter * recipes.adapter_bytes(t)
+    stored = int(weight_storage_bytes(split, t)) + split.adapter * FP32_BYTES
     if not recipes.upcasts_when_loading(t):
         return stored
     element = 4 if t.precision is Precision.FP32 else 2  # as weight_storage_bytes stores a dense parameter
