@@ -26,7 +26,6 @@ from planner import recipes
 from planner.architecture import parameter_counts
 from planner.parameters import ParameterSplit, weight_storage_bytes
 
-FP32_BYTES = 4
 BF16_BYTES = 2
 
 
@@ -48,9 +47,10 @@ def loading_bytes(a: Architecture, split: ParameterSplit, t: TrainingSpec) -> in
     with the upcast, 2,123,472,576 bytes at DeepSpeed's cast of the tied embedding, 122,560 more than these terms."""
     if not split.quantised or recipes.fsdp(t):
         return 0
-    stored = int(weight_storage_bytes(split, t)) + split.adapter * FP32_BYTES
+    stored = int(weight_storage_bytes(split, t)) + split.adapter * recipes.FP32_BYTES
     if not recipes.upcasts_when_loading(t):
         return stored
-    element = 4 if t.precision is Precision.FP32 else 2  # as weight_storage_bytes stores a dense parameter
-    upcast = (split.total - split.quantised) * (FP32_BYTES - element)
+    # as weight_storage_bytes stores a dense parameter
+    element = recipes.FP32_BYTES if t.precision is Precision.FP32 else BF16_BYTES
+    upcast = (split.total - split.quantised) * (recipes.FP32_BYTES - element)
     return stored + upcast + largest_unquantised_params(a) * BF16_BYTES
