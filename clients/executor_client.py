@@ -53,9 +53,9 @@ class ExecutorClient:
             raise from_rpc_error(exc) from exc
 
     def submit(self, plan: plan_pb2.Plan, priority: int = executor_pb2.PRIORITY_NORMAL,
-               override_budget: bool = False) -> executor_pb2.SubmitResponse:
+               override_budget: bool = False, team: str = "") -> executor_pb2.SubmitResponse:
         return self._call("Submit", executor_pb2.SubmitRequest(  # type: ignore[no-any-return]
-            plan=plan, priority=priority, override_budget=override_budget))
+            plan=plan, priority=priority, override_budget=override_budget, team=team))
 
     def get(self, job_id: str) -> executor_pb2.Job:
         return self._call("Get", executor_pb2.GetRequest(job_id=job_id)).job

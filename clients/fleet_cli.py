@@ -60,7 +60,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--priority", choices=PRIORITIES, default="normal", help="queue tier (default %(default)s)")
     s.add_argument("--watch", action="store_true", help="then follow the job to its end, as 'tunefleet watch'")
     s.add_argument("--override-budget", action="store_true",
-                   help="admins: queue it even past its team's monthly budget (audited)")
+                   help="admins: queue it even past its team's monthly budget (audited; name the team with --team)")
+    s.add_argument("--team", default="",
+                   help="admins: the team the job belongs to and is charged to (a team of the fleet's auth file; "
+                        "default: your own team)")
     _add_executor_args(s)
     s.add_argument("--from-recommend", nargs=argparse.REMAINDER, metavar="RECOMMEND-OPTIONS",
                    help="instead of a plan file: submit the best option of 'tunefleet recommend RECOMMEND-OPTIONS' "
@@ -185,7 +188,7 @@ def _plan_to_submit(a: argparse.Namespace, recommended: PlanSource) -> plan_pb2.
 def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource) -> int:
     if a.command == "submit":
         plan = _plan_to_submit(a, recommended)
-        r = client.submit(plan, PRIORITIES[a.priority], override_budget=a.override_budget)
+        r = client.submit(plan, PRIORITIES[a.priority], override_budget=a.override_budget, team=a.team)
         if a.json and not a.watch:
             print(render.dumps(r))
         elif not a.json:

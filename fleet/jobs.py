@@ -8,7 +8,7 @@ output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, c
 timeout_s, submitter (a principal), team, predicted_s / predicted_low_s / predicted_high_s (the plan's duration),
 nodes, price_usd_per_gpu_hour, cost_high_usd, and what fleet.ledger charged (spent_usd, gpu_seconds,
 lost_gpu_seconds, hold_from_step, checkpoint_step), fence (fencing token, fleet.leases), infra_failures (hosts lost
-while running it), retry_at_ms, retry_reason, preempt_requested, preempted_for.
+while running it), retry_at_ms, retry_reason, preempt_requested, preempted_for, budget_stop (fleet.budget).
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -104,6 +104,7 @@ class StopRequests:
     cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
     preempted_for: str | None  # None: not preempted; else the job it yields its host to
     preempt_deadline_ms: int = 0  # when preempted: the time by which it must have checkpointed and stopped
+    budget_stop: str = ""  # why the fleet stops it for its team's budget (fleet.budget); '' while it may run
 
 
 # What a Job without its plan shows (List), first the field that says whether the record exists at all.
@@ -156,11 +157,12 @@ class JobStore:
     def stop_requests(self, job_id: str) -> StopRequests:
         """What has been asked of a running job: Cancel (with its reason) and preemption (for which job, and by
         when it must have checkpointed)."""
-        cancel, reason, preempt, preempted_for, deadline_ms = self.redis.hmget(
+        cancel, reason, preempt, preempted_for, deadline_ms, budget_stop = self.redis.hmget(
             job_key(job_id), ["cancel_requested", "cancel_reason", "preempt_requested", "preempted_for",
-                              "preempt_deadline_ms"])
+                              "preempt_deadline_ms", "budget_stop"])
         return StopRequests((reason or b"").decode() if cancel == b"1" else None,
-                            (preempted_for or b"").decode() if preempt == b"1" else None, int(deadline_ms or 0))
+                            (preempted_for or b"").decode() if preempt == b"1" else None, int(deadline_ms or 0),
+                            (budget_stop or b"").decode())
 
     def update(self, job_id: str, **fields: str | int | bytes) -> None:
         self.redis.hset(job_key(job_id), mapping=fields)

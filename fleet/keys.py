@@ -30,7 +30,7 @@
     tunefleet:v1:ledger                   stream  one entry per charged hold (capped)               fleet.ledger
     tunefleet:v1:spend:<YYYY-MM>          hash    "<team>:usd|gpu_s|lost_gpu_s" -> the month's      fleet.ledger
                                                   totals
-    tunefleet:v1:team-jobs:<team>         set     a team's jobs that may not have ended (pruned     fleet.ledger
+    tunefleet:v1:team-jobs:<team>         set     a team's jobs that may not have ended (pruned     fleet.budget
                                                   when read): what it has committed
     tunefleet:v1:team-shares              hash    team -> {"weight": w} from the identities file    fleet.fairshare
     tunefleet:v1:usage                    hash    "<team>:gpu_s|at_s": each team's decaying usage   fleet.fairshare

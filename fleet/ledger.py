@@ -20,7 +20,7 @@ import redis
 from tunefleet.v1 import progress_pb2
 
 from fleet.fairshare import charge_usage
-from fleet.keys import HOLD_MODEL, LEDGER_STREAM, job_key, spend_key, team_jobs_key
+from fleet.keys import HOLD_MODEL, LEDGER_STREAM, job_key, spend_key
 
 # Holds kept for usage reports: ~250 bytes each; a fleet of 1,000 GPUs turning over a job an hour per GPU keeps
 # about a month.
@@ -171,7 +171,8 @@ def charge_ended(connection: Any, job_id: str) -> Charge | None:
 
 
 class Ledger:
-    """Reads of the ledger: a team's month, what its open jobs may still spend, the holds of a period."""
+    """Reads of the ledger: a team's month, a class's hold model, the holds of a period (what a team's open jobs may
+    still spend: fleet.budget)."""
 
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
@@ -187,24 +188,9 @@ class Ledger:
             totals[team][what] = float(value)
         return dict(totals)
 
-    def committed_usd(self, team: str) -> float:
-        """What the team's jobs that have not ended may still spend: each one's priced upper bound less what it
-        spent already. Jobs that ended leave the team's set as they are found."""
-        key = team_jobs_key(team)
-        ids = [m.decode() for m in self.redis.smembers(key)]
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(job_key(job_id), ["phase", "cost_high_usd", "spent_usd"])
-        committed, ended = 0.0, []
-        for job_id, (phase, high, spent) in zip(ids, pipe.execute(), strict=True):
-            if phase is None or int(phase) in (progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED,
-                                               progress_pb2.PHASE_CANCELLED):
-                ended.append(job_id)
-                continue
-            committed += max(0.0, float(high or 0) - float(spent or 0))
-        if ended:
-            self.redis.srem(key, *ended)
-        return committed
+    def hold_model(self, gpu_class: str) -> HoldModel:
+        """The class's hold model (as predicted until a complete run of it teaches one)."""
+        return hold_models(self.redis).get(gpu_class, AS_PREDICTED)
 
     def holds(self, since_ms: int, count: int) -> list[dict[str, str]]:
         """Charged holds that ended since `since_ms`, oldest first, at most `count`."""

@@ -12,8 +12,10 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 from common.identity import Identity
 from contract.errors import PlanError
 from contract.progress import TERMINAL_PHASES, new_event
+from fleet import budget as fleet_budget
 from fleet import queues
 from fleet.audit import AuditLog
+from fleet.budget import BudgetRule
 from fleet.errors import QueueFullError
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
@@ -33,12 +35,14 @@ class Lifecycle:
 
     def submit(self, new: NewJob, max_queued: int = 0, max_queued_per_team: int = 0,
                audit: AuditLog | None = None, who: Identity | None = None,
-               note: str = "") -> tuple[executor_pb2.Job, bool]:
+               note: str = "", budget: BudgetRule | None = None) -> tuple[executor_pb2.Job, bool]:
         """Create the job and queue it; (the job, True). The same plan again: (the existing job, False);
         PlanError when its id is taken by another plan; QueueFullError when its submitter already has
         `max_queued` jobs waiting, or its team `max_queued_per_team` (0: no cap). Concurrent Submits of one caller
         may pass a cap by as many calls as run at once (the count is read before the transaction). A created job
-        is recorded in the audit log as `who`'s, in the same transaction."""
+        is recorded in the audit log as `who`'s, in the same transaction. With a `budget`, the job's commitment is
+        checked against its team's month in that transaction too (OverBudgetError): concurrent Submits cannot pass
+        the budget together."""
         plan = new.plan
         key = job_key(plan.plan_id)
         owners = (f"principal:{new.submitter}", f"team:{new.team}")
@@ -51,6 +55,8 @@ class Lifecycle:
                 if cap and waiting >= cap:
                     raise QueueFullError(f"{what} already has {waiting:,} jobs waiting in the fleet, the most it may "
                                          f"queue ({flag} {cap:,}); wait for some to start, or cancel queued ones")
+        if budget is not None:
+            fleet_budget.prune_ended(self.redis, budget.team)
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
@@ -58,11 +64,16 @@ class Lifecycle:
                     if pipe.exists(key):
                         pipe.reset()
                         existing = self.store.get(plan.plan_id)
+                        if existing.team != new.team:  # nothing of another team's job is told, not even its plan
+                            raise PlanError("plan.plan_id", f"{plan.plan_id!r} is in use in the fleet; give this plan "
+                                                            "a new plan_id")
                         if existing.plan.SerializeToString(deterministic=True) != plan.SerializeToString(
                                 deterministic=True):
                             raise PlanError("plan.plan_id", f"job {plan.plan_id} already exists with a different "
                                                             "plan; give this plan a new plan_id")
                         return existing, False
+                    if budget is not None:
+                        fleet_budget.check_in(pipe, budget, new.cost_high_usd)
                     submitted = now_ms()
                     pipe.multi()
                     pipe.hset(key, mapping=new.fields(submitted))
@@ -80,9 +91,11 @@ class Lifecycle:
                 except redis.WatchError:
                     continue  # created concurrently: answer with that job
 
-    def move(self, job_id: str, moved: NewJob, message: str, audit: AuditLog, who: Identity) -> executor_pb2.Job:
+    def move(self, job_id: str, moved: NewJob, message: str, audit: AuditLog, who: Identity,
+             budget: BudgetRule | None = None) -> executor_pb2.Job:
         """One transaction: a queued job leaves its queue for `moved.queue` with `moved`'s plan, class, prediction
-        and price, says so in an event and in the audit log. PlanError when it no longer waits in a queue."""
+        and price, says so in an event and in the audit log. PlanError when it no longer waits in a queue;
+        OverBudgetError when its new price, in place of its old, takes its team past `budget`."""
         key = job_key(job_id)
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
@@ -93,6 +106,8 @@ class Lifecycle:
                         self.store.raw(job_id)  # raises NOT_FOUND
                     if int(record[b"phase"]) != progress_pb2.PHASE_QUEUED:
                         raise PlanError("job_id", "is no longer waiting (it started or ended); only a queued job moves")
+                    if budget is not None:
+                        fleet_budget.check_in(pipe, budget, moved.cost_high_usd, leave_out=job_id)
                     pipe.multi()
                     self.queues.remove(job_id, record[b"queue"].decode(), pipeline=pipe)
                     fields = moved.fields(0)

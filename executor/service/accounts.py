@@ -4,17 +4,21 @@ time cost (fleet.ledger) — the executor service's budget and usage use cases, 
 
 from __future__ import annotations
 
+import structlog
 from tunefleet.v1 import executor_pb2, plan_pb2
 
 from common.errors import DeniedError
 from common.identity import Directory, Identities, Identity, Role
 from contract.errors import PlanError, SpecError
-from executor.service import moves, usage
+from executor.service import moves, pricing, usage
+from fleet import budget
+from fleet.budget import BudgetRule
 from fleet.errors import OverBudgetError
 from fleet.jobs import now_ms
 from fleet.ledger import Ledger, month_of
 from planner.catalog import Catalog
 
+log = structlog.get_logger("executor.service.accounts")
 NO_DIRECTORY = Directory({}, {}, {})
 
 
@@ -40,30 +44,56 @@ class Accounts:
             catalog_price = 0.0
         return catalog_price or plan.prediction.estimate.hourly_usd / gpus_total
 
-    def check_budget(self, who: Identity, cost_high_usd: float, override: bool) -> str:
-        """OverBudgetError when the job would take its team past its monthly budget: spent this month, plus what its
-        open jobs may still spend, plus this job's predicted upper bound. An admin may override (audited); the
-        note the audit records."""
+    def owning_team(self, who: Identity, requested: str) -> str:
+        """The team a Submit's job belongs to and is charged to: the caller's own, or (admins only) the team the
+        request names, which must be one the auth file knows."""
+        if not requested or requested == who.team:
+            return who.team
+        who.require(Role.ADMIN, "Submit for another team (team)")
+        directory = self.directory()
+        known = sorted(set(directory.teams) | {i.team for i in directory.identities.values()})
+        if requested not in known:
+            raise PlanError("team", f"{requested!r} is no team of the fleet's auth file; it knows "
+                                    f"{', '.join(known) or 'no teams'}")
+        return requested
+
+    def job_price(self, plan: plan_pb2.Plan, gpu_class: str, gpus_total: int) -> pricing.JobPrice:
+        """The job's prediction, commitment and timeout, from the fleet's own prediction and its class's hold model."""
+        hold = self.ledger.hold_model(gpu_class)
+        return pricing.job_price(plan, self.priced_catalog(), self.price(gpu_class, plan, gpus_total), gpus_total,
+                                 hold)
+
+    def budget_rule(self, who: Identity, team: str, cost_high_usd: float, override: bool) -> tuple[BudgetRule | None,
+                                                                                                 str]:
+        """The budget a job of `team` must fit (None: none, or an admin's override), and what the audit says of it.
+        OverBudgetError when the team has a budget and the job no price to hold it to."""
+        policy = self.directory().teams.get(team)
+        budget = None if policy is None else policy.monthly_budget_usd
         if override:
             who.require(Role.ADMIN, "override_budget")
-            return "; over the team's budget, admin override"
-        policy = self.directory().teams.get(who.team)
-        if policy is None or policy.monthly_budget_usd is None:
-            return ""
-        month = month_of(now_ms())
+            return None, (f"; admin override of team {team}'s ${budget:,.2f} budget" if budget is not None
+                          else f"; admin override (team {team} has no budget)")
+        if budget is None:
+            return None, ""
         if cost_high_usd <= 0:
-            raise OverBudgetError(f"team {who.team} has a budget and this job has no price: its plan predicts no "
+            raise OverBudgetError(f"team {team} has a budget and this job has no price: its plan predicts no "
                                   "duration, or its GPU class has none on record; plan it with 'tunefleet recommend "
                                   "--save-plan', or ask an admin to set the class's price ([prices] in the auth file)")
-        spent, committed = self.ledger.spent_usd(who.team, month), self.ledger.committed_usd(who.team)
-        total = spent + committed + cost_high_usd
-        if total > policy.monthly_budget_usd:
-            raise OverBudgetError(
-                f"team {who.team}: spent ${spent:,.2f} + committed ${committed:,.2f} + this job ${cost_high_usd:,.2f} "
-                f"(the upper end of its predicted cost) = ${total:,.2f}, over its ${policy.monthly_budget_usd:,.2f} "
-                f"budget for {month}; cancel queued jobs, wait for next month, or ask an admin to submit it with "
-                "override_budget")
-        return ""
+        return BudgetRule(team, budget), ""
+
+    def stop_over_budget(self) -> list[str]:
+        """Ask every running job that passed its budgeted hold, of a team whose month now passes its budget, to
+        checkpoint and stop (fleet.budget); the ids asked."""
+        stopped, at_ms = [], now_ms()
+        for name, team in sorted(self.directory().teams.items()):
+            if team.monthly_budget_usd is None:
+                continue
+            for job_id, why in budget.over_budget_running(self.ledger.redis, BudgetRule(name, team.monthly_budget_usd),
+                                                          at_ms):
+                if budget.ask_to_stop(self.ledger.redis, job_id, why):
+                    log.warning("job.budget_stop", job_id=job_id, team=name, reason=why)
+                    stopped.append(job_id)
+        return stopped
 
     def priced_catalog(self) -> Catalog:
         prices = self.directory().prices_usd_per_gpu_hour
@@ -87,6 +117,6 @@ class Accounts:
         if team:
             policy = self.directory().teams.get(team)
             response.month_spent_usd = self.ledger.spent_usd(team, month_of(now_ms()))
-            response.month_committed_usd = self.ledger.committed_usd(team)
+            response.month_committed_usd = budget.exposure(self.ledger.redis, team, now_ms()).committed_usd
             response.month_budget_usd = (policy.monthly_budget_usd or 0.0) if policy else 0.0
         return response

@@ -120,6 +120,7 @@ class Executor:
             try:
                 self.publish_shares()
                 self.sweeper.sweep()
+                self.accounts.stop_over_budget()
             except redis.RedisError as e:
                 log.warning("fleet.sweep_failed", error=str(e))
 
@@ -149,23 +150,27 @@ class Executor:
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
         if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
-        new = self._new_job(plan, gpu_class, priority, who)
-        override = self.accounts.check_budget(who, new.cost_high_usd, request.override_budget)
+        team = self.accounts.owning_team(who, request.team)
+        new, priced_note = self._new_job(plan, gpu_class, priority, who, team)
+        rule, override_note = self.accounts.budget_rule(who, team, new.cost_high_usd, request.override_budget)
+        for_team = f" for team {team}" if team != who.team else ""
         job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
-                                             self.audit_log, who, note=override)
+                                             self.audit_log, who, note=for_team + override_note + priced_note,
+                                             budget=rule)
         return executor_pb2.SubmitResponse(job=job, created=created)
 
-    def _new_job(self, plan: plan_pb2.Plan, gpu_class: str, priority: int, who: Identity) -> NewJob:
-        """What the fleet stores for a checked plan: its queue, size, timeout, prediction and price."""
+    def _new_job(self, plan: plan_pb2.Plan, gpu_class: str, priority: int, who: Identity,
+                 team: str) -> tuple[NewJob, str]:
+        """What the fleet stores for a checked plan of `team`: its queue, size, and the fleet's own prediction, price
+        and timeout (executor.service.pricing); and what the audit says of that prediction."""
         gpus_total = (plan.hardware.gpus_per_node or 1) * (plan.hardware.nodes or 1)
-        price = self.accounts.price(gpu_class, plan, gpus_total)
-        e = plan.prediction.estimate
+        price = self.accounts.job_price(plan, gpu_class, gpus_total)
         return NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority), gpu_class=gpu_class,
-                      gpus=plan.hardware.gpus_per_node or 1, timeout_s=queues.job_timeout_s(e.duration_s),
-                      events_max_len=self.config.events_max_len, submitter=who.principal, team=who.team,
-                      predicted_s=(e.duration_s, e.duration_s_low, e.duration_s_high),
-                      nodes=plan.hardware.nodes or 1, price_usd_per_gpu_hour=price,
-                      cost_high_usd=e.duration_s_high / 3600 * gpus_total * price)
+                      gpus=plan.hardware.gpus_per_node or 1, timeout_s=price.timeout_s,
+                      events_max_len=self.config.events_max_len, submitter=who.principal, team=team,
+                      predicted_s=price.predicted_s, nodes=plan.hardware.nodes or 1,
+                      price_usd_per_gpu_hour=price.price_usd_per_gpu_hour,
+                      cost_high_usd=price.cost_high_usd), price.note
 
     # --- Get / List -----------------------------------------------------------------------------------
 
@@ -341,11 +346,14 @@ class Executor:
             raise PlanError("gpu_class", f"the planner finds no way to run this job on one {request.gpu_class} host "
                                          f"of {most} GPU(s) (or its model is a folder only workers read: give the plan "
                                          "a catalog name or config.json)")
-        new = self._new_job(moves.moved(plan, best), request.gpu_class, int(record[b"priority"]), who)
+        team = record.get(b"team", b"").decode()
+        new, _ = self._new_job(moves.moved(plan, best), request.gpu_class, int(record[b"priority"]), who, team)
+        rule, _ = self.accounts.budget_rule(who, team, new.cost_high_usd, override=False)
         e = best.estimate
         message = (f"moved to {new.queue} by {who.principal}: {best.fit.hardware.gpus_per_node}x "
                    f"{request.gpu_class}, ~{e.duration_s / 3600:.1f} h, ~${e.cost_usd:,.2f}")
-        return executor_pb2.MoveResponse(job=self.lifecycle.move(request.job_id, new, message, self.audit_log, who))
+        return executor_pb2.MoveResponse(job=self.lifecycle.move(request.job_id, new, message, self.audit_log, who,
+                                                                 budget=rule))
 
     def usage(self, request: executor_pb2.UsageRequest,
               who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.UsageResponse:

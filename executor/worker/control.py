@@ -1,5 +1,6 @@
 """What the worker checks while it holds a job: its lease (renewed when due; lost, or unconfirmable for too long,
-stops the run) and what has been asked of the job (Cancel, the worker's own drain, preemption, the timeout)."""
+stops the run) and what has been asked of the job (Cancel, a stop for its team's budget, the worker's own drain,
+preemption, the timeout)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ class JobControl:
             why = asked.cancel_reason
             return Outcome(progress_pb2.PHASE_CANCELLED,
                            f"cancelled{': ' + why if why else ''}; {what_is_kept(out)}")
+        if asked.budget_stop:
+            return Outcome(progress_pb2.PHASE_CANCELLED, asked.budget_stop, checkpoint_first=True)
         if (sick := self.quarantined()) is not None:
             return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is quarantined ({sick}); requeued to "
                                                       "resume from its last checkpoint on a healthy host", requeue=True,

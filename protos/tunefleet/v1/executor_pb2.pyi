@@ -111,14 +111,16 @@ class Alternative(_message.Message):
     def __init__(self, gpu_class: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., duration_s: _Optional[float] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("plan", "priority", "override_budget")
+    __slots__ = ("plan", "priority", "override_budget", "team")
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     OVERRIDE_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
     plan: _plan_pb2.Plan
     priority: Priority
     override_budget: bool
-    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., override_budget: _Optional[bool] = ...) -> None: ...
+    team: str
+    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., override_budget: _Optional[bool] = ..., team: _Optional[str] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("job", "created")
