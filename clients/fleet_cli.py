@@ -13,7 +13,15 @@ from pathlib import Path
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from clients import connection, fleet_render, render
-from clients.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, TunefleetError, Unavailable
+from clients.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    TunefleetError,
+    Unauthenticated,
+    Unavailable,
+)
 from clients.executor_client import ExecutorClient
 
 DEFAULT_EXECUTOR = "127.0.0.1:50052"
@@ -24,14 +32,15 @@ COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usag
 USAGE_GROUPS = {"job": executor_pb2.USAGE_GROUPING_JOB, "team": executor_pb2.USAGE_GROUPING_TEAM,
                 "class": executor_pb2.USAGE_GROUPING_GPU_CLASS, "day": executor_pb2.USAGE_GROUPING_DAY}
 # Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED, EXIT_DENIED, EXIT_REFUSED = \
-    range(8)
+EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED, EXIT_DENIED, EXIT_REFUSED, \
+    EXIT_UNAUTHENTICATED = range(9)
 _OUTCOME = {progress_pb2.PHASE_DONE: EXIT_OK, progress_pb2.PHASE_FAILED: EXIT_FAILED,
             progress_pb2.PHASE_CANCELLED: EXIT_CANCELLED}
 EXIT_HELP = """exit status: 0 ok (watch: the job is done), 1 the job failed, 2 bad request (the message names the
 field), 3 executor unreachable, 4 no such job (host clear: the host is not quarantined), 5 the job was cancelled,
 6 your role does not allow it (the message names the role needed), 7 refused as things stand (over the team's
-budget: the message says by how much)."""
+budget: the message says by how much), 8 no token, or one the executor does not know (--token, TUNEFLEET_TOKEN or
+--token-file)."""
 
 
 def days(text: str) -> int:
@@ -281,6 +290,12 @@ def main(a: argparse.Namespace, recommended: PlanSource) -> int:
     except PermissionDenied as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DENIED
+    except Unauthenticated:
+        print(f"error: the executor at {a.executor} does not know this caller: "
+              f"{'no token was given' if not c.token else 'it does not accept the token given'}; pass your token "
+              "with --token, the TUNEFLEET_TOKEN environment variable or --token-file FILE (an admin issues it)",
+              file=sys.stderr)
+        return EXIT_UNAUTHENTICATED
     except Unavailable as exc:
         print(f"error: executor at {a.executor} is unavailable ({exc}); start it with 'tunefleet serve executor' "
               "or pass --executor host:port", file=sys.stderr)

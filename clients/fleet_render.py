@@ -160,9 +160,16 @@ def _health(h: executor_pb2.Host) -> str:
     return f"QUARANTINED since {since} UTC: {h.quarantine_reason} (tunefleet host clear {h.host_id})"
 
 
+def running_text(h: executor_pb2.Host) -> str:
+    """What a host runs, as the caller may read it: its job's id, or another team's job by its team only."""
+    if h.running_job_id:
+        return h.running_job_id
+    return f"a job of team {h.running_team}" if h.running_team else "idle"
+
+
 def fleet_text(f: executor_pb2.FleetResponse) -> str:
     hosts = [(h.host_id, h.gpu_class, str(h.gpu_count), gib(h.gpu_memory_bytes) if h.gpu_memory_bytes else "-",
-              h.running_job_id or "idle", _health(h)) for h in f.hosts]
+              running_text(h), _health(h)) for h in f.hosts]
     parts = [table(hosts, ("host", "class", "GPUs", "GPU memory", "running", "health")) if hosts
              else "no registered hosts"]
     queues = [(q.queue, str(q.depth)) for q in f.queues]

@@ -87,7 +87,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
             metrics.observe_rpc(details.method if handler is not None else "unknown",
                                 grpc.StatusCode.UNAUTHENTICATED.name, 0.0)
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token: send "
-                                                           "'authorization: Bearer <token>' metadata")
+                                                           "'authorization: Bearer <token>' metadata (the tunefleet "
+                                                           "CLI: --token, TUNEFLEET_TOKEN or --token-file)")
         if handler is not None and handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(deny)
         return grpc.unary_unary_rpc_method_handler(deny)

@@ -28,6 +28,19 @@ _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
 _TEXT = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)
 
 
+# The largest sequence number or count a request may name: protobuf's uint64 fields take no more, int64s half.
+MAX_COUNT = 2**63 - 1
+
+
+def parse_count(text: str) -> int | None:
+    """A non-negative decimal count written in ASCII digits, at most MAX_COUNT; None for anything else (str.isdigit
+    takes '²' and other digits int() refuses, and any length)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_COUNT)):
+        return None
+    value = int(text)
+    return value if value <= MAX_COUNT else None
+
+
 def echo(value: object, limit: int = ECHO_CHARS) -> str:
     """`value` as repr, cut to `limit` characters with the length said: safe to put in an error or a log line."""
     if isinstance(value, (str, bytes)) and len(value) > limit:

@@ -27,6 +27,7 @@ CONFIG_JSON_CHARS = 1024 * 1024
 CONFIG_JSON_DEPTH = 32
 DEEPSPEED_JSON_CHARS = 64 * 1024
 PATH_CHARS = 4096  # Linux PATH_MAX
+NAME_BYTES = 255  # Linux NAME_MAX: the bytes of one file or folder name (ext4, xfs, most filesystems)
 # One JSONL record of a dataset: a 128k-token chat is ~0.5 MB of text; a longer line is refused while reading,
 # before anything is parsed or tokenized.
 MAX_RECORD_BYTES = 4 * 1024 * 1024

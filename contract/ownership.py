@@ -49,16 +49,17 @@ def check_output(out: Path, owner: str, forbidden_roots: Iterable[Path] = (),
     for parent in resolved.parents:
         other = _owner_of(parent)
         if other is not None:
-            raise PlanError(FIELD, f"{echo(str(out))} lies inside {parent}, the output of job {echo(other)}; "
-                                   "give the job a directory of its own outside every other job's output")
+            raise PlanError(FIELD, f"{echo(str(out))} lies inside {parent}, the output of another job (its id is "
+                                   "not told: it may be another team's); give the job a directory of its own "
+                                   "outside every other job's output")
     if resolved.exists() and not resolved.is_dir():
         raise PlanError(FIELD, f"{echo(str(out))} is an existing file, not a directory; name a new directory")
     if resolved.is_dir():
         current = _owner_of(resolved)
         if current is not None and current != owner:
-            raise PlanError(FIELD, f"{echo(str(out))} is the output of job {echo(current)}; give job "
-                                   f"{echo(owner)} its own directory (only a rerun of {echo(current)} may write "
-                                   "there)")
+            raise PlanError(FIELD, f"{echo(str(out))} is the output of another job (its id is not told: it may "
+                                   f"be another team's); give job {echo(owner)} its own directory (only a rerun of "
+                                   "that job may write there)")
         if current is None and _has_entries(resolved):
             raise PlanError(FIELD, f"{echo(str(out))} already holds files that no tunefleet run claimed (e.g. "
                                    f"{_first_entry(resolved)}); give the job a new or empty directory")
@@ -76,7 +77,7 @@ def claim_output(out: Path, owner: str, forbidden_roots: Iterable[Path] = (),
     except FileExistsError:
         current = _owner_of(resolved)
         if current != owner:
-            raise PlanError(FIELD, f"{echo(str(out))} was claimed by job {echo(current)} a moment ago; give job "
+            raise PlanError(FIELD, f"{echo(str(out))} was claimed by another job a moment ago; give job "
                                    f"{echo(owner)} its own directory") from None
         return resolved
     except OSError as e:

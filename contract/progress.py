@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,10 +53,18 @@ def new_event(job_id: str, sequence: int, phase: int, **fields: Any) -> progress
     return event
 
 
+# Lines a run's log may end with that never say why it failed, left out of the tail a user is shown: nanobind's
+# leak report at interpreter exit ("nanobind: leaked 3 instances!", "- leaked type ...", "nanobind: this is likely
+# caused by a reference counting issue ..."; nanobind's nb_internals.cpp), which can fill a 15-line tail.
+LOG_NOISE = re.compile(r"^\s*(nanobind: |- leaked (instance|type|function) )")
+
+
 def log_tail(path: Path, lines: int) -> str:
-    """The last non-blank lines of a run's log ('' when it cannot be read), for error messages."""
+    """The last non-blank lines of a run's log ('' when it cannot be read) that are not known noise (LOG_NOISE), for
+    error messages."""
     try:
-        kept = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        kept = [line for line in path.read_text(errors="replace").splitlines()
+                if line.strip() and not LOG_NOISE.match(line)]
     except OSError:
         return ""
     return "\n".join(kept[-lines:])

@@ -23,7 +23,7 @@ from contract import oom
 from contract import training as training_spec
 from contract.deepspeed_keys import check_deepspeed_config
 from contract.errors import InvalidFieldError, PlanError
-from contract.limits import DEEPSPEED_JSON_CHARS, PLAN_BOUNDS
+from contract.limits import DEEPSPEED_JSON_CHARS, NAME_BYTES, PLAN_BOUNDS
 from contract.schema import Loss, Method, Objective, Optimizer, Precision, Recipe, Sharding, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
@@ -260,6 +260,10 @@ def _path_form(field: str, value: str) -> None:
     if bad is not None:
         raise PlanError(field, f"{echo(value)} holds the control character {bad!r} (at {value.index(bad)}); "
                                "a path may not contain one")
+    long = next((part for part in value.split("/") if len(part.encode()) > NAME_BYTES), None)
+    if long is not None:
+        raise PlanError(field, f"names a file or folder of {len(long.encode())} bytes ({echo(long)}); a filesystem "
+                               f"takes at most {NAME_BYTES} bytes per name: shorten it")
 
 
 def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:

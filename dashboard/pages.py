@@ -14,6 +14,7 @@ from starlette.routing import Route
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from clients.fleet_render import expected_start, feedback_text, phase_name, priority_name
+from common.bounds import parse_count
 from dashboard import present
 from dashboard.live import job_events
 from dashboard.sessions import Session
@@ -63,7 +64,7 @@ async def job(dash: Dashboard, request: Request, session: Session) -> Response:
 async def job_stream(dash: Dashboard, request: Request, session: Session) -> Response:
     """The job's events as SSE: from Last-Event-ID (a browser reconnecting), else ?after=N, else from the start."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after", "0")
-    after = int(raw) if raw.isdigit() else 0
+    after = parse_count(raw) or 0
     stream = job_events(dash.backends.watch_stub(), session.token, request.path_params["job_id"], after)
     return StreamingResponse(stream, media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -82,10 +83,11 @@ async def cancel(dash: Dashboard, request: Request, session: Session) -> Respons
 def _host_rows(response: executor_pb2.FleetResponse, now_s: float) -> dict[str, list[dict[str, Any]]]:
     by_class: dict[str, list[dict[str, Any]]] = {}
     for h in sorted(response.hosts, key=lambda h: (h.gpu_class, h.host_id)):
-        state = "quarantined" if h.quarantine_reason else "busy" if h.running_job_id else "idle"
+        state = "quarantined" if h.quarantine_reason else "busy" if h.running_job_id or h.running_team else "idle"
         age = max(0.0, now_s - h.last_heartbeat.ToMilliseconds() / 1000) if h.last_heartbeat.seconds else None
         by_class.setdefault(h.gpu_class, []).append({
-            "host_id": h.host_id, "state": state, "job": h.running_job_id, "gpus": h.gpu_count,
+            "host_id": h.host_id, "state": state, "job": h.running_job_id, "team": h.running_team,
+            "gpus": h.gpu_count,
             "memory": present.size(h.gpu_memory_bytes) if h.gpu_memory_bytes else "-",
             "heartbeat": f"{age:.0f} s ago" if age is not None else "-", "reason": h.quarantine_reason})
     return by_class

@@ -28,7 +28,7 @@ def sample_of(fleet: executor_pb2.FleetResponse, time_s: float) -> Sample:
     hosts: dict[str, int] = {}
     for h in fleet.hosts:
         hosts[h.gpu_class] = hosts.get(h.gpu_class, 0) + 1
-        busy[h.gpu_class] = busy.get(h.gpu_class, 0) + (1 if h.running_job_id else 0)
+        busy[h.gpu_class] = busy.get(h.gpu_class, 0) + (1 if h.running_job_id or h.running_team else 0)
     return Sample(time_s, busy, hosts)
 
 

@@ -5,10 +5,12 @@ Keys: fleet.keys (the table of every key).
 Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
 phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
 output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s, submitter (a principal), team, predicted_s / predicted_low_s / predicted_high_s (the plan's duration),
+timeout_s, submitter (a principal), team, predicted_s / predicted_low_s / predicted_high_s (the fleet's prediction,
+executor.service.pricing),
 nodes, price_usd_per_gpu_hour, cost_high_usd, and what fleet.ledger charged (spent_usd, gpu_seconds,
 lost_gpu_seconds, hold_from_step, checkpoint_step), fence (fencing token, fleet.leases), infra_failures (hosts lost
-while running it), retry_at_ms, retry_reason, preempt_requested, preempted_for, budget_stop (fleet.budget).
+while running it), retry_at_ms, retry_reason, preempt_requested, preempted_for, preempted_for_team,
+budget_stop (fleet.budget).
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -26,6 +28,7 @@ import redis
 from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
+from common.bounds import parse_count
 from contract.errors import PlanError
 from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
@@ -99,10 +102,16 @@ class NewJob:
 PREEMPTION, RECLAIM = "preemption", "reclaim"
 
 
+def job_label(job_id: str, team: str, viewer_team: str | None) -> str:
+    """A job as someone of `viewer_team` may read of it: by id in their own team (or for an admin: None), else only
+    as a job of its team (another team's job ids are never shown)."""
+    return f"job {job_id}" if viewer_team is None or team == viewer_team else f"a job of team {team}"
+
+
 @dataclass(frozen=True)
 class StopRequests:
     cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
-    preempted_for: str | None  # None: not preempted; else the job it yields its host to
+    preempted_for: str | None  # None: not preempted; else the job it yields its host to, as its team may read it
     preempt_deadline_ms: int = 0  # when preempted: the time by which it must have checkpointed and stopped
     budget_stop: str = ""  # why the fleet stops it for its team's budget (fleet.budget); '' while it may run
 
@@ -157,27 +166,26 @@ class JobStore:
     def stop_requests(self, job_id: str) -> StopRequests:
         """What has been asked of a running job: Cancel (with its reason) and preemption (for which job, and by
         when it must have checkpointed)."""
-        cancel, reason, preempt, preempted_for, deadline_ms, budget_stop = self.redis.hmget(
+        cancel, reason, preempt, preempted_for, deadline_ms, budget_stop, team, waiter_team = self.redis.hmget(
             job_key(job_id), ["cancel_requested", "cancel_reason", "preempt_requested", "preempted_for",
-                              "preempt_deadline_ms", "budget_stop"])
-        return StopRequests((reason or b"").decode() if cancel == b"1" else None,
-                            (preempted_for or b"").decode() if preempt == b"1" else None, int(deadline_ms or 0),
+                              "preempt_deadline_ms", "budget_stop", "team", "preempted_for_team"])
+        yields_to = None
+        if preempt == b"1":
+            yields_to = job_label((preempted_for or b"").decode(), (waiter_team or team or b"").decode(),
+                                  (team or b"").decode())
+        return StopRequests((reason or b"").decode() if cancel == b"1" else None, yields_to, int(deadline_ms or 0),
                             (budget_stop or b"").decode())
 
     def update(self, job_id: str, **fields: str | int | bytes) -> None:
         self.redis.hset(job_key(job_id), mapping=fields)
 
-    def page(self, before: tuple[int, str] | None, batch: int) -> list[tuple[str, int]]:
-        """Up to `batch` (job id, submit ms) pairs, newest first, strictly older than `before`."""
-        high = "+inf" if before is None else before[0]
-        rows = self.redis.zrevrangebyscore(JOBS_INDEX, high, "-inf", start=0, num=batch + 64, withscores=True)
-        found = []
-        for member, score in rows:
-            job_id, ms = member.decode(), int(score)
-            if before is not None and (ms, job_id) >= before:
-                continue
-            found.append((job_id, ms))
-        return found[:batch]
+    def page(self, after: PageCursor | None, batch: int) -> list[tuple[str, int]]:
+        """Up to `batch` (job id, submit ms) pairs, newest first, past the cursor: the index read from the cursor's
+        millisecond on, skipping the entries of that millisecond already passed."""
+        high = "+inf" if after is None else after.ms
+        rows = self.redis.zrevrangebyscore(JOBS_INDEX, high, "-inf", start=after.skip if after else 0, num=batch,
+                                           withscores=True)
+        return [(member.decode(), int(score)) for member, score in rows]
 
     def records(self, job_ids: list[str], fields: tuple[str, ...] = ()) -> list[dict[bytes, bytes]]:
         """The records of `job_ids` (an empty dict for a missing one): every field, or only `fields` (List and
@@ -227,15 +235,29 @@ class JobStore:
         return by_phase, written
 
 
-def encode_page_token(ms: int, job_id: str) -> str:
-    return f"{ms}:{job_id}"
+@dataclass(frozen=True)
+class PageCursor:
+    """Where a List page ended: the submit millisecond of the last entry read, and how many entries of that
+    millisecond were read. It names no job, so a page token cannot carry another team's job id."""
+
+    ms: int
+    skip: int
+
+    def past(self, ms: int) -> PageCursor:
+        """The cursor once the next entry, submitted at `ms`, is read."""
+        return PageCursor(ms, self.skip + 1 if ms == self.ms else 1)
 
 
-def decode_page_token(token: str) -> tuple[int, str] | None:
+def encode_page_token(cursor: PageCursor) -> str:
+    return f"{cursor.ms}:{cursor.skip}"
+
+
+def decode_page_token(token: str) -> PageCursor | None:
     if not token:
         return None
-    ms, sep, job_id = token.partition(":")
-    if not sep or not ms.isdigit() or not job_id:
+    ms, sep, skip = token.partition(":")
+    cursor = (parse_count(ms), parse_count(skip)) if sep else (None, None)
+    if cursor[0] is None or cursor[1] is None:
         raise PlanError("page_token", "is not a token this service issued; pass next_page_token from the last "
                                       "ListResponse, or leave it empty for the first page")
-    return int(ms), job_id
+    return PageCursor(cursor[0], cursor[1])

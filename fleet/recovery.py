@@ -180,8 +180,8 @@ class Sweeper:
                     if not victims:
                         break
                     victim = min(victims, key=lambda r: (-r["priority"], r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter, now + int(policy.preempt_checkpoint_s * 1000),
-                                          PREEMPTION):
+                    if self._ask_to_yield(victim["job_id"], waiter, team,
+                                          now + int(policy.preempt_checkpoint_s * 1000), PREEMPTION):
                         victim.update(preempt_requested=True, preempted_for_priority=priority)
                         held[victim["team"]] = held.get(victim["team"], 0) - victim["gpus"]
                         preempted.append(victim["job_id"])
@@ -215,7 +215,7 @@ class Sweeper:
                     if not victims:
                         break
                     victim = min(victims, key=lambda r: (r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter.job_id,
+                    if self._ask_to_yield(victim["job_id"], waiter.job_id, waiter.team,
                                           now + int(policy.preempt_checkpoint_s * 1000), RECLAIM):
                         victim["preempt_requested"] = True
                         held[victim["team"]] -= victim["gpus"]
@@ -251,9 +251,9 @@ class Sweeper:
     def _priority_of(self, job_id: str) -> int:
         return int(self.redis.hget(job_key(job_id), "priority") or 0) if job_id else 0
 
-    def _ask_to_yield(self, job_id: str, waiter: str, deadline_ms: int, why: str) -> bool:
-        """Ask a running job to checkpoint now and give its host to `waiter`, by `deadline_ms` (its worker then
-        interrupts it: it keeps its previous checkpoint)."""
+    def _ask_to_yield(self, job_id: str, waiter: str, waiter_team: str, deadline_ms: int, why: str) -> bool:
+        """Ask a running job to checkpoint now and give its host to `waiter` (of `waiter_team`), by `deadline_ms`
+        (its worker then interrupts it: it keeps its previous checkpoint)."""
         key = job_key(job_id)
         with self.redis.pipeline(transaction=True) as pipe:
             try:
@@ -263,7 +263,8 @@ class Sweeper:
                     return False
                 pipe.multi()
                 pipe.hset(key, mapping={"preempt_requested": 1, "preempted_for": waiter,
-                                        "preempt_deadline_ms": deadline_ms, "preempt_kind": why})
+                                        "preempted_for_team": waiter_team, "preempt_deadline_ms": deadline_ms,
+                                        "preempt_kind": why})
                 pipe.execute()
             except redis.WatchError:
                 return False

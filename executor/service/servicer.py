@@ -42,9 +42,11 @@ from fleet.jobs import (
     SUMMARY_FIELDS,
     JobStore,
     NewJob,
+    PageCursor,
     decode_page_token,
     encode_page_token,
     job_from_record,
+    job_label,
 )
 from fleet.ledger import Ledger
 from fleet.lifecycle import Lifecycle
@@ -189,7 +191,7 @@ class Executor:
         if job.phase == progress_pb2.PHASE_QUEUED:
             hosts = self.hosts.hosts()
             orders = OrderCache(self.fairshare)
-            line = self._line(hosts, orders)
+            line = self._line(hosts, orders, who)
             place = line.place(request.job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
@@ -241,7 +243,7 @@ class Executor:
             records = self.store.records([j for j, _ in batch], SUMMARY_FIELDS)
             for (job_id, ms), record in zip(batch, records, strict=True):
                 scanned += 1
-                cursor = (ms, job_id)
+                cursor = cursor.past(ms) if cursor else PageCursor(ms, 1)
                 if not record:
                     continue
                 if phases and int(record.get(b"phase", b"0")) not in phases:
@@ -253,7 +255,7 @@ class Executor:
                 jobs.append(job_from_record(job_id, record, with_plan=False))
                 if len(jobs) == size:
                     break
-        token = encode_page_token(*cursor) if cursor and self.store.page(cursor, 1) else ""
+        token = encode_page_token(cursor) if cursor and self.store.page(cursor, 1) else ""
         return executor_pb2.ListResponse(jobs=jobs, next_page_token=token)
 
     # --- Cancel ---------------------------------------------------------------------------------------
@@ -281,9 +283,9 @@ class Executor:
         hosts = self.hosts.hosts(request.gpu_class)
         depths = self.queues.depths()
         orders = OrderCache(self.fairshare)
-        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), orders)
+        line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), orders, who)
         policy = line.policy
-        response = executor_pb2.FleetResponse(hosts=hosts, policy=executor_pb2.FleetPolicy(
+        response = executor_pb2.FleetResponse(hosts=self._shown_hosts(hosts, who), policy=executor_pb2.FleetPolicy(
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s,
             preempt_min_runtime_s=policy.preempt_min_runtime_s, preempt_checkpoint_s=policy.preempt_checkpoint_s))
         for name, depth in depths.items():
@@ -323,6 +325,20 @@ class Executor:
                     limit_gpus=-1 if s.limit_gpus is None else s.limit_gpus, weight=s.weight,
                     usage_gpu_hours=s.usage_gpu_s / 3600))
         return response
+
+    def _shown_hosts(self, hosts: list[executor_pb2.Host], who: Identity) -> list[executor_pb2.Host]:
+        """The hosts as `who` may see them: each busy one's team, and its job's id only where it is the caller's."""
+        teams = {job_id: record.get(b"team", b"").decode() for job_id, record in self._running(hosts).items()}
+        shown = []
+        for host in hosts:
+            copy = executor_pb2.Host()
+            copy.CopyFrom(host)
+            if host.running_job_id:
+                copy.running_team = teams.get(host.running_job_id, "")
+                if not who.sees(copy.running_team):
+                    copy.running_job_id = ""
+            shown.append(copy)
+        return shown
 
     # --- Move -----------------------------------------------------------------------------------------
 
@@ -380,11 +396,18 @@ class Executor:
             raise PlanError("limit", f"is {request.limit}; at most {MAX_AUDIT_ENTRIES:,}")
         return executor_pb2.AuditResponse(entries=self.audit_log.newest(request.limit or DEFAULT_AUDIT_ENTRIES))
 
-    def _line(self, hosts: list[executor_pb2.Host], orders: OrderCache) -> WaitingLine:
+    def _line(self, hosts: list[executor_pb2.Host], orders: OrderCache, who: Identity) -> WaitingLine:
         """The fleet's state that every queued job's place depends on, read once per call; places in the workers'
-        start order (fair share across teams within a tier)."""
+        start order (fair share across teams within a tier); running jobs named as `who` may read of them."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
-        return WaitingLine(hosts, FleetPolicy.load(self.connection), yielding, orders.index, orders.limit_reason)
+        return WaitingLine(hosts, FleetPolicy.load(self.connection), yielding, orders.index, orders.limit_reason,
+                           name_of=self._namer(hosts, who))
+
+    def _namer(self, hosts: list[executor_pb2.Host], who: Identity) -> Callable[[str], str]:
+        """How `who` may name the jobs the hosts run: by id in their team, else as a job of its team."""
+        viewer = None if who.role is Role.ADMIN else who.team
+        teams = {job_id: record.get(b"team", b"").decode() for job_id, record in self._running(hosts).items()}
+        return lambda job_id: job_label(job_id, teams.get(job_id, ""), viewer)
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:

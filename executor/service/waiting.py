@@ -89,6 +89,8 @@ class WaitingLine:
     # why a job waits for its team's limit on GPUs (queue, job id, team), or "" when it does not
     limit_reason: Callable[[str, str, str], str] = lambda queue, job_id, team: ""
     at_ms: int = field(default_factory=now_ms)
+    # a running job as the caller may read of it (fleet.jobs.job_label: another team's by its team only)
+    name_of: Callable[[str], str] = lambda job_id: f"job {job_id}"
 
     def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
         retry_at_ms = int(record.get(b"retry_at_ms") or 0)
@@ -120,12 +122,12 @@ class WaitingLine:
             return f"every {gpu_class} host is quarantined ({why}); once one is repaired, 'tunefleet host clear " \
                    "HOST' lets it take work"
         of_class = [h for h in of_class if not h.quarantine_reason]
-        busy = [h.running_job_id for h in of_class if h.running_job_id]
+        busy = [self.name_of(h.running_job_id) for h in of_class if h.running_job_id]
         if len(busy) == len(of_class):
             if job_id in self.yielding:
                 victim, why = self.yielding[job_id]
                 what = "a reclaim: its team borrows beyond its quota" if why == RECLAIM else "preemption"
-                return f"waiting for job {victim} to checkpoint and yield its host ({what})"
+                return f"waiting for {self.name_of(victim)} to checkpoint and yield its host ({what})"
             return f"all {len(of_class)} {gpu_class} host(s) are busy ({', '.join(busy)}); {ahead} job(s) ahead of it"
         if ahead:
             return f"{ahead} job(s) of {gpu_class} ahead of it (the start order: jobs within their team's quota, " \

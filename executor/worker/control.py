@@ -89,7 +89,7 @@ class JobControl:
         if asked.preempted_for is not None:
             within_s = max(0.0, (asked.preempt_deadline_ms - now_ms()) / 1000) if asked.preempt_deadline_ms else None
             by = f" within {within_s:.0f} s" if within_s is not None else ""
-            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted for job {asked.preempted_for}: asked to checkpoint "
+            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted for {asked.preempted_for}: asked to checkpoint "
                                                       f"now{by}; requeued to resume from its checkpoint",
                            requeue=True, checkpoint_first=True, checkpoint_within_s=within_s)
         if time.monotonic() > deadline:

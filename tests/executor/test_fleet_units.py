@@ -14,7 +14,7 @@ from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
 from executor.worker.control import what_is_kept
 from fleet import queues
 from fleet.hosts import gpu_class_for, plan_gpu_class
-from fleet.jobs import decode_page_token, encode_page_token
+from fleet.jobs import PageCursor, decode_page_token, encode_page_token
 from planner.catalog import default_catalog
 
 
@@ -93,10 +93,13 @@ def test_progress_tail_returns_only_new_complete_events(tmp_path: Path) -> None:
     assert [(e.sequence, e.step) for e in tail.read_new()] == [(10, 2)]
 
 
-def test_page_tokens_round_trip_and_foreign_ones_name_the_field() -> None:
-    assert decode_page_token(encode_page_token(1700000000123, "plan-a")) == (1700000000123, "plan-a")
+def test_page_tokens_round_trip_name_no_job_and_foreign_ones_name_the_field() -> None:
+    cursor = PageCursor(1700000000123, 3)
+    assert decode_page_token(encode_page_token(cursor)) == cursor
+    assert encode_page_token(cursor) == "1700000000123:3", "a position, no job id"
+    assert cursor.past(1700000000123) == PageCursor(1700000000123, 4) and cursor.past(5) == PageCursor(5, 1)
     assert decode_page_token("") is None
-    for bad in ("garbage", "12:", "x1:plan", ":plan"):
+    for bad in ("garbage", "12:", "x1:plan", ":plan", "²:x", "12:plan-a", "1:" + "9" * 30, "١٢:3"):
         with pytest.raises(PlanError) as e:
             decode_page_token(bad)
         assert e.value.field == "page_token"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
-from contract.progress import JsonlProgressSink, describe, read_events
+from contract.progress import JsonlProgressSink, describe, log_tail, read_events
 
 
 def test_sequence_continues_across_sinks_and_skips_a_cut_line(tmp_path: Path) -> None:
@@ -44,3 +44,11 @@ def test_describe_is_one_readable_line() -> None:
     line = describe(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=5, total_steps=10, loss=0.25,
                                                tokens_per_s=1234.0, eta_s=60))
     assert line == "[training]  step 5/10  loss 0.2500  1,234 tok/s  eta 60 s"
+
+
+def test_a_log_tail_leaves_out_nanobind_leak_reports(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("step 3\nRuntimeError: CUDA out of memory\n" + "nanobind: leaked 3 instances!\n"
+                   + ' - leaked type "torch._C.Foo"\n' * 14
+                   + "nanobind: this is likely caused by a reference counting issue in the binding code.\n")
+    assert log_tail(log, 15) == "step 3\nRuntimeError: CUDA out of memory", "the real reason, not the leak report"

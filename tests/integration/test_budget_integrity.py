@@ -69,7 +69,7 @@ def test_move_prices_the_job_on_its_new_class_under_the_budget(start_service, re
         assert "team nlp:" in str(over.value) and "over its $5.00 budget" in str(over.value)
         assert "this job $9.2" in str(over.value), "an L4 takes about 55 min at $10 an hour"
         kept = alice.get("llama-qlora")
-        assert (kept.queue, kept.cost_high_usd) == (queued.queue, queued.cost_high_usd), "a refused move changes nothing"
+        assert (kept.queue, kept.cost_high_usd) == (queued.queue, queued.cost_high_usd), "a refused move changed it"
         assert alice.usage().month_committed_usd == pytest.approx(queued.cost_high_usd)
 
 
