@@ -51,6 +51,10 @@ class ResourceExhausted(TunefleetError):
     """A server limit was hit (too many concurrent calls or watchers); retry later."""
 
 
+class QuotaExceeded(ResourceExhausted):
+    """The caller's or its team's own limit (a QuotaFailure): retrying soon does not help; free what it holds."""
+
+
 class Unavailable(TunefleetError):
     """The server could not be reached or is shutting down."""
 
@@ -75,13 +79,15 @@ def from_rpc_error(exc: grpc.RpcError) -> TunefleetError:
     code = exc.code()
     violations: list[FieldViolation] = []
     status = rpc_status.from_call(exc)
+    cls = _BY_CODE.get(code, ServerError)
     if status is not None:
         for detail in status.details:
             if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
                 bad = error_details_pb2.BadRequest()
                 detail.Unpack(bad)
                 violations += [FieldViolation(v.field, v.description) for v in bad.field_violations]
-    cls = _BY_CODE.get(code, ServerError)
+            elif detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+                cls = QuotaExceeded
     return cls(exc.details() or code.name, code.name, violations)
 
 

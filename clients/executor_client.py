@@ -10,7 +10,7 @@ import grpc
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
 from clients.connection import Connection, channel_for, metadata
-from clients.errors import Unavailable, from_rpc_error
+from clients.errors import QuotaExceeded, Unavailable, from_rpc_error
 from clients.planner_client import DEFAULT_TIMEOUT_S
 
 # Watch gives up when it could not reconnect for this long; each retry waits twice as long as the last.
@@ -131,8 +131,9 @@ class ExecutorClient:
                 time.sleep(wait_s)
                 wait_s = min(wait_s * 2, _RETRY_MAX_S)
             except grpc.RpcError as exc:
-                if exc.code() not in _TRANSIENT:
-                    raise from_rpc_error(exc) from exc
+                error = from_rpc_error(exc)
+                if exc.code() not in _TRANSIENT or isinstance(error, QuotaExceeded):  # a quota does not pass soon
+                    raise error from exc
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > reconnect_timeout_s:
                     raise Unavailable(f"lost the Watch of {job_id} at sequence {last} and could not reconnect to "

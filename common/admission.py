@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
 
 from common import metrics
-from common.errors import AbandonedError, ExhaustedError
+from common.errors import AbandonedError, ExhaustedError, QuotaError
 
 
 def caller_gone(context: grpc.ServicerContext) -> Callable[[], bool]:
@@ -119,3 +120,35 @@ class Admission:
                 self._admitted -= 1
 
 
+
+
+class OwnerLimits:
+    """At most `per_principal` open streams of one caller and `per_team` of one team, so that one viewer (or one
+    team) cannot hold every stream slot of a server; 0 means no limit."""
+
+    def __init__(self, per_principal: int, per_team: int) -> None:
+        self._limits = {"principal": per_principal, "team": per_team}
+        self._open: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def held(self, principal: str, team: str) -> Iterator[None]:
+        keys = (("principal", principal), ("team", team))
+        with self._lock:
+            for key in keys:
+                limit = self._limits[key[0]]
+                if limit and self._open.get(key, 0) >= limit:
+                    raise QuotaError(f"{key[0]}:{key[1]}",
+                                     f"{key[0]} {key[1]} already has {limit} streams open on this server, the most "
+                                     f"one {key[0]} may; close one (each Watch, dashboard tab or 'tunefleet watch' "
+                                     "holds one) and retry")
+            for key in keys:
+                self._open[key] = self._open.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for key in keys:
+                    self._open[key] -= 1
+                    if not self._open[key]:
+                        del self._open[key]

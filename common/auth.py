@@ -13,7 +13,7 @@ import structlog
 
 from common import metrics
 from common.bounds import echo
-from common.errors import DeniedError
+from common.errors import UnknownCallerError
 from common.identity import UNAUTHENTICATED_ADMIN, Identities, Identity
 
 log = structlog.get_logger("tunefleet.auth")
@@ -53,8 +53,9 @@ def caller(identities: Identities | None, metadata: object) -> Identity:
     if identities is None:
         return UNAUTHENTICATED_ADMIN
     found = identities.lookup(bearer_token(metadata))
-    if found is None:  # the file changed between the interceptor's look and this one
-        raise DeniedError("this token is no longer in the server's identities; ask an admin of the fleet")
+    if found is None:  # the file changed since the interceptor's look (a stream's token revoked while it is open)
+        raise UnknownCallerError("this token is no longer in the server's identities; ask an admin of the fleet for "
+                                 "a new one")
     return found
 
 

@@ -28,12 +28,25 @@ class PreconditionError(Exception):
     """The request is valid but the system's state forbids it now (FAILED_PRECONDITION)."""
 
 
+class UnknownCallerError(Exception):
+    """The caller's token is missing or no longer known (UNAUTHENTICATED): says how to give one."""
+
+
 class DeniedError(Exception):
     """The caller is known but its role does not allow the call (PERMISSION_DENIED); says which role it needs."""
 
 
 class ExhaustedError(Exception):
     """A limit was hit (RESOURCE_EXHAUSTED)."""
+
+
+class QuotaError(ExhaustedError):
+    """One caller's or team's own limit was hit (RESOURCE_EXHAUSTED with a QuotaFailure naming `subject`): unlike a
+    server at capacity, retrying soon does not help; the caller must free what it holds."""
+
+    def __init__(self, subject: str, message: str) -> None:
+        super().__init__(message)
+        self.subject = subject
 
 
 class UnavailableError(Exception):

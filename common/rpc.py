@@ -30,7 +30,9 @@ from common.errors import (
     FieldError,
     MissingError,
     PreconditionError,
+    QuotaError,
     UnavailableError,
+    UnknownCallerError,
 )
 from common.identity import Identities
 from common.threads import DEFAULT_IDLE_S, ElasticThreadPool
@@ -63,8 +65,14 @@ def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusC
         return (_status(code_pb2.INVALID_ARGUMENT, message,
                         [error_details_pb2.BadRequest(field_violations=[violation])]),
                 grpc.StatusCode.INVALID_ARGUMENT, message)
+    if isinstance(exc, QuotaError):
+        quota = error_details_pb2.QuotaFailure(violations=[error_details_pb2.QuotaFailure.Violation(
+            subject=_short(exc.subject), description=_short(str(exc)))])
+        return (_status(code_pb2.RESOURCE_EXHAUSTED, _short(str(exc)), [quota]), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                _short(str(exc)))
     for category, code, proto_code in ((MissingError, grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
                                        (DeniedError, grpc.StatusCode.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED),
+                                       (UnknownCallerError, grpc.StatusCode.UNAUTHENTICATED, code_pb2.UNAUTHENTICATED),
                                        (PreconditionError, grpc.StatusCode.FAILED_PRECONDITION,
                                         code_pb2.FAILED_PRECONDITION),
                                        (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED,

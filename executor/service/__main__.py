@@ -12,7 +12,13 @@ import redis
 
 from common.serve import add_server_arguments, run_until_signalled, server_options
 from executor.service.server import DEFAULT_WORKERS, MAX_CONCURRENT_RPCS, connect, create_server
-from executor.service.servicer import DEFAULT_MAX_QUEUED_PER_CALLER, DEFAULT_MAX_QUEUED_PER_TEAM, ExecutorConfig
+from executor.service.servicer import (
+    DEFAULT_MAX_QUEUED_PER_CALLER,
+    DEFAULT_MAX_QUEUED_PER_TEAM,
+    DEFAULT_MAX_WATCHES_PER_CALLER,
+    DEFAULT_MAX_WATCHES_PER_TEAM,
+    ExecutorConfig,
+)
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S
 from fleet import connection
 from fleet.connection import reach
@@ -47,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-queued-per-team", type=int, default=DEFAULT_MAX_QUEUED_PER_TEAM,
                         help="jobs one team (--auth-file) may keep waiting, its members' together (0: no cap; "
                              "default %(default)s)")
+    parser.add_argument("--max-watches-per-caller", type=int, default=DEFAULT_MAX_WATCHES_PER_CALLER,
+                        help="Watch streams one caller may hold open on this server (dashboard tabs count); the next "
+                             "answers RESOURCE_EXHAUSTED (0: no cap; default %(default)s)")
+    parser.add_argument("--max-watches-per-team", type=int, default=DEFAULT_MAX_WATCHES_PER_TEAM,
+                        help="Watch streams one team may hold open on this server, so that no team takes every "
+                             "stream slot (0: no cap; default %(default)s)")
     policy = parser.add_argument_group(
         "fleet policy", "stored in the fleet's Redis for every worker and service; a flag left out keeps the "
                         "fleet's current setting")
@@ -73,10 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.heartbeat_interval_s <= 0 or args.events_max_len < 1 or min(args.max_queued_per_caller,
-                                                                        args.max_queued_per_team) < 0:
-        parser.error("--heartbeat-interval-s must be > 0, --events-max-len >= 1 and --max-queued-per-caller and "
-                     "--max-queued-per-team >= 0")
+    if args.heartbeat_interval_s <= 0 or args.events_max_len < 1 or min(
+            args.max_queued_per_caller, args.max_queued_per_team, args.max_watches_per_caller,
+            args.max_watches_per_team) < 0:
+        parser.error("--heartbeat-interval-s must be > 0, --events-max-len >= 1 and --max-queued-per-caller, "
+                     "--max-queued-per-team, --max-watches-per-caller and --max-watches-per-team >= 0")
     if (args.retry_limit is not None and args.retry_limit < 0) or \
             (args.retry_backoff_s is not None and not 0 <= args.retry_backoff_s <= MAX_RETRY_BACKOFF_S):
         parser.error(f"--retry-limit must be >= 0 and --retry-backoff-s between 0 and {MAX_RETRY_BACKOFF_S:g}")
@@ -93,7 +106,9 @@ def serve(argv: list[str] | None = None) -> int:
         return 3
     config = ExecutorConfig(heartbeat_interval_s=args.heartbeat_interval_s, events_max_len=args.events_max_len,
                             policy=fleet_policy, max_queued_per_caller=args.max_queued_per_caller,
-                            max_queued_per_team=args.max_queued_per_team)
+                            max_queued_per_team=args.max_queued_per_team,
+                            max_watches_per_caller=args.max_watches_per_caller,
+                            max_watches_per_team=args.max_watches_per_team)
     executor = connect(args.redis, config)
     try:
         reach(executor.connection)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import redis
 from grpc_health.v1 import health, health_pb2
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
+from common.admission import OwnerLimits
 from common.auth import caller
 from common.bounds import Bounds
 from common.identity import Identities, Identity
@@ -27,6 +29,9 @@ SERVICE_NAME = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_
 # Each Watch holds a server thread while it streams: size the pool for the watchers one service carries.
 DEFAULT_WORKERS = 256
 MAX_CONCURRENT_RPCS = 512
+# How often an open Watch checks that its caller's token is still in the identities file: a revoked token's stream
+# ends with UNAUTHENTICATED within this (or the heartbeat interval, whichever is longer).
+IDENTITY_RECHECK_S = 5.0
 
 
 def _redis_reachable(executor: Executor, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -46,6 +51,8 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def __init__(self, executor: Executor, identities: Identities | None) -> None:
         self._executor = executor
         self._identities = identities
+        config = executor.config
+        self._watches = OwnerLimits(config.max_watches_per_caller, config.max_watches_per_team)
 
     def _call(self, fn: Callable[[Any, Identity], Any], request: Any, context: grpc.ServicerContext) -> Any:
         """One use case, called with the caller's identity."""
@@ -91,12 +98,18 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         def responses(r: executor_pb2.WatchRequest) -> Iterator[executor_pb2.WatchResponse]:
             if not self._executor.reachability.up:
                 raise FleetUnavailableError("the fleet's Redis is unreachable; watch again shortly")
-            who = caller(self._identities, context.invocation_metadata())
+            metadata = context.invocation_metadata()
+            who = caller(self._identities, metadata)
+            checked_at = time.monotonic()
             try:
-                for response in self._executor.watch(r, is_active=context.is_active, who=who):
-                    if response.HasField("event"):
-                        EVENTS_STREAMED.inc()
-                    yield response
+                with self._watches.held(who.principal, who.team):
+                    for response in self._executor.watch(r, is_active=context.is_active, who=who):
+                        if time.monotonic() - checked_at >= IDENTITY_RECHECK_S:  # a revoked token's stream ends
+                            caller(self._identities, metadata)
+                            checked_at = time.monotonic()
+                        if response.HasField("event"):
+                            EVENTS_STREAMED.inc()
+                        yield response
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 raise FleetUnavailableError(f"the fleet's Redis is unreachable ({e}); watch again with "
                                             "after_sequence = the last sequence received") from e

@@ -62,6 +62,10 @@ _LIST_SCAN_BATCH = 200
 DEFAULT_MAX_QUEUED_PER_CALLER = 1_000
 # Jobs one team may keep waiting, every member's together.
 DEFAULT_MAX_QUEUED_PER_TEAM = 5_000
+# Watch streams one caller, and one team, may hold open on one server (each holds a server thread; a server carries
+# about 236): a person's terminal and dashboard tabs need a few, a team's platform tens; no one team takes them all.
+DEFAULT_MAX_WATCHES_PER_CALLER = 32
+DEFAULT_MAX_WATCHES_PER_TEAM = 96
 MAX_ALTERNATIVES = 8  # idle classes a Get plans the job for
 DEFAULT_AUDIT_ENTRIES = 100
 MAX_AUDIT_ENTRIES = 10_000
@@ -76,6 +80,8 @@ class ExecutorConfig:
     sweep_interval_s: float = SWEEP_INTERVAL_S
     max_queued_per_caller: int = DEFAULT_MAX_QUEUED_PER_CALLER  # 0: no cap
     max_queued_per_team: int = DEFAULT_MAX_QUEUED_PER_TEAM  # 0: no cap
+    max_watches_per_caller: int = DEFAULT_MAX_WATCHES_PER_CALLER  # 0: no cap
+    max_watches_per_team: int = DEFAULT_MAX_WATCHES_PER_TEAM  # 0: no cap
 
 
 class Executor:
