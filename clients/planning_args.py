@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tunefleet.v1 import hardware_pb2, plan_pb2, planner_pb2, training_pb2
+from tunefleet.v1 import hardware_pb2, model_pb2, plan_pb2, planner_pb2, training_pb2
 
 from clients.arguments import (
     BadInputError,
@@ -227,7 +227,10 @@ def oom_policy(a: argparse.Namespace) -> plan_pb2.OomPolicy:
     return plan_pb2.OomPolicy(moves=a.on_oom or [], max_replans=a.max_replans or 0, disabled=a.no_replan)
 
 
-def recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
+def recommend_request(a: argparse.Namespace, local_files: bool = True) -> planner_pb2.RecommendRequest:
+    """The RecommendRequest `tunefleet recommend` sends for these flags; `local_files` False (a server such as the
+    dashboard asking for someone else) reads no file of this host: the model is a catalog name, the dataset a path
+    on the fleet's storage, unchecked."""
     constraints = planner_pb2.Constraints(
         allowed_gpus=a.allow_gpu, allowed_providers=a.provider, max_gpus=a.max_gpus, allow_spot=a.spot,
         rank_by=RANKS[a.rank_by], allowed_methods=a.methods)
@@ -235,21 +238,32 @@ def recommend_request(a: argparse.Namespace) -> planner_pb2.RecommendRequest:
         constraints.max_cost_usd = a.budget
     if a.deadline_hours:
         constraints.max_duration_s = a.deadline_hours * 3600
-    return planner_pb2.RecommendRequest(model=model_ref(a.model), training=training_spec(a), workload=workload_spec(a),
-                                        constraints=constraints, limit=a.limit, dataset=dataset_ref(a))
+    return planner_pb2.RecommendRequest(model=_model(a.model, local_files), training=training_spec(a),
+                                        workload=workload_spec(a), constraints=constraints, limit=a.limit,
+                                        dataset=dataset_ref(a, local_files))
 
 
-def fit_request(a: argparse.Namespace) -> planner_pb2.FitRequest:
-    """The FitRequest `tunefleet fit` sends for these flags."""
+def _model(text: str, local_files: bool) -> model_pb2.ModelRef:
+    return model_ref(text) if local_files else model_pb2.ModelRef(catalog_name=text)
+
+
+def fit_request(a: argparse.Namespace, local_files: bool = True) -> planner_pb2.FitRequest:
+    """The FitRequest `tunefleet fit` sends for these flags (`local_files`: as recommend_request)."""
     inference = planner_pb2.InferenceSpec(batch_size=a.micro_batch, context_tokens=a.seq_len) \
         if a.inference else None
-    return planner_pb2.FitRequest(model=model_ref(a.model), training=training_spec(a), hardware=hardware_spec(a),
-                                  margin_fraction=a.margin, inference=inference)
+    return planner_pb2.FitRequest(model=_model(a.model, local_files), training=training_spec(a),
+                                  hardware=hardware_spec(a), margin_fraction=a.margin, inference=inference)
 
 
-def dataset_ref(a: argparse.Namespace) -> plan_pb2.DatasetRef:
+def dataset_ref(a: argparse.Namespace, local_files: bool = True) -> plan_pb2.DatasetRef:
     ref = plan_pb2.DatasetRef(format=DATASET_FORMATS[a.dataset_format], packing=a.packing,
                               oversize_images=OVERSIZE_IMAGES[a.oversize_images])
+    if not local_files:
+        if a.dataset.startswith("/") or Path(a.dataset).suffix in (".jsonl", ".json"):
+            ref.local_path = a.dataset
+        elif a.dataset:
+            ref.hub_name = a.dataset
+        return ref
     if a.dataset and Path(a.dataset).suffix in (".jsonl", ".json") or a.dataset and Path(a.dataset).exists():
         ref.local_path = str(Path(a.dataset).resolve())
     elif a.dataset:

@@ -2,7 +2,8 @@
 by the CLI's own builders (clients.planning_args), so a page's answer is the one `tunefleet fit --json` or `tunefleet
 recommend` prints for the same question. Fit draws the per-GPU breakdown as a stacked bar against the GPU's
 capacity with the likely range; Recommend lists the candidates with their Pareto chart of cost against time, saves
-the winning plan as JSON, or submits it (with a dataset on the fleet's storage) to the executor."""
+the winning plan as JSON, or submits it (with a dataset on the fleet's storage) to the executor. It opens no file of
+its own host: a model is a catalog name, a dataset a path on the fleet's storage that the workers check."""
 
 from __future__ import annotations
 
@@ -93,12 +94,13 @@ async def plan(dash: Dashboard, request: Request, session: Session) -> Response:
                                "gpus": [g.name for g in hardware.gpus], "fit": None, "rec": None, "error": ""}
     try:
         if action == "fit":
-            fit = (await run_in_threadpool(planner.fit, planning_args.fit_request(parse("fit", values)))).result
+            question_fit = planning_args.fit_request(parse("fit", values), local_files=False)
+            fit = (await run_in_threadpool(planner.fit, question_fit)).result
             segments, capacity_pct, low_pct, high_pct = present.breakdown(fit)
             context.update(fit=fit, segments=segments, capacity_pct=capacity_pct, low_pct=low_pct, high_pct=high_pct,
                            size=present.size)
         elif action == "recommend":
-            question = planning_args.recommend_request(parse("recommend", values))
+            question = planning_args.recommend_request(parse("recommend", values), local_files=False)
             rec = await run_in_threadpool(planner.recommend, question)
             rows = _candidates(rec)
             context.update(rec=rec, rows=rows, pareto_json=present.script_json(
@@ -112,7 +114,7 @@ async def plan_json(dash: Dashboard, request: Request, session: Session) -> Resp
     """The recommended plan as a file: `tunefleet submit plan.json` or `tunefleet train plan.json` run it."""
     planner = dash.backends.planner(session.token)
     rec = await run_in_threadpool(planner.recommend, planning_args.recommend_request(
-        parse("recommend", _values(request.query_params))))
+        parse("recommend", _values(request.query_params)), local_files=False))
     if not rec.HasField("plan"):
         return PlainTextResponse("no option meets the constraints; see the Plan page for why", status_code=409)
     return Response(json_format.MessageToJson(rec.plan), media_type="application/json",
@@ -128,7 +130,8 @@ async def submit(dash: Dashboard, request: Request, session: Session) -> Respons
         raise InvalidArgument("dataset: a submitted plan needs its training data (a JSONL file on the fleet's "
                               "storage, or a Hugging Face dataset name)")
     planner = dash.backends.planner(session.token)
-    rec = await run_in_threadpool(planner.recommend, planning_args.recommend_request(parse("recommend", values)))
+    rec = await run_in_threadpool(planner.recommend, planning_args.recommend_request(parse("recommend", values),
+                                                                                    local_files=False))
     if not rec.HasField("plan"):
         raise InvalidArgument("no option meets the constraints; recommend with the same fields to see why")
     job = (await run_in_threadpool(dash.backends.executor(session.token).submit, rec.plan)).job

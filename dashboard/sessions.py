@@ -2,7 +2,9 @@
 process's memory, found by a random id in an HttpOnly, SameSite=Strict cookie; the token never reaches the
 browser. Each session has its own CSRF token, which every form that changes something carries back. Sessions end
 after SESSION_IDLE_S without a request, at logout, or when the process restarts (people log in again); at most
-MAX_SESSIONS are kept (the least recently used goes first), so logins cannot grow the process without bound."""
+MAX_SESSIONS are kept (the least recently used goes first), so logins cannot grow the process without bound, and
+at most MAX_SESSIONS_PER_PRINCIPAL of one principal (its own least recently used goes first), so that one caller's
+logins cannot push every other user's session out."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ SESSION_COOKIE = "tunefleet_session"
 # A working day without a request ends a session.
 SESSION_IDLE_S = 8 * 3600.0
 MAX_SESSIONS = 10_000
+# A person's browsers and devices, a few tabs' logins each.
+MAX_SESSIONS_PER_PRINCIPAL = 20
 # Roles that may cancel and submit (common.identity's ranks: viewer < submitter < admin).
 ACTING_ROLES = frozenset({"submitter", "admin"})
 
@@ -43,9 +47,11 @@ class Session:
 
 class SessionStore:
     def __init__(self, idle_s: float = SESSION_IDLE_S, max_sessions: int = MAX_SESSIONS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL) -> None:
         self._idle_s = idle_s
         self._max = max_sessions
+        self._max_per_principal = max_per_principal
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
@@ -53,6 +59,9 @@ class SessionStore:
     def create(self, token: str, principal: str, team: str, role: str) -> Session:
         session = Session(secrets.token_urlsafe(32), token, principal, team, role, self._clock())
         with self._lock:
+            own = [sid for sid, s in self._sessions.items() if s.principal == principal]  # least recent first
+            for sid in own[:max(0, len(own) + 1 - self._max_per_principal)]:
+                del self._sessions[sid]
             self._sessions[session.session_id] = session
             while len(self._sessions) > self._max:
                 self._sessions.popitem(last=False)

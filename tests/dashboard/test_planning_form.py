@@ -40,3 +40,18 @@ def test_a_bad_field_is_refused_naming_it(field: str, value: str, named: str) ->
     with pytest.raises(InvalidArgument) as refused:
         planning.parse(command, {**FORM, field: value})
     assert named in str(refused.value) and "change that field" in str(refused.value)
+
+
+def test_the_form_opens_no_file_of_the_dashboards_host(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+    secret = tmp_path / "config.json"
+    secret.write_text('{"hidden_size": 4096}')
+    for model in (str(secret), str(tmp_path), "/etc/shadow"):
+        for command, build in (("fit", planning_args.fit_request), ("recommend", planning_args.recommend_request)):
+            request = build(planning.parse(command, {**FORM, "model": model, "dataset": str(secret)}),
+                            local_files=False)
+            assert request.model.catalog_name == model and not request.model.config_json, "a path is only a name"
+    rec = planning_args.recommend_request(planning.parse("recommend", {**FORM, "dataset": "data/t.jsonl"}),
+                                          local_files=False)
+    assert rec.dataset.local_path == "data/t.jsonl", "a path on the fleet's storage, neither resolved nor checked here"
+    with_files = planning_args.fit_request(planning.parse("fit", {**FORM, "model": str(secret)}))
+    assert with_files.model.config_json, "the CLI (local_files) still reads the user's own config.json"

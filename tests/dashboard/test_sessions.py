@@ -55,3 +55,12 @@ def test_csrf_accepts_only_the_sessions_own_token() -> None:
     s = Session("id", "t", "p", "team", "submitter", 0.0)
     assert s.csrf_ok(s.csrf)
     assert not s.csrf_ok("") and not s.csrf_ok(s.csrf + "x") and not s.csrf_ok(s.csrf[:-1])
+
+
+def test_one_principals_logins_evict_its_own_sessions_first() -> None:
+    store = SessionStore(max_sessions=10, clock=Clock(), max_per_principal=3)
+    others = [store.create(f"t{i}", f"person-{i}", "t", "viewer") for i in range(5)]
+    flood = [store.create("vic-token", "vic", "vision", "viewer") for _ in range(1000)]
+    assert all(store.get(s.session_id) is s for s in others), "a flood of one principal's logins kept others' sessions"
+    assert [store.get(s.session_id) is s for s in flood[-4:]] == [False, True, True, True], "its newest 3 live"
+    assert len(store) == 8
