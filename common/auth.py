@@ -3,8 +3,6 @@ denied calls logged at a bounded rate."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,30 +13,10 @@ from common import metrics
 from common.bounds import echo
 from common.errors import UnknownCallerError
 from common.identity import UNAUTHENTICATED_ADMIN, Identities, Identity
+from common.log import Sampled
 
 log = structlog.get_logger("tunefleet.auth")
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
-
-
-class Sampled:
-    """Counts an event and says when to log it: the first time, then at most once per `interval_s` (with the count
-    since the last line), so a flood of denied calls cannot flood the log."""
-
-    def __init__(self, interval_s: float) -> None:
-        self._interval_s = interval_s
-        self._lock = threading.Lock()
-        self._last = -interval_s
-        self._count = 0
-
-    def due(self) -> int:
-        """0 when not to log now; else how many events this line stands for."""
-        with self._lock:
-            self._count += 1
-            now = time.monotonic()
-            if now - self._last < self._interval_s:
-                return 0
-            self._last, count, self._count = now, self._count, 0
-            return count
 
 
 def bearer_token(metadata: object) -> str:

@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the planner service, host:port (env TUNEFLEET_PLANNER; default: plan in this process)")
     p.add_argument("--root-path", default=os.environ.get(ROOT_PATH_ENV, ""),
                    help=f"the path prefix an ingress serves the dashboard under, e.g. /tunefleet (env {ROOT_PATH_ENV})")
+    p.add_argument("--request-receipt-s", type=float, default=None,
+                   help="close a connection whose request has not fully arrived this many seconds after it opened "
+                        "(or after its previous response): slow or half-open clients cannot hold connections "
+                        "(default 10)")
     p.add_argument("--cookie-secure", action="store_true",
                    help="mark the session cookie Secure (the dashboard is reached over HTTPS)")
     connection.add_arguments(p.add_argument_group("connection to the services"), token=False)
@@ -65,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--executor is required: the executor service's host:port (or set TUNEFLEET_EXECUTOR)")
     if args.root_path and (not args.root_path.startswith("/") or args.root_path.endswith("/")):
         p.error(f"--root-path {args.root_path!r}: write it as /prefix (a leading slash, no trailing one)")
+    if args.request_receipt_s is not None and not 0 < args.request_receipt_s <= 3600:
+        p.error(f"--request-receipt-s {args.request_receipt_s:g}: give seconds above 0 and at most 3600")
     if not args.address.rpartition(":")[2].isdigit():
         p.error(f"--address {args.address!r}: write host:port, e.g. {DEFAULT_ADDRESS} (port 0: a free one)")
     try:
@@ -72,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
 
         from dashboard.app import create_app
         from dashboard.backends import Backends
+        from dashboard.slow_clients import (
+            MAX_CONNECTIONS,
+            REQUEST_RECEIPT_S,
+            deadline_protocol,
+            raise_file_limit,
+            sample_server_logs,
+        )
         from dashboard.web import Dashboard, DashboardConfig
     except ImportError as e:
         print(f"tunefleet serve dashboard: {e.name} is not installed; pip install 'tunefleet[dashboard]'",
@@ -86,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     app = create_app(Dashboard(Backends(args.executor, args.planner, conn),
                                DashboardConfig(cookie_secure=args.cookie_secure)), args.root_path)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
-                                           proxy_headers=True, timeout_graceful_shutdown=5))
+    sample_server_logs()
+    raise_file_limit()
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, proxy_headers=True,
+                                           timeout_graceful_shutdown=5,
+                                           http=deadline_protocol(args.request_receipt_s or REQUEST_RECEIPT_S),
+                                           limit_concurrency=MAX_CONNECTIONS))
     host, port = sock.getsockname()[:2]
     log.info("dashboard.serving", host=host, port=port, url=f"http://{args.address.rpartition(':')[0]}:{port}"
              f"{args.root_path}/", executor=args.executor, planner=args.planner or "in-process")
