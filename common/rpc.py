@@ -3,6 +3,7 @@ bearer-token auth, health, reflection and TLS."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import uuid
@@ -84,6 +85,15 @@ def error_status(exc: Exception) -> tuple[status_pb2.Status | None, grpc.StatusC
     return None, grpc.StatusCode.INTERNAL, "internal error; the server log has the details"
 
 
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    """A status with trailing metadata of our own beside its details."""
+
+
+# gRFC A6: a negative pushback tells a client's retry policy not to retry (a caller's own quota does not pass soon,
+# unlike a server at capacity, which its retries wait out).
+NO_RETRY = ("grpc-retry-pushback-ms", "-1")
+
+
 def abort(context: grpc.ServicerContext, exc: Exception) -> None:
     status, code, message = error_status(exc)
     if status is None:
@@ -91,7 +101,10 @@ def abort(context: grpc.ServicerContext, exc: Exception) -> None:
         context.abort(code, message)
     else:
         log.info("rpc.rejected", code=code.name, error=message)
-        context.abort_with_status(rpc_status.to_status(status))
+        answer = rpc_status.to_status(status)
+        if isinstance(exc, QuotaError):
+            answer = _Status(answer.code, answer.details, (*answer.trailing_metadata, NO_RETRY))
+        context.abort_with_status(answer)
 
 
 def call_unary(fn: Callable[[Any], Any], request: Any, context: grpc.ServicerContext) -> Any:

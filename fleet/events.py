@@ -20,15 +20,16 @@ from tunefleet.v1 import progress_pb2
 from contract.errors import LeaseLostError
 from contract.progress import TERMINAL_PHASES
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, now_ms
-from fleet.keys import events_key, job_key
+from fleet.keys import FINISHED, events_key, job_key
 
 log = structlog.get_logger("fleet.events")
 EVENT_FIELD = b"e"
 
-# KEYS: job hash, stream. ARGV: sequence, event bytes, phase, terminal (0/1), now ms, retention s, Feedback bytes
-# (stored with the event that carries it, so a client that sees DONE also sees the job's Feedback), fence (the
-# publisher's fencing token; 0 for the service's own events, which it writes inside transactions), the step of a
-# sealed checkpoint ('' for any other event: fleet.ledger keeps what a hold ran up to it).
+# KEYS: job hash, stream, the finished jobs' index (fleet.retention). ARGV: sequence, event bytes, phase, terminal
+# (0/1), now ms, retention s, Feedback bytes (stored with the event that carries it, so a client that sees DONE also
+# sees the job's Feedback), fence (the publisher's fencing token; 0 for the service's own events, which it writes
+# inside transactions), the step of a sealed checkpoint ('' for any other event: fleet.ledger keeps what a hold ran up
+# to it), the job id.
 # Returns 1 published, 0 already there (not newer than the last event), -1 no such job, -2 stale fence.
 _PUBLISH = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -44,6 +45,7 @@ if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'checkpoint_step', ARGV[9]) en
 if ARGV[4] == '1' then
   redis.call('HSET', KEYS[1], 'finished_at_ms', ARGV[5])
   redis.call('EXPIRE', KEYS[2], ARGV[6])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[10])
 end
 return 1
 """
@@ -70,11 +72,12 @@ class EventLog:
         """Append a stamped event (job_id and sequence set); False when it was already there. With a pipeline
         (the caller's transaction) the publish is queued there and True returned. With a fence, raises
         LeaseLostError when the job has moved to another holder."""
-        result = self._publish(keys=[job_key(event.job_id), events_key(event.job_id)],
+        result = self._publish(keys=[job_key(event.job_id), events_key(event.job_id), FINISHED],
                                args=[event.sequence, event.SerializeToString(), event.phase,
                                      int(event.phase in TERMINAL_PHASES), now_ms(), EVENTS_RETENTION_S,
                                      feedback.SerializeToString() if feedback is not None else b"", fence,
-                                     event.step if event.phase == progress_pb2.PHASE_CHECKPOINTING else ""],
+                                     event.step if event.phase == progress_pb2.PHASE_CHECKPOINTING else "",
+                                     event.job_id],
                                client=pipeline)
         if pipeline is not None:
             return True

@@ -32,6 +32,13 @@
                                                   totals
     tunefleet:v1:team-jobs:<team>         set     a team's jobs that may not have ended (pruned     fleet.budget
                                                   when read): what it has committed
+    tunefleet:v1:finished                 zset    job ids by when they finished (ms); records past  fleet.retention
+                                                  the retention are deleted
+    tunefleet:v1:team-records:<team>      hash    job id -> stored bytes of each of the team's      fleet.retention
+                                                  records (the per-team cap)
+    tunefleet:v1:team-bytes               hash    team -> its records' bytes                        fleet.retention
+    tunefleet:v1:rate:<owner>:<minute>    string  Submits of an owner ("principal:<name>" or         fleet.retention
+                                                  "team:<name>") in one minute; expires
     tunefleet:v1:team-shares              hash    team -> {"weight": w} from the identities file    fleet.fairshare
     tunefleet:v1:usage                    hash    "<team>:gpu_s|at_s": each team's decaying usage   fleet.fairshare
     tunefleet:v1:hold-model               hash    "<class>:n|x|y|xx|xy": decayed sums of its        fleet.ledger
@@ -52,6 +59,8 @@ LEDGER_STREAM = PREFIX + "ledger"
 TEAM_SHARES = PREFIX + "team-shares"
 USAGE = PREFIX + "usage"
 HOLD_MODEL = PREFIX + "hold-model"
+FINISHED = PREFIX + "finished"
+TEAM_BYTES = PREFIX + "team-bytes"
 
 
 def job_key(job_id: str) -> str:
@@ -96,3 +105,11 @@ def spend_key(month: str) -> str:
 
 def team_jobs_key(team: str) -> str:
     return f"{PREFIX}team-jobs:{team}"
+
+
+def team_records_key(team: str) -> str:
+    return f"{PREFIX}team-records:{team}"
+
+
+def rate_key(owner: str, window: int) -> str:
+    return f"{PREFIX}rate:{owner}:{window}"

@@ -13,13 +13,14 @@ from common.identity import Identity
 from contract.errors import PlanError
 from contract.progress import TERMINAL_PHASES, new_event
 from fleet import budget as fleet_budget
-from fleet import queues
+from fleet import queues, retention
 from fleet.audit import AuditLog
 from fleet.budget import BudgetRule
 from fleet.errors import QueueFullError
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
 from fleet.keys import JOBS_INDEX, job_key, submitter_key, team_jobs_key
+from fleet.retention import Quotas
 
 # What a move replaces in a job record: its plan and what Submit derived from it.
 MOVED_FIELDS = ("plan", "queue", "gpu_class", "gpus", "nodes", "timeout_s", "predicted_s", "predicted_low_s",
@@ -35,18 +36,23 @@ class Lifecycle:
 
     def submit(self, new: NewJob, max_queued: int = 0, max_queued_per_team: int = 0,
                audit: AuditLog | None = None, who: Identity | None = None,
-               note: str = "", budget: BudgetRule | None = None) -> tuple[executor_pb2.Job, bool]:
+               note: str = "", budget: BudgetRule | None = None,
+               quotas: Quotas | None = None) -> tuple[executor_pb2.Job, bool]:
         """Create the job and queue it; (the job, True). The same plan again: (the existing job, False);
         PlanError when its id is taken by another plan; QueueFullError when its submitter already has
         `max_queued` jobs waiting, or its team `max_queued_per_team` (0: no cap). Concurrent Submits of one caller
         may pass a cap by as many calls as run at once (the count is read before the transaction). A created job
         is recorded in the audit log as `who`'s, in the same transaction. With a `budget`, the job's commitment is
         checked against its team's month in that transaction too (OverBudgetError): concurrent Submits cannot pass
-        the budget together."""
+        the budget together. With `quotas`, a new record must fit its team's stored records and bytes
+        (fleet.retention), and is counted there."""
         plan = new.plan
         key = job_key(plan.plan_id)
         owners = (f"principal:{new.submitter}", f"team:{new.team}")
+        stored_bytes = plan.ByteSize() + retention.RECORD_OVERHEAD_BYTES
         if not self.redis.exists(key):
+            if quotas is not None:
+                retention.check_stored(self.redis, quotas, new.team, stored_bytes)
             for owner, cap, what, flag in ((owners[0], max_queued, new.submitter or "this caller",
                                             "--max-queued-per-caller"),
                                            (owners[1], max_queued_per_team, f"team {new.team}",
@@ -81,6 +87,7 @@ class Lifecycle:
                     for owner in owners:
                         pipe.sadd(submitter_key(owner), plan.plan_id)
                     pipe.sadd(team_jobs_key(new.team), plan.plan_id)
+                    retention.record_stored(pipe, new.team, plan.plan_id, stored_bytes)
                     if audit is not None and who is not None:
                         audit.record(who, "submit", plan.plan_id, f"on {new.queue}{note}", pipeline=pipe)
                     self.events.publish(new_event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,

@@ -30,6 +30,14 @@ from fleet.recovery import (
     MAX_RETRY_BACKOFF_S,
     FleetPolicy,
 )
+from fleet.retention import (
+    DEFAULT_MAX_RECORDS_PER_TEAM,
+    DEFAULT_MAX_STORED_BYTES_PER_TEAM,
+    DEFAULT_RETENTION_S,
+    DEFAULT_SUBMITS_PER_MINUTE_PER_CALLER,
+    DEFAULT_SUBMITS_PER_MINUTE_PER_TEAM,
+    Quotas,
+)
 
 DEFAULT_ADDRESS = "127.0.0.1:50052"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -59,6 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-watches-per-team", type=int, default=DEFAULT_MAX_WATCHES_PER_TEAM,
                         help="Watch streams one team may hold open on this server, so that no team takes every "
                              "stream slot (0: no cap; default %(default)s)")
+    kept = parser.add_argument_group("what the fleet keeps", "per caller and team, so that no loop can fill Redis "
+                                                           "(0: no limit)")
+    kept.add_argument("--submits-per-minute-per-caller", type=int, default=DEFAULT_SUBMITS_PER_MINUTE_PER_CALLER,
+                      help="Submits one caller may make a minute; more answer RESOURCE_EXHAUSTED with when to retry "
+                           "(default %(default)s)")
+    kept.add_argument("--submits-per-minute-per-team", type=int, default=DEFAULT_SUBMITS_PER_MINUTE_PER_TEAM,
+                      help="Submits one team's members may make a minute together (default %(default)s)")
+    kept.add_argument("--max-records-per-team", type=int, default=DEFAULT_MAX_RECORDS_PER_TEAM,
+                      help="job records one team may have stored, finished ones within the retention included "
+                           "(default %(default)s)")
+    kept.add_argument("--max-stored-mib-per-team", type=int, default=DEFAULT_MAX_STORED_BYTES_PER_TEAM // 2**20,
+                      help="MiB one team's job records may hold (default %(default)s)")
+    kept.add_argument("--retention-days", type=float, default=DEFAULT_RETENTION_S / 86_400,
+                      help="a finished job's record is deleted this many days after it finished; its holds stay in "
+                           "the ledger and its Submit and Cancel in the audit log (default %(default)g)")
     policy = parser.add_argument_group(
         "fleet policy", "stored in the fleet's Redis for every worker and service; a flag left out keeps the "
                         "fleet's current setting")
@@ -97,6 +120,10 @@ def serve(argv: list[str] | None = None) -> int:
         parser.error("--preempt-min-runtime-s must be between 0 and a week (604800)")
     if args.preempt_checkpoint_s is not None and not 0 < args.preempt_checkpoint_s <= 24 * 3600:
         parser.error("--preempt-checkpoint-s must be above 0 and at most a day (86400)")
+    if min(args.submits_per_minute_per_caller, args.submits_per_minute_per_team, args.max_records_per_team,
+           args.max_stored_mib_per_team) < 0 or not 0 < args.retention_days <= 3650:
+        parser.error("--submits-per-minute-per-caller, --submits-per-minute-per-team, --max-records-per-team and "
+                     "--max-stored-mib-per-team must be >= 0, and --retention-days between 0 and 3650")
     options = server_options(parser, args, MAX_CONCURRENT_RPCS)
     try:
         fleet_policy = _policy(args)
@@ -108,7 +135,10 @@ def serve(argv: list[str] | None = None) -> int:
                             policy=fleet_policy, max_queued_per_caller=args.max_queued_per_caller,
                             max_queued_per_team=args.max_queued_per_team,
                             max_watches_per_caller=args.max_watches_per_caller,
-                            max_watches_per_team=args.max_watches_per_team)
+                            max_watches_per_team=args.max_watches_per_team,
+                            quotas=Quotas(args.submits_per_minute_per_caller, args.submits_per_minute_per_team,
+                                          args.max_records_per_team, args.max_stored_mib_per_team * 2**20,
+                                          int(args.retention_days * 86_400)))
     executor = connect(args.redis, config)
     try:
         reach(executor.connection)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import grpc
@@ -14,7 +15,7 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 from common.admission import OwnerLimits
 from common.auth import caller
 from common.bounds import Bounds
-from common.identity import Identities, Identity
+from common.identity import Identities, Identity, Role
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
 from contract.limits import PLAN_BOUNDS
 from executor.service.metrics import EVENTS_STREAMED, register_fleet_collector
@@ -102,7 +103,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             who = caller(self._identities, metadata)
             checked_at = time.monotonic()
             try:
-                with self._watches.held(who.principal, who.team):
+                with self._watches.held(who.principal, who.team) if who.role is not Role.ADMIN else nullcontext():
                     for response in self._executor.watch(r, is_active=context.is_active, who=who):
                         if time.monotonic() - checked_at >= IDENTITY_RECHECK_S:  # a revoked token's stream ends
                             caller(self._identities, metadata)

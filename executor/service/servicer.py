@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 import redis
 import structlog
@@ -20,6 +19,7 @@ from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
 from executor.service import moves
 from executor.service.accounts import Accounts
+from executor.service.outputs import check_shared_output
 from executor.service.waiting import (
     PLACE_FIELDS,
     RUNNING_FIELDS,
@@ -28,7 +28,7 @@ from executor.service.waiting import (
     set_expected_start,
 )
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
-from fleet import queues
+from fleet import queues, retention
 from fleet.audit import AuditLog
 from fleet.connection import Reachability
 from fleet.errors import no_such_job
@@ -47,10 +47,12 @@ from fleet.jobs import (
     encode_page_token,
     job_from_record,
     job_label,
+    now_ms,
 )
 from fleet.ledger import Ledger
 from fleet.lifecycle import Lifecycle
 from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
+from fleet.retention import Quotas
 from planner.catalog import Catalog
 
 log = structlog.get_logger("executor.service.servicer")
@@ -82,6 +84,7 @@ class ExecutorConfig:
     max_queued_per_team: int = DEFAULT_MAX_QUEUED_PER_TEAM  # 0: no cap
     max_watches_per_caller: int = DEFAULT_MAX_WATCHES_PER_CALLER  # 0: no cap
     max_watches_per_team: int = DEFAULT_MAX_WATCHES_PER_TEAM  # 0: no cap
+    quotas: Quotas = Quotas()  # Submit rates, stored records and their retention (fleet.retention)
 
 
 class Executor:
@@ -129,6 +132,7 @@ class Executor:
                 self.publish_shares()
                 self.sweeper.sweep()
                 self.accounts.stop_over_budget()
+                retention.expire_finished(self.connection, self.config.quotas.retention_s, now_ms())
             except redis.RedisError as e:
                 log.warning("fleet.sweep_failed", error=str(e))
 
@@ -159,12 +163,14 @@ class Executor:
         if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
         team = self.accounts.owning_team(who, request.team)
+        if who.role is not Role.ADMIN:  # the fleet's operators (and a server without identities) are not limited
+            retention.check_rate(self.connection, self.config.quotas, who.principal, team, now_ms() / 1000)
         new, priced_note = self._new_job(plan, gpu_class, priority, who, team)
         rule, override_note = self.accounts.budget_rule(who, team, new.cost_high_usd, request.override_budget)
         for_team = f" for team {team}" if team != who.team else ""
         job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
                                              self.audit_log, who, note=for_team + override_note + priced_note,
-                                             budget=rule)
+                                             budget=rule, quotas=self.config.quotas)
         return executor_pb2.SubmitResponse(job=job, created=created)
 
     def _new_job(self, plan: plan_pb2.Plan, gpu_class: str, priority: int, who: Identity,
@@ -414,28 +420,6 @@ class Executor:
         viewer = None if who.role is Role.ADMIN else who.team
         teams = {job_id: record.get(b"team", b"").decode() for job_id, record in self._running(hosts).items()}
         return lambda job_id: job_label(job_id, teams.get(job_id, ""), viewer)
-
-
-def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host]) -> None:
-    """With several workers in the class, a job may resume on any of them: its output must be on storage they
-    all mount (a worker started with --work-dir-shared), not on one host's disk."""
-    if len(hosts) < 2:
-        return
-    path = output_uri.removeprefix("file://")
-    shared = sorted({h.work_dir for h in hosts if h.work_dir_shared})
-    unshared = sorted(h.host_id for h in hosts if not h.work_dir_shared)
-    if path.startswith("/"):
-        if any(PurePosixPath(path).is_relative_to(root) for root in shared):
-            return
-        where = f"under the shared work dir ({', '.join(shared)})" if shared else \
-            "on storage every worker mounts (start the workers with --work-dir-shared on it)"
-        raise PlanError("output_uri", f"{path} is a path only one host may see, and {len(hosts)} hosts serve this "
-                                      f"class (a lost host's job resumes on another); put it {where}")
-    if unshared:
-        raise PlanError("output_uri", f"is relative ({path or 'the plan id'}), so it lands in each worker's "
-                                      f"--work-dir, and host(s) {', '.join(unshared[:5])} of this class do not share "
-                                      "theirs; start them with --work-dir-shared on shared storage, or give an "
-                                      "absolute path on shared storage")
 
 
 def _require_id(job_id: str) -> None:

@@ -16,7 +16,8 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 from contract.errors import LeaseLostError, PlanError
 from contract.progress import new_event
 from devtools.tiny import make_plan
-from executor.service.servicer import Executor, check_shared_output
+from executor.service.outputs import check_shared_output
+from executor.service.servicer import Executor
 from executor.worker.control import JobControl
 from fleet import queues
 from fleet.events import EventLog
