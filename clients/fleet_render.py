@@ -70,7 +70,7 @@ def usage_csv(r: executor_pb2.UsageResponse, by: str) -> str:
 
 def audit_text(entries: Iterable[executor_pb2.AuditEntry]) -> str:
     rows = [(e.time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"), e.principal, e.team, e.role, e.action, e.target,
-             e.detail.splitlines()[0][:60] if e.detail else "") for e in entries]
+             " ".join(e.detail.split())) for e in entries]  # whole: a cut detail hides who was charged or why
     if not rows:
         return "no audit entries"
     return table(rows, ("time (UTC)", "principal", "team", "role", "action", "target", "detail"))

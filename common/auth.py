@@ -39,15 +39,19 @@ def caller(identities: Identities | None, metadata: object) -> Identity:
 
 # At most one "denied" log line per this many seconds (with the number of denials it covers).
 DENIED_LOG_INTERVAL_S = 10.0
+# What of a refused call's method name is passed on (a client may send any bytes as a method).
+MAX_METHOD_CHARS = 200
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Rejects calls whose `authorization: Bearer <token>` is missing or not one of the server's identities (logged,
     rate-limited); health checks stay open. Tokens are compared by their SHA-256 (common.identity)."""
 
-    def __init__(self, identities: Identities) -> None:
+    def __init__(self, identities: Identities,
+                 on_denied: Callable[[str, str, int], None] = lambda method, credentials, count: None) -> None:
         self._identities = identities
         self._denied = Sampled(DENIED_LOG_INTERVAL_S)
+        self._on_denied = on_denied  # (method, "none" | "wrong", denials it stands for), sampled as the log is
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         if details.method.startswith(HEALTH_PREFIX):
@@ -58,8 +62,10 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         handler = continuation(details)
         denied = self._denied.due()
         if denied:
+            credentials = "none" if not given else "wrong"
             log.warning("rpc.unauthenticated", method=echo(details.method), denied_since_last_line=denied,
-                        credentials="none" if not given else "wrong")
+                        credentials=credentials)
+            self._on_denied(details.method[:MAX_METHOD_CHARS], credentials, denied)
 
         def deny(request: Any, context: grpc.ServicerContext) -> Any:
             # An unknown method is not a label: a client must not grow the metrics without bound.

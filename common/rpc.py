@@ -289,7 +289,8 @@ class ServerOptions:
 
 
 def build_server(address: str, register: Callable[[grpc.Server], None], service_names: list[str],
-                 options: ServerOptions, bounds: Bounds, expensive: Mapping[str, str] | None = None
+                 options: ServerOptions, bounds: Bounds, expensive: Mapping[str, str] | None = None,
+                 on_unauthenticated: Callable[[str, str, int], None] = lambda method, credentials, count: None,
                  ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A ready (not started) server; every request is checked against `bounds` before its handler runs, and the
     `expensive` methods (method name -> pool) go through Admission, which keeps RESERVED_WORKERS threads free."""
@@ -304,7 +305,7 @@ def build_server(address: str, register: Callable[[grpc.Server], None], service_
         bounds, admission, expensive, streams, lambda: pool.load, options.max_concurrent_rpcs)]
     identities = options.accepted()
     if identities is not None:
-        interceptors.insert(0, BearerTokenInterceptor(identities))
+        interceptors.insert(0, BearerTokenInterceptor(identities, on_unauthenticated))
     # gRPC's own limit is a backstop above the interceptor's, whose refusals the metrics count.
     server = grpc.server(pool, interceptors=interceptors,
                          maximum_concurrent_rpcs=options.max_concurrent_rpcs * BACKSTOP_FACTOR + BACKSTOP_ROOM,

@@ -9,12 +9,14 @@ from typing import Any
 
 import grpc
 import redis
+import structlog
 from grpc_health.v1 import health, health_pb2
 from tunefleet.v1 import executor_pb2, executor_pb2_grpc
 
 from common.admission import OwnerLimits
 from common.auth import caller
 from common.bounds import Bounds
+from common.errors import DeniedError, PreconditionError, QuotaError
 from common.identity import Identities, Identity, Role
 from common.rpc import ServerOptions, build_server, call_stream, call_unary
 from contract.limits import PLAN_BOUNDS
@@ -24,6 +26,7 @@ from fleet import connection
 from fleet.errors import FleetUnavailableError
 from planner.catalog import default_catalog
 
+log = structlog.get_logger("executor.service.server")
 # Every executor request: the plan inside Submit has a plan file's bounds; a cancel reason is kept (cut) anyway.
 REQUEST_BOUNDS = PLAN_BOUNDS.prefixed("plan.").merged(Bounds(string_chars={"reason": 4096, "page_token": 1024}))
 SERVICE_NAME = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
@@ -48,6 +51,19 @@ def _redis_reachable(executor: Executor, fn: Callable[[Any], Any]) -> Callable[[
     return call
 
 
+# Who a call without a known token is, in the audit log.
+NO_CALLER = Identity("(unauthenticated)", "-", Role.VIEWER)
+# What a caller is refused for (not a bad request): the audit log keeps these attempts.
+REFUSALS = (DeniedError, PreconditionError, QuotaError)
+
+
+def _target(request: Any) -> str:
+    """What a refused call aimed at: its job (or plan) id, or host."""
+    if isinstance(request, executor_pb2.SubmitRequest):
+        return request.plan.plan_id
+    return str(getattr(request, "job_id", "") or getattr(request, "host_id", ""))
+
+
 class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def __init__(self, executor: Executor, identities: Identities | None) -> None:
         self._executor = executor
@@ -55,14 +71,22 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         config = executor.config
         self._watches = OwnerLimits(config.max_watches_per_caller, config.max_watches_per_team)
 
-    def _call(self, fn: Callable[[Any, Identity], Any], request: Any, context: grpc.ServicerContext) -> Any:
-        """One use case, called with the caller's identity."""
+    def _call(self, fn: Callable[[Any, Identity], Any], request: Any, context: grpc.ServicerContext,
+              audited: str = "") -> Any:
+        """One use case, called with the caller's identity; an `audited` action's refusals (a role too low, a
+        budget, a quota) go to the audit log with their reason."""
         def with_caller(r: Any) -> Any:
-            return fn(r, caller(self._identities, context.invocation_metadata()))
+            who = caller(self._identities, context.invocation_metadata())
+            try:
+                return fn(r, who)
+            except REFUSALS as e:
+                if audited:
+                    self._executor.audit_log.record_denied(who, audited, _target(r), str(e))
+                raise
         return call_unary(_redis_reachable(self._executor, with_caller), request, context)
 
     def Submit(self, request, context):  # noqa: N802
-        return self._call(self._executor.submit, request, context)
+        return self._call(self._executor.submit, request, context, "submit")
 
     def Get(self, request, context):  # noqa: N802
         return self._call(self._executor.get, request, context)
@@ -71,13 +95,13 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         return self._call(self._executor.list_jobs, request, context)
 
     def Cancel(self, request, context):  # noqa: N802
-        return self._call(self._executor.cancel, request, context)
+        return self._call(self._executor.cancel, request, context, "cancel")
 
     def Fleet(self, request, context):  # noqa: N802
         return self._call(self._executor.fleet, request, context)
 
     def ClearHost(self, request, context):  # noqa: N802
-        return self._call(self._executor.clear_host, request, context)
+        return self._call(self._executor.clear_host, request, context, "clear-host")
 
     def Audit(self, request, context):  # noqa: N802
         return self._call(self._executor.audit, request, context)
@@ -86,7 +110,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         return self._call(self._executor.usage, request, context)
 
     def Move(self, request, context):  # noqa: N802
-        return self._call(self._executor.move, request, context)
+        return self._call(self._executor.move, request, context, "move")
 
     def WhoAmI(self, request, context):  # noqa: N802
         def who(_: executor_pb2.WhoAmIRequest) -> executor_pb2.WhoAmIResponse:
@@ -133,9 +157,18 @@ def create_server(address: str, executor: Executor,
     identities = options.accepted()
     executor.accounts.identities = identities
     servicer = ExecutorServicer(executor, identities)
+    def unauthenticated(method: str, credentials: str, count: int) -> None:
+        more = f" (and {count - 1} more since the last entry)" if count > 1 else ""
+        try:
+            executor.audit_log.record(NO_CALLER, "denied:call", method,
+                                      f"{'no token' if credentials == 'none' else 'a token the fleet does not know'}"
+                                      f"{more}")
+        except redis.RedisError as e:
+            log.warning("audit.unreachable", error=str(e))
+
     server, port, health_servicer = build_server(
         address, lambda s: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, s), [SERVICE_NAME],
-        options, REQUEST_BOUNDS)
+        options, REQUEST_BOUNDS, on_unauthenticated=unauthenticated)
 
     def report(up: bool) -> None:  # a load balancer stops routing to a service whose Redis is gone
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING

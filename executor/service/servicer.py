@@ -188,12 +188,14 @@ class Executor:
 
     # --- Get / List -----------------------------------------------------------------------------------
 
-    def _visible(self, job_id: str, who: Identity) -> dict[bytes, bytes]:
+    def _visible(self, job_id: str, who: Identity, action: str = "") -> dict[bytes, bytes]:
         """The job's record; NOT_FOUND when there is none, or when it is another team's (its existence is not
-        revealed: the same answer as for an id nobody used)."""
+        revealed: the same answer as for an id nobody used; an `action` on it is audited as refused)."""
         _require_id(job_id)
         record = self.store.raw(job_id)
         if not who.sees(record.get(b"team", b"").decode()):
+            if action:
+                self.audit_log.record_denied(who, action, job_id, "another team's job (answered NOT_FOUND)")
             raise no_such_job(job_id)
         return record
 
@@ -274,7 +276,7 @@ class Executor:
 
     def cancel(self, request: executor_pb2.CancelRequest,
                who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.CancelResponse:
-        self._visible(request.job_id, who)
+        self._visible(request.job_id, who, "cancel")
         who.require(Role.SUBMITTER, "Cancel")
         reason = request.reason[:MAX_REASON_CHARS]
         return executor_pb2.CancelResponse(job=self.lifecycle.cancel(request.job_id, reason, self.audit_log, who))
@@ -358,7 +360,7 @@ class Executor:
              who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.MoveResponse:
         """Re-plan a queued job for another GPU class — the planner's cheapest fit on one host of it, at the
         fleet's prices — and queue it there, at the back; its data, output and hyperparameters stay."""
-        record = self._visible(request.job_id, who)
+        record = self._visible(request.job_id, who, "move")
         who.require(Role.SUBMITTER, "Move")
         moves.check_movable(record)
         hosts = [h for h in self.hosts.hosts() if not h.quarantine_reason]

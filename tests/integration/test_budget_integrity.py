@@ -6,13 +6,15 @@ redis-server, real workers where a run is needed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from tunefleet.v1 import plan_pb2, progress_pb2
 
-from clients.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from clients.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 from clients.executor_client import ExecutorClient
 from common.identity import Identities, token_sha256
 from common.units import GiB
@@ -166,3 +168,33 @@ def test_an_admin_submits_for_a_team_and_the_job_is_that_teams(start_service, ti
         with pytest.raises(InvalidArgument) as taken:
             vic.submit(fleet_plan(tiny_model, counting_data, "nlp-5"))
         assert str(taken.value).endswith("'nlp-5' is in use in the fleet; give this plan a new plan_id")
+
+
+def test_refused_attempts_are_audited_with_their_reason_and_details_are_never_cut(start_service, tiny_model,
+                                                                                 counting_data, tmp_path):
+    service = _service(start_service, tmp_path)
+    with ExecutorClient(service.address, token="root-token", timeout_s=30) as root, \
+            ExecutorClient(service.address, token="alice-token", timeout_s=30) as alice, \
+            ExecutorClient(service.address, token="vic-token", timeout_s=30) as vic, \
+            ExecutorClient(service.address, token="not-a-token", timeout_s=30) as stranger:
+        alice.submit(_claiming(fleet_plan(tiny_model, counting_data, "nlp-own"), 1.0))
+        with pytest.raises(FailedPrecondition):
+            alice.submit(_claiming(fleet_plan(tiny_model, counting_data, "nlp-big"), 30.0))
+        with pytest.raises(NotFound):
+            vic.cancel("nlp-own")
+        with pytest.raises(PermissionDenied):
+            vic.submit(fleet_plan(tiny_model, counting_data, "nlp-own"), team="nlp")
+        with pytest.raises(Unauthenticated):
+            stranger.get("nlp-own")
+        root.submit(_claiming(fleet_plan(tiny_model, counting_data, "nlp-5"), 30.0), override_budget=True,
+                    team="nlp")
+        denied = {(e.principal, e.action, e.target): e.detail for e in root.audit() if e.action.startswith("denied:")}
+    assert "over its $5.00 budget" in denied[("alice", "denied:submit", "nlp-big")]
+    assert denied[("vic", "denied:cancel", "nlp-own")] == "another team's job (answered NOT_FOUND)"
+    assert "needs the admin role" in denied[("vic", "denied:submit", "nlp-own")]
+    assert denied[("(unauthenticated)", "denied:call", "/tunefleet.v1.ExecutorService/Get")] == \
+        "a token the fleet does not know"
+    shown = subprocess.run([sys.executable, "-m", "clients.cli", "audit", "--executor", service.address, "--token",
+                            "root-token"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "for team nlp; admin override of team nlp's $5.00 budget" in shown.stdout, "the detail is shown whole"
