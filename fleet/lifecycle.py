@@ -163,7 +163,7 @@ class Lifecycle:
                         self.queues.remove(job_id, record[b"queue"].decode(), pipeline=pipe)
                         self.events.publish(new_event(
                             job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_CANCELLED,
-                            message=f"cancelled before it started{': ' + reason if reason else ''}"), pipeline=pipe)
+                            message=f"{_cancelled_waiting(record)}{': ' + reason if reason else ''}"), pipeline=pipe)
                     elif phase in RUNNING_PHASES:
                         pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
                     if audit is not None and who is not None:
@@ -173,3 +173,14 @@ class Lifecycle:
                 except redis.WatchError:
                     continue
         return self.store.get(job_id)
+
+
+def _cancelled_waiting(record: dict[bytes, bytes]) -> str:
+    """What a Cancel of a waiting job did, in words: a job that ran before (preempted, given back, its host lost) had
+    started, and keeps its checkpoints."""
+    ran_to = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b"")).step
+    checkpoint = int(record.get(b"checkpoint_step") or 0)
+    if not ran_to and not float(record.get(b"gpu_seconds") or 0):
+        return "cancelled before it started"
+    kept = f"its checkpoint of step {checkpoint} is kept" if checkpoint else "it had written no checkpoint"
+    return f"cancelled while waiting to resume (it had run to step {ran_to}; {kept})"

@@ -275,7 +275,8 @@ class Trainer:
                                           f"{checkpoint.KEY_ENV} to the key of the host that wrote it")
         checkpoint.load(engine, path, self.rank, self.frozen_excluded)
         self.emit(progress_pb2.PHASE_LOADING, step=state.step, total_steps=total,
-                  message=f"resumed from {path} at step {state.step}, micro-batch {state.next_micro_batch}")
+                  message=f"resumed from {path} at step {state.step} (the data resumes at its micro-batch "
+                          f"{state.next_micro_batch:,}, where step {state.step + 1} starts)")
         log.info("resumed", step=state.step, checkpoint=str(path))
         # every step reads gradient_accumulation_steps micro-batches: the same position as the stored one, and the
         # same sample after a re-plan that traded micro-batch for accumulation (contract.oom)
