@@ -217,6 +217,9 @@ def add_recommend_args(rec: argparse.ArgumentParser) -> None:
     r.add_argument("--methods", type=choice_list(METHODS, "method"), default=[],
                    help="methods the search may switch to, e.g. lora,qlora")
     r.add_argument("--rank-by", choices=RANKS, default="cost")
+    r.add_argument("--allow-tight", action="store_true",
+                   help="rank tight options (their likely peak passes the GPU's memory) with the others; by default "
+                        "every safe option ranks first")
     r.add_argument("--spot", action="store_true", help="allow spot prices")
     r.add_argument("--limit", type=positive_int, default=10)
 
@@ -233,7 +236,7 @@ def recommend_request(a: argparse.Namespace, local_files: bool = True) -> planne
     on the fleet's storage, unchecked."""
     constraints = planner_pb2.Constraints(
         allowed_gpus=a.allow_gpu, allowed_providers=a.provider, max_gpus=a.max_gpus, allow_spot=a.spot,
-        rank_by=RANKS[a.rank_by], allowed_methods=a.methods)
+        rank_by=RANKS[a.rank_by], allowed_methods=a.methods, allow_tight=a.allow_tight)
     if a.budget:
         constraints.max_cost_usd = a.budget
     if a.deadline_hours:
@@ -259,7 +262,7 @@ def dataset_ref(a: argparse.Namespace, local_files: bool = True) -> plan_pb2.Dat
     ref = plan_pb2.DatasetRef(format=DATASET_FORMATS[a.dataset_format], packing=a.packing,
                               oversize_images=OVERSIZE_IMAGES[a.oversize_images])
     if not local_files:
-        if a.dataset.startswith("/") or Path(a.dataset).suffix in (".jsonl", ".json"):
+        if a.dataset and (a.dataset.startswith("/") or Path(a.dataset).suffix in (".jsonl", ".json")):
             ref.local_path = a.dataset
         elif a.dataset:
             ref.hub_name = a.dataset

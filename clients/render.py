@@ -146,9 +146,12 @@ def recommend_text(r: planner_pb2.RecommendResponse) -> str:
         rows.append((str(i), f"{hw.gpus_per_node * hw.nodes}x {hw.gpu.name}" + (f" [{hw.flavor}]" if hw.flavor else ""),
                      _layout(t) + ("" if t.offload <= training_pb2.OFFLOAD_NONE else "+offload"),
                      "on" if t.gradient_checkpointing else "off", str(t.micro_batch_size),
-                     gib(c.fit.per_gpu.total_bytes), _hours(e.duration_s), f"${e.cost_usd:,.2f}",
-                     "*" if c.pareto_optimal else ""))
+                     gib(c.fit.per_gpu.total_bytes) + (" TIGHT" if c.fit.tight else ""), _hours(e.duration_s),
+                     f"${e.cost_usd:,.2f}", "*" if c.pareto_optimal else ""))
     text = table(rows, ("#", "hardware", "layout", "ckpt", "mb", "per GPU", "time", "cost", "pareto"))
+    if any(c.fit.tight for c in r.candidates):
+        text += ("\n\nTIGHT: fits as predicted, but the likely peak passes the GPU's memory (tunefleet fit shows the "
+                 "range); ranked after safe options unless --allow-tight")
     text += f"\n\nevaluated {r.evaluated_count} configurations; plan {r.plan.plan_id} is ready (--json for the plan)"
     return text + "\n\n" + rejections_text(r, 8)
 

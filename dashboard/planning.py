@@ -28,11 +28,11 @@ from dashboard.web import Dashboard, checked_form, page
 # The form's fields, each the CLI flag it stands for (the values are parsed as the CLI parses that flag).
 FIELDS = {"model": "--model", "method": "--method", "gpu": "--gpu", "gpus": "--gpus", "micro_batch": "--micro-batch",
           "seq_len": "--seq-len", "grad_accum": "--grad-accum", "zero": "--zero", "offload": "--offload",
-          "tokens": "--tokens", "dataset": "--dataset", "budget": "--budget"}
+          "tokens": "--tokens", "dataset": "--dataset", "budget": "--budget", "margin": "--margin"}
 DEFAULTS = {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gpu": "rtx-4090", "gpus": "1",
             "micro_batch": "1", "seq_len": "2048", "grad_accum": "1", "zero": "", "offload": "none",
-            "tokens": "10M", "dataset": "", "budget": "", "grad_ckpt": "on"}
-FIT_ONLY = ("gpu", "gpus", "zero", "offload")
+            "tokens": "10M", "dataset": "", "budget": "", "grad_ckpt": "on", "margin": ""}
+FIT_ONLY = ("gpu", "gpus", "zero", "offload", "margin")
 RECOMMEND_ONLY = ("tokens", "dataset", "budget")
 RECOMMEND_LIMIT = 10
 

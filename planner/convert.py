@@ -328,7 +328,8 @@ def constraints_from_proto(p: planner_pb2.Constraints, catalog: Catalog) -> Cons
         max_duration_s=p.max_duration_s if p.HasField("max_duration_s") else None,
         allowed_gpus=gpus, allowed_providers=tuple(dict.fromkeys(p.allowed_providers)), max_gpus=p.max_gpus or 8,
         allow_spot=p.allow_spot, allowed_methods=methods,  # type: ignore[arg-type]
-        rank_by=from_proto(RANK_BY, p.rank_by, RankBy.COST, "constraints.rank_by"))  # type: ignore[arg-type]
+        rank_by=from_proto(RANK_BY, p.rank_by, RankBy.COST, "constraints.rank_by"),  # type: ignore[arg-type]
+        allow_tight=p.allow_tight)
 
 
 def recommendation_to_proto(r: Recommendation) -> planner_pb2.RecommendResponse:

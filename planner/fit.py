@@ -304,15 +304,22 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
         notes.append(BF16_PURE_NOTE)
     if model.note:
         notes.append(model.note)
-    found = suggestions(model, t, hw, catalog, best) if not ok else ()
     likely, probability = band(gpu, model.architecture, t), None
     calibrated = calibration.likely(cal, gpu.allocated_bytes, hw.gpu.memory_bytes, gpu.cuda_context_bytes) \
         if (cal := catalog.calibration(hw.gpu.name)) is not None else None
     if calibrated is not None:
         likely = Band(calibrated.low_bytes, calibrated.high_bytes, calibrated.basis)
         probability = calibrated.fit_probability
-    if ok and likely.high_bytes > hw.gpu.memory_bytes:
+    tight = ok and likely.high_bytes > hw.gpu.memory_bytes
+    found = suggestions(model, t, hw, catalog, best) if not ok else ()
+    if tight:  # the changes that bring even the likely range's top under the GPU's memory (it scales with the total)
+        room = hw.gpu.memory_bytes / likely.high_bytes
+        found = tuple(s for s in suggestions(model, t, hw, catalog, best)
+                      if s.fits and s.per_gpu_total_bytes <= gpu.total_bytes * room)
+    if tight:
         notes.append(f"tight: the peak is likely {gib(likely.low_bytes)}-{gib(likely.high_bytes)} and the GPU holds "
-                     f"{gib(hw.gpu.memory_bytes)}; ask for --margin to plan with room, or take a suggestion below")
+                     f"{gib(hw.gpu.memory_bytes)}; " + ("take a suggestion below, each of which leaves room for that "
+                                                        "range, or plan with a margin (--margin)" if found else
+                                                        "plan with a margin (--margin) to see what leaves room"))
     return FitResult(ok, gpu, host, hw.gpu.memory_bytes, best, split.trainable, found, tuple(notes), model, t, hw,
                      likely, margin_fraction, fit_probability=probability)

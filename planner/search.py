@@ -45,6 +45,7 @@ class Constraints:
     allow_spot: bool = False
     allowed_methods: tuple[Method, ...] = ()
     rank_by: RankBy = RankBy.COST
+    allow_tight: bool = False  # False: candidates whose likely range passes the GPU's memory rank after safe ones
 
 
 @dataclass(frozen=True)
@@ -234,9 +235,16 @@ def recommend(model: ModelSpec, base: TrainingSpec, workload: Workload, constrai
         ranked.sort(key=lambda c: (not c[1], c[0].estimate.cost_usd, c[0].estimate.duration_s))
     else:
         ranked.sort(key=lambda c: (c[0].estimate.cost_usd, c[0].estimate.duration_s))
-    shown = tuple(Candidate(fit(model, o.training, o.hardware, catalog), o.estimate, optimal)
-                  for o, optimal in ranked[:limit])
-    return Recommendation(shown, tuple(rejections), evaluated)
+    # Fits are built for what is shown only; without allow_tight, a tight one waits until `limit` safe ones are found
+    # (or none are left), each group in rank_by's order.
+    safe: list[Candidate] = []
+    tight: list[Candidate] = []
+    for o, optimal in ranked:
+        shown = Candidate(fit(model, o.training, o.hardware, catalog), o.estimate, optimal)
+        (tight if shown.fit.tight and not constraints.allow_tight else safe).append(shown)
+        if len(safe) >= limit:
+            break
+    return Recommendation(tuple((safe + tight)[:limit]), tuple(rejections), evaluated)
 
 
 @memo(GRID_CACHE_ENTRIES)

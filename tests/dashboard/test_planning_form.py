@@ -53,5 +53,12 @@ def test_the_form_opens_no_file_of_the_dashboards_host(tmp_path) -> None:  # noq
     rec = planning_args.recommend_request(planning.parse("recommend", {**FORM, "dataset": "data/t.jsonl"}),
                                           local_files=False)
     assert rec.dataset.local_path == "data/t.jsonl", "a path on the fleet's storage, neither resolved nor checked here"
+    none = planning_args.recommend_request(planning.parse("recommend", FORM), local_files=False)
+    assert not none.dataset.local_path and not none.dataset.hub_name, "no dataset: none asked for"
     with_files = planning_args.fit_request(planning.parse("fit", {**FORM, "model": str(secret)}))
     assert with_files.model.config_json, "the CLI (local_files) still reads the user's own config.json"
+
+
+def test_the_forms_margin_is_fits_margin() -> None:
+    from_form = planning_args.fit_request(planning.parse("fit", {**FORM, "margin": "10%"}), local_files=False)
+    assert from_form.margin_fraction == 0.1, "the Plan page has the --margin its tight note points to"

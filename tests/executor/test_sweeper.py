@@ -304,7 +304,7 @@ def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, 
     registry.heartbeat("host-a", CPU, "h-1", [], SHARED, True)
     job = executor.get(executor_pb2.GetRequest(job_id="n-2")).job
     assert job.queue_position == 2
-    assert job.pending_reason == "all 1 cpu host(s) are busy (h-1); 1 job(s) ahead of it"
+    assert job.pending_reason == "all 1 cpu host(s) are busy (job h-1); 1 job(s) ahead of it"
     running = executor.get(executor_pb2.GetRequest(job_id="h-1")).job
     assert running.pending_reason == "" and running.queue_position == 0
 

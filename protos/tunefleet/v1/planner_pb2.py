@@ -28,17 +28,17 @@ from tunefleet.v1 import plan_pb2 as tunefleet_dot_v1_dot_plan__pb2
 from tunefleet.v1 import training_pb2 as tunefleet_dot_v1_dot_training__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atunefleet/v1/planner.proto\x12\x0ctunefleet.v1\x1a\x1btunefleet/v1/hardware.proto\x1a\x18tunefleet/v1/model.proto\x1a\x17tunefleet/v1/plan.proto\x1a\x1btunefleet/v1/training.proto\"\xd8\x01\n\nFitRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.tunefleet.v1.ModelRef\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12,\n\x08hardware\x18\x03 \x01(\x0b\x32\x1a.tunefleet.v1.HardwareSpec\x12\x17\n\x0fmargin_fraction\x18\x04 \x01(\x01\x12.\n\tinference\x18\x05 \x01(\x0b\x32\x1b.tunefleet.v1.InferenceSpec\";\n\rInferenceSpec\x12\x12\n\nbatch_size\x18\x01 \x01(\r\x12\x16\n\x0e\x63ontext_tokens\x18\x02 \x01(\r\"6\n\x0b\x46itResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.tunefleet.v1.FitResult\"\xdb\x01\n\x0f\x45stimateRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.tunefleet.v1.ModelRef\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12,\n\x08hardware\x18\x03 \x01(\x0b\x32\x1a.tunefleet.v1.HardwareSpec\x12,\n\x08workload\x18\x04 \x01(\x0b\x32\x1a.tunefleet.v1.WorkloadSpec\x12\x17\n\x0fmargin_fraction\x18\x05 \x01(\x01\"f\n\x10\x45stimateResponse\x12$\n\x03\x66it\x18\x01 \x01(\x0b\x32\x17.tunefleet.v1.FitResult\x12,\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TimeEstimate\"\x96\x02\n\x0b\x43onstraints\x12\x19\n\x0cmax_cost_usd\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0emax_duration_s\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x14\n\x0c\x61llowed_gpus\x18\x03 \x03(\t\x12\x19\n\x11\x61llowed_providers\x18\x04 \x03(\t\x12\x10\n\x08max_gpus\x18\x05 \x01(\r\x12\x12\n\nallow_spot\x18\x06 \x01(\x08\x12-\n\x0f\x61llowed_methods\x18\x07 \x03(\x0e\x32\x14.tunefleet.v1.Method\x12%\n\x07rank_by\x18\x08 \x01(\x0e\x32\x14.tunefleet.v1.RankByB\x0f\n\r_max_cost_usdB\x11\n\x0f_max_duration_s\"\xff\x01\n\x10RecommendRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.tunefleet.v1.ModelRef\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12,\n\x08workload\x18\x03 \x01(\x0b\x32\x1a.tunefleet.v1.WorkloadSpec\x12.\n\x0b\x63onstraints\x18\x04 \x01(\x0b\x32\x19.tunefleet.v1.Constraints\x12\r\n\x05limit\x18\x05 \x01(\r\x12)\n\x07\x64\x61taset\x18\x06 \x01(\x0b\x32\x18.tunefleet.v1.DatasetRef\"\xd3\x01\n\tCandidate\x12,\n\x08hardware\x18\x01 \x01(\x0b\x32\x1a.tunefleet.v1.HardwareSpec\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12$\n\x03\x66it\x18\x03 \x01(\x0b\x32\x17.tunefleet.v1.FitResult\x12,\n\x08\x65stimate\x18\x04 \x01(\x0b\x32\x1a.tunefleet.v1.TimeEstimate\x12\x16\n\x0epareto_optimal\x18\x05 \x01(\x08\"j\n\tRejection\x12\x0b\n\x03gpu\x18\x01 \x01(\t\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12-\n\x06reason\x18\x03 \x01(\x0e\x32\x1d.tunefleet.v1.RejectionReason\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xa8\x01\n\x11RecommendResponse\x12+\n\ncandidates\x18\x01 \x03(\x0b\x32\x17.tunefleet.v1.Candidate\x12+\n\nrejections\x18\x02 \x03(\x0b\x32\x17.tunefleet.v1.Rejection\x12 \n\x04plan\x18\x03 \x01(\x0b\x32\x12.tunefleet.v1.Plan\x12\x17\n\x0f\x65valuated_count\x18\x04 \x01(\r\"\'\n\x13ListHardwareRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"b\n\x14ListHardwareResponse\x12#\n\x04gpus\x18\x01 \x03(\x0b\x32\x15.tunefleet.v1.GpuSpec\x12%\n\x07\x66lavors\x18\x02 \x03(\x0b\x32\x14.tunefleet.v1.Flavor\">\n\x11ListModelsRequest\x12)\n\x06\x66\x61mily\x18\x01 \x01(\x0e\x32\x19.tunefleet.v1.ModelFamily\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.tunefleet.v1.ModelInfo*Y\n\x06RankBy\x12\x17\n\x13RANK_BY_UNSPECIFIED\x10\x00\x12\x10\n\x0cRANK_BY_COST\x10\x01\x12\x10\n\x0cRANK_BY_TIME\x10\x02\x12\x12\n\x0eRANK_BY_PARETO\x10\x03*\x9f\x02\n\x0fRejectionReason\x12 \n\x1cREJECTION_REASON_UNSPECIFIED\x10\x00\x12!\n\x1dREJECTION_REASON_DOES_NOT_FIT\x10\x01\x12 \n\x1cREJECTION_REASON_HOST_MEMORY\x10\x02\x12 \n\x1cREJECTION_REASON_OVER_BUDGET\x10\x03\x12\"\n\x1eREJECTION_REASON_OVER_DEADLINE\x10\x04\x12\x1d\n\x19REJECTION_REASON_NO_PRICE\x10\x05\x12 \n\x1cREJECTION_REASON_UNSUPPORTED\x10\x06\x12\x1e\n\x1aREJECTION_REASON_DOMINATED\x10\x07\x32\x8d\x03\n\x0ePlannerService\x12:\n\x03\x46it\x12\x18.tunefleet.v1.FitRequest\x1a\x19.tunefleet.v1.FitResponse\x12I\n\x08\x45stimate\x12\x1d.tunefleet.v1.EstimateRequest\x1a\x1e.tunefleet.v1.EstimateResponse\x12L\n\tRecommend\x12\x1e.tunefleet.v1.RecommendRequest\x1a\x1f.tunefleet.v1.RecommendResponse\x12U\n\x0cListHardware\x12!.tunefleet.v1.ListHardwareRequest\x1a\".tunefleet.v1.ListHardwareResponse\x12O\n\nListModels\x12\x1f.tunefleet.v1.ListModelsRequest\x1a .tunefleet.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atunefleet/v1/planner.proto\x12\x0ctunefleet.v1\x1a\x1btunefleet/v1/hardware.proto\x1a\x18tunefleet/v1/model.proto\x1a\x17tunefleet/v1/plan.proto\x1a\x1btunefleet/v1/training.proto\"\xd8\x01\n\nFitRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.tunefleet.v1.ModelRef\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12,\n\x08hardware\x18\x03 \x01(\x0b\x32\x1a.tunefleet.v1.HardwareSpec\x12\x17\n\x0fmargin_fraction\x18\x04 \x01(\x01\x12.\n\tinference\x18\x05 \x01(\x0b\x32\x1b.tunefleet.v1.InferenceSpec\";\n\rInferenceSpec\x12\x12\n\nbatch_size\x18\x01 \x01(\r\x12\x16\n\x0e\x63ontext_tokens\x18\x02 \x01(\r\"6\n\x0b\x46itResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.tunefleet.v1.FitResult\"\xdb\x01\n\x0f\x45stimateRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.tunefleet.v1.ModelRef\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12,\n\x08hardware\x18\x03 \x01(\x0b\x32\x1a.tunefleet.v1.HardwareSpec\x12,\n\x08workload\x18\x04 \x01(\x0b\x32\x1a.tunefleet.v1.WorkloadSpec\x12\x17\n\x0fmargin_fraction\x18\x05 \x01(\x01\"f\n\x10\x45stimateResponse\x12$\n\x03\x66it\x18\x01 \x01(\x0b\x32\x17.tunefleet.v1.FitResult\x12,\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TimeEstimate\"\xab\x02\n\x0b\x43onstraints\x12\x19\n\x0cmax_cost_usd\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0emax_duration_s\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x14\n\x0c\x61llowed_gpus\x18\x03 \x03(\t\x12\x19\n\x11\x61llowed_providers\x18\x04 \x03(\t\x12\x10\n\x08max_gpus\x18\x05 \x01(\r\x12\x12\n\nallow_spot\x18\x06 \x01(\x08\x12-\n\x0f\x61llowed_methods\x18\x07 \x03(\x0e\x32\x14.tunefleet.v1.Method\x12%\n\x07rank_by\x18\x08 \x01(\x0e\x32\x14.tunefleet.v1.RankBy\x12\x13\n\x0b\x61llow_tight\x18\t \x01(\x08\x42\x0f\n\r_max_cost_usdB\x11\n\x0f_max_duration_s\"\xff\x01\n\x10RecommendRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.tunefleet.v1.ModelRef\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12,\n\x08workload\x18\x03 \x01(\x0b\x32\x1a.tunefleet.v1.WorkloadSpec\x12.\n\x0b\x63onstraints\x18\x04 \x01(\x0b\x32\x19.tunefleet.v1.Constraints\x12\r\n\x05limit\x18\x05 \x01(\r\x12)\n\x07\x64\x61taset\x18\x06 \x01(\x0b\x32\x18.tunefleet.v1.DatasetRef\"\xd3\x01\n\tCandidate\x12,\n\x08hardware\x18\x01 \x01(\x0b\x32\x1a.tunefleet.v1.HardwareSpec\x12,\n\x08training\x18\x02 \x01(\x0b\x32\x1a.tunefleet.v1.TrainingSpec\x12$\n\x03\x66it\x18\x03 \x01(\x0b\x32\x17.tunefleet.v1.FitResult\x12,\n\x08\x65stimate\x18\x04 \x01(\x0b\x32\x1a.tunefleet.v1.TimeEstimate\x12\x16\n\x0epareto_optimal\x18\x05 \x01(\x08\"j\n\tRejection\x12\x0b\n\x03gpu\x18\x01 \x01(\t\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12-\n\x06reason\x18\x03 \x01(\x0e\x32\x1d.tunefleet.v1.RejectionReason\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xa8\x01\n\x11RecommendResponse\x12+\n\ncandidates\x18\x01 \x03(\x0b\x32\x17.tunefleet.v1.Candidate\x12+\n\nrejections\x18\x02 \x03(\x0b\x32\x17.tunefleet.v1.Rejection\x12 \n\x04plan\x18\x03 \x01(\x0b\x32\x12.tunefleet.v1.Plan\x12\x17\n\x0f\x65valuated_count\x18\x04 \x01(\r\"\'\n\x13ListHardwareRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"b\n\x14ListHardwareResponse\x12#\n\x04gpus\x18\x01 \x03(\x0b\x32\x15.tunefleet.v1.GpuSpec\x12%\n\x07\x66lavors\x18\x02 \x03(\x0b\x32\x14.tunefleet.v1.Flavor\">\n\x11ListModelsRequest\x12)\n\x06\x66\x61mily\x18\x01 \x01(\x0e\x32\x19.tunefleet.v1.ModelFamily\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.tunefleet.v1.ModelInfo*Y\n\x06RankBy\x12\x17\n\x13RANK_BY_UNSPECIFIED\x10\x00\x12\x10\n\x0cRANK_BY_COST\x10\x01\x12\x10\n\x0cRANK_BY_TIME\x10\x02\x12\x12\n\x0eRANK_BY_PARETO\x10\x03*\x9f\x02\n\x0fRejectionReason\x12 \n\x1cREJECTION_REASON_UNSPECIFIED\x10\x00\x12!\n\x1dREJECTION_REASON_DOES_NOT_FIT\x10\x01\x12 \n\x1cREJECTION_REASON_HOST_MEMORY\x10\x02\x12 \n\x1cREJECTION_REASON_OVER_BUDGET\x10\x03\x12\"\n\x1eREJECTION_REASON_OVER_DEADLINE\x10\x04\x12\x1d\n\x19REJECTION_REASON_NO_PRICE\x10\x05\x12 \n\x1cREJECTION_REASON_UNSUPPORTED\x10\x06\x12\x1e\n\x1aREJECTION_REASON_DOMINATED\x10\x07\x32\x8d\x03\n\x0ePlannerService\x12:\n\x03\x46it\x12\x18.tunefleet.v1.FitRequest\x1a\x19.tunefleet.v1.FitResponse\x12I\n\x08\x45stimate\x12\x1d.tunefleet.v1.EstimateRequest\x1a\x1e.tunefleet.v1.EstimateResponse\x12L\n\tRecommend\x12\x1e.tunefleet.v1.RecommendRequest\x1a\x1f.tunefleet.v1.RecommendResponse\x12U\n\x0cListHardware\x12!.tunefleet.v1.ListHardwareRequest\x1a\".tunefleet.v1.ListHardwareResponse\x12O\n\nListModels\x12\x1f.tunefleet.v1.ListModelsRequest\x1a .tunefleet.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tunefleet.v1.planner_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RANKBY']._serialized_start=2115
-  _globals['_RANKBY']._serialized_end=2204
-  _globals['_REJECTIONREASON']._serialized_start=2207
-  _globals['_REJECTIONREASON']._serialized_end=2494
+  _globals['_RANKBY']._serialized_start=2136
+  _globals['_RANKBY']._serialized_end=2225
+  _globals['_REJECTIONREASON']._serialized_start=2228
+  _globals['_REJECTIONREASON']._serialized_end=2515
   _globals['_FITREQUEST']._serialized_start=154
   _globals['_FITREQUEST']._serialized_end=370
   _globals['_INFERENCESPEC']._serialized_start=372
@@ -50,23 +50,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ESTIMATERESPONSE']._serialized_start=711
   _globals['_ESTIMATERESPONSE']._serialized_end=813
   _globals['_CONSTRAINTS']._serialized_start=816
-  _globals['_CONSTRAINTS']._serialized_end=1094
-  _globals['_RECOMMENDREQUEST']._serialized_start=1097
-  _globals['_RECOMMENDREQUEST']._serialized_end=1352
-  _globals['_CANDIDATE']._serialized_start=1355
-  _globals['_CANDIDATE']._serialized_end=1566
-  _globals['_REJECTION']._serialized_start=1568
-  _globals['_REJECTION']._serialized_end=1674
-  _globals['_RECOMMENDRESPONSE']._serialized_start=1677
-  _globals['_RECOMMENDRESPONSE']._serialized_end=1845
-  _globals['_LISTHARDWAREREQUEST']._serialized_start=1847
-  _globals['_LISTHARDWAREREQUEST']._serialized_end=1886
-  _globals['_LISTHARDWARERESPONSE']._serialized_start=1888
-  _globals['_LISTHARDWARERESPONSE']._serialized_end=1986
-  _globals['_LISTMODELSREQUEST']._serialized_start=1988
-  _globals['_LISTMODELSREQUEST']._serialized_end=2050
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2052
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2113
-  _globals['_PLANNERSERVICE']._serialized_start=2497
-  _globals['_PLANNERSERVICE']._serialized_end=2894
+  _globals['_CONSTRAINTS']._serialized_end=1115
+  _globals['_RECOMMENDREQUEST']._serialized_start=1118
+  _globals['_RECOMMENDREQUEST']._serialized_end=1373
+  _globals['_CANDIDATE']._serialized_start=1376
+  _globals['_CANDIDATE']._serialized_end=1587
+  _globals['_REJECTION']._serialized_start=1589
+  _globals['_REJECTION']._serialized_end=1695
+  _globals['_RECOMMENDRESPONSE']._serialized_start=1698
+  _globals['_RECOMMENDRESPONSE']._serialized_end=1866
+  _globals['_LISTHARDWAREREQUEST']._serialized_start=1868
+  _globals['_LISTHARDWAREREQUEST']._serialized_end=1907
+  _globals['_LISTHARDWARERESPONSE']._serialized_start=1909
+  _globals['_LISTHARDWARERESPONSE']._serialized_end=2007
+  _globals['_LISTMODELSREQUEST']._serialized_start=2009
+  _globals['_LISTMODELSREQUEST']._serialized_end=2071
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2073
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2134
+  _globals['_PLANNERSERVICE']._serialized_start=2518
+  _globals['_PLANNERSERVICE']._serialized_end=2915
 # @@protoc_insertion_point(module_scope)

@@ -92,7 +92,7 @@ class EstimateResponse(_message.Message):
     def __init__(self, fit: _Optional[_Union[_plan_pb2.FitResult, _Mapping]] = ..., estimate: _Optional[_Union[_plan_pb2.TimeEstimate, _Mapping]] = ...) -> None: ...
 
 class Constraints(_message.Message):
-    __slots__ = ("max_cost_usd", "max_duration_s", "allowed_gpus", "allowed_providers", "max_gpus", "allow_spot", "allowed_methods", "rank_by")
+    __slots__ = ("max_cost_usd", "max_duration_s", "allowed_gpus", "allowed_providers", "max_gpus", "allow_spot", "allowed_methods", "rank_by", "allow_tight")
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     MAX_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class Constraints(_message.Message):
     ALLOW_SPOT_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_METHODS_FIELD_NUMBER: _ClassVar[int]
     RANK_BY_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_TIGHT_FIELD_NUMBER: _ClassVar[int]
     max_cost_usd: float
     max_duration_s: float
     allowed_gpus: _containers.RepeatedScalarFieldContainer[str]
@@ -109,7 +110,8 @@ class Constraints(_message.Message):
     allow_spot: bool
     allowed_methods: _containers.RepeatedScalarFieldContainer[_training_pb2.Method]
     rank_by: RankBy
-    def __init__(self, max_cost_usd: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., allowed_gpus: _Optional[_Iterable[str]] = ..., allowed_providers: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., allow_spot: _Optional[bool] = ..., allowed_methods: _Optional[_Iterable[_Union[_training_pb2.Method, str]]] = ..., rank_by: _Optional[_Union[RankBy, str]] = ...) -> None: ...
+    allow_tight: bool
+    def __init__(self, max_cost_usd: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., allowed_gpus: _Optional[_Iterable[str]] = ..., allowed_providers: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., allow_spot: _Optional[bool] = ..., allowed_methods: _Optional[_Iterable[_Union[_training_pb2.Method, str]]] = ..., rank_by: _Optional[_Union[RankBy, str]] = ..., allow_tight: _Optional[bool] = ...) -> None: ...
 
 class RecommendRequest(_message.Message):
     __slots__ = ("model", "training", "workload", "constraints", "limit", "dataset")
