@@ -266,12 +266,25 @@ def _path_form(field: str, value: str) -> None:
                                f"takes at most {NAME_BYTES} bytes per name: shorten it")
 
 
+# Where a plan's output goes when it names none of its own: DEFAULT_OUTPUT_PARENT/<plan id>, relative to a worker's
+# --work-dir (the planner writes the same into every plan it makes). The parent itself is no job's to claim.
+DEFAULT_OUTPUT_PARENT = "runs"
+
+
+def default_output(plan_id: str) -> str:
+    return f"{DEFAULT_OUTPUT_PARENT}/{plan_id}"
+
+
 def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
-    uri = output_dir or plan.output_uri or f"runs/{plan.plan_id}"
+    uri = output_dir or plan.output_uri or default_output(plan.plan_id)
     _path_form("output_uri", uri)
     if Path(uri.removeprefix("file://")) in (Path("."), Path("/")):
         raise PlanError("output_uri", f"{echo(uri)} is the host's work dir (or root) itself; name a directory of "
-                                      "the job's own, e.g. runs/<plan id>")
+                                      f"the job's own, e.g. {default_output('<plan id>')}")
+    if Path(uri.removeprefix("file://")) == Path(DEFAULT_OUTPUT_PARENT):
+        raise PlanError("output_uri", f"{echo(uri)} is where every plan without an output of its own writes "
+                                      f"({default_output('<plan id>')}); no job may claim it: name a directory of "
+                                      f"the job's own, e.g. {default_output(plan.plan_id or '<plan id>')}")
     if uri.startswith("file://"):
         uri = uri.removeprefix("file://")
     elif "://" in uri:

@@ -10,6 +10,7 @@ from tunefleet.v1 import model_pb2, plan_pb2, training_pb2
 
 from contract import training as training_spec
 from contract.deepspeed_config import DEFAULT_LEARNING_RATE, DEFAULT_WARMUP_STEPS, deepspeed_config
+from contract.run_config import default_output
 from planner import convert
 from planner.estimate import Estimate
 from planner.fit import FitResult
@@ -30,6 +31,6 @@ def build_plan(model_ref: model_pb2.ModelRef, fit: FitResult, est: Estimate, wor
             learning_rate=DEFAULT_LEARNING_RATE, warmup_ratio=min(1.0, DEFAULT_WARMUP_STEPS / est.total_steps),
             max_grad_norm=ds["gradient_clipping"], seed=DEFAULT_SEED,
             checkpoint_every_steps=DEFAULT_CHECKPOINT_EVERY_STEPS),
-        deepspeed_config_json=json.dumps(ds, sort_keys=True), output_uri=f"runs/{plan_id}",
+        deepspeed_config_json=json.dumps(ds, sort_keys=True), output_uri=default_output(plan_id),
         prediction=plan_pb2.Prediction(fit=convert.fit_to_proto(fit), estimate=convert.estimate_to_proto(est)),
         created_at=now)

@@ -37,7 +37,7 @@ from contract.liveness import heartbeat_path
 from contract.ownership import claim_output, read_paths
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
-from contract.run_config import launcher_log_path, run_config_from_plan, stop_path
+from contract.run_config import DEFAULT_OUTPUT_PARENT, launcher_log_path, run_config_from_plan, stop_path
 from executor.training.rendezvous import Rendezvous
 from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
@@ -117,7 +117,8 @@ class WorkerRuntime:
         path = Path(uri)
         out = self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
         cfg = run_config_from_plan(plan, output_dir=str(out))
-        return claim_output(out, job_id, (self.work_dir, *self.roots.output), read_paths(cfg, self.work_dir))
+        return claim_output(out, job_id, (self.work_dir, self.work_dir / DEFAULT_OUTPUT_PARENT, *self.roots.output),
+                            read_paths(cfg, self.work_dir))
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,

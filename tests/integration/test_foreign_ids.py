@@ -1,6 +1,6 @@
-"""Issue 50 item 2, issue 58 items 8 and 13, issue 50 item 14: another team's job is never named to a caller — not in
+"""Issue 50 item 2, issue 58 items 4, 8 and 13, issue 50 item 14: another team's job is never named to a caller — not in
 Fleet's hosts, pending reasons or List's page tokens (shown as "a job of team X") — bad tokens and names are
-INVALID_ARGUMENT naming the field, and a caller without a token hears how to give one, with an exit code of its own.
+INVALID_ARGUMENT naming the field (an output may not squat the parent of every default output), and a caller without a token hears how to give one, with an exit code of its own.
 A real executor service over a real redis-server; hosts registered as workers register theirs (the jobs stay
 queued)."""
 
@@ -90,6 +90,11 @@ def test_bad_tokens_and_names_are_the_callers_mistake(start_service, tiny_model,
         with pytest.raises(InvalidArgument) as long:
             nora.submit(plan)
         assert long.value.violations[0].field == "output_uri" and "at most 255 bytes per name" in str(long.value)
+        for squat in ("runs", "runs/", "./runs", "file://runs"):  # every later planner-made plan writes runs/<id>
+            plan.output_uri = squat
+            with pytest.raises(InvalidArgument) as parent:
+                nora.submit(plan)
+            assert parent.value.violations[0].field == "output_uri" and "no job may claim it" in str(parent.value)
 
     nobody = subprocess.run([sys.executable, "-m", "clients.cli", "jobs", "--executor", service.address],
                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
