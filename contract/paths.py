@@ -16,6 +16,8 @@ from pathlib import Path
 from common.bounds import echo
 from contract.errors import PlanError
 
+# Under --team-roots, a team's jobs read and write only in <root>/TEAMS_DIR/<team> of each root.
+TEAMS_DIR = "teams"
 DATA_ROOTS_ENV = "TUNEFLEET_DATA_ROOTS"
 OUTPUT_ROOTS_ENV = "TUNEFLEET_OUTPUT_ROOTS"
 
@@ -34,6 +36,11 @@ class Roots:
     def from_environment(cls, environ: Mapping[str, str] = os.environ, default: Path | None = None) -> Roots:
         base = default or Path.cwd()
         return cls(_roots(environ.get(DATA_ROOTS_ENV, ""), base), _roots(environ.get(OUTPUT_ROOTS_ENV, ""), base))
+
+    def of_team(self, team: str) -> Roots:
+        """The roots a job of `team` may use: <root>/teams/<team> of each (a team name is a plain name: common.identity
+        admits letters, digits and _.@- only, never a '/' or '..')."""
+        return Roots(tuple(r / TEAMS_DIR / team for r in self.data), tuple(r / TEAMS_DIR / team for r in self.output))
 
     def readable(self, field: str, path: str | Path) -> Path:
         """`path` resolved, if it lies under a data root; else PlanError naming `field`."""

@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-factor", type=float, default=DEFAULT_HANG_FACTOR,
                    help="see --hang-after-s (default %(default)s)")
     add_root_arguments(p)
+    p.add_argument("--team-roots", action="store_true",
+                   help="for a fleet of several teams: each team's jobs read only under <data-root>/teams/<team> and "
+                        "write only under <output-root>/teams/<team> (a relative output lands in "
+                        "<work-dir>/teams/<team>), so no job reads another team's data or outputs or squats a folder "
+                        "of another team's; catalog and hub models are unaffected")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     return p
 
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         p.error(f"cannot tell this host's address on the route to {args.redis} ({e}); pass --address")
     runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
-                            args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
+                            team_roots=args.team_roots, progress_interval_s=args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, address=address,
                             gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s),
                             gpu_health=gpu_health.source())

@@ -34,15 +34,15 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 from common.net import free_port
 from contract.errors import LeaseLostError, PlanError
 from contract.liveness import heartbeat_path
-from contract.ownership import claim_output, read_paths
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
-from contract.run_config import DEFAULT_OUTPUT_PARENT, launcher_log_path, run_config_from_plan, stop_path
+from contract.run_config import launcher_log_path, stop_path
 from executor.training.rendezvous import Rendezvous
 from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead, wait_for_gang
 from executor.worker.gang_member import Member
+from executor.worker.placement import Place
 from executor.worker.publisher import Publisher
 from executor.worker.replan import after_out_of_memory
 from executor.worker.supervision import (
@@ -80,6 +80,7 @@ class WorkerRuntime:
     gpus: HostGpus
     work_dir: Path
     roots: Roots  # where plans may read and write (default in main: the work dir)
+    team_roots: bool = False  # each team's jobs use only <root>/teams/<team> of each root (executor.worker.placement)
     progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
     lease_ttl_s: float = LEASE_TTL_S
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
@@ -90,8 +91,10 @@ class WorkerRuntime:
     gpu_health: gpu_health.Source | None = None  # NVML's readings of this host's GPUs; None on a CPU host
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
+    place: Place = field(init=False)  # where the job now held reads and writes (set as it is taken)
 
     def __post_init__(self) -> None:
+        self.place = Place(self.roots, self.work_dir)
         self.redis = connect(self.redis_url)
         self.holder_redis = connect(self.redis_url, HOLDER_RETRY)
         self.store = JobStore(self.redis)
@@ -109,16 +112,9 @@ class WorkerRuntime:
         self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
                                 self.work_dir_shared)
 
-    def output_dir(self, plan: plan_pb2.Plan, job_id: str) -> Path:
-        """Where the job writes, claimed for it before anything is written (contract.ownership): under --work-dir
-        when relative, inside the output roots, apart from its model and data and from every other job's output;
-        PlanError naming the field when not."""
-        uri = plan.output_uri.removeprefix("file://") or job_id
-        path = Path(uri)
-        out = self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
-        cfg = run_config_from_plan(plan, output_dir=str(out))
-        return claim_output(out, job_id, (self.work_dir, self.work_dir / DEFAULT_OUTPUT_PARENT, *self.roots.output),
-                            read_paths(cfg, self.work_dir))
+    def _take_place(self, record: dict[bytes, bytes]) -> None:
+        """Where the job now held reads and writes (executor.worker.placement): its team's part under --team-roots."""
+        self.place = Place.of(self.roots, self.work_dir, record.get(b"team", b"").decode(), self.team_roots)
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -155,7 +151,8 @@ class WorkerRuntime:
         plan = plan_pb2.Plan.FromString(record[b"plan"])
         timeout_s = int(record.get(b"timeout_s") or 0)
         try:
-            out = self.output_dir(plan, job_id)
+            self._take_place(record)
+            out = self.place.output_dir(plan, job_id, (self.work_dir, *self.roots.output))
         except PlanError as e:
             self._fail_quietly(held, f"refused on host {self.host_id}: {e}")
             return {"job_id": job_id, "phase": progress_pb2.Phase.Name(progress_pb2.PHASE_FAILED), "step": 0}
@@ -190,12 +187,13 @@ class WorkerRuntime:
                 environment: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out), "--supervised",
                    "--progress-interval-s", str(self.progress_interval_s),
-                   *[f"--data-root={p}" for p in self.roots.data], *[f"--output-root={p}" for p in self.roots.output],
+                   *[f"--data-root={p}" for p in self.place.roots.data],
+                   *[f"--output-root={p}" for p in self.place.roots.output],
                    *(rendezvous.arguments() if rendezvous else [])]
         (out / "logs").mkdir(parents=True, exist_ok=True)
         with launcher_log_path(out, rendezvous.node_rank if rendezvous else 0).open("ab") as launcher_log:
             return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    cwd=self.work_dir,  # a relative dataset path is relative to --work-dir
+                                    cwd=self.place.work_dir,  # a relative dataset path is relative to it
                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **(environment or {})))
 
     def _supervise(self, held: Held, plan_path: Path, out: Path, timeout_s: int,
@@ -217,7 +215,7 @@ class WorkerRuntime:
             return reason
         if lead:
             return lead.settle(lambda: self.control.keep_lease(held))
-        if (replanned := after_out_of_memory(self.store, held.job_id, plan_path, out, self.work_dir)) is not None:
+        if (replanned := after_out_of_memory(self.store, held.job_id, plan_path, out, self.place.work_dir)) is not None:
             return replanned
         log_path = launcher_log_path(out, 0)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
@@ -340,8 +338,11 @@ class WorkerRuntime:
         self.heartbeat()
         structlog.contextvars.bind_contextvars(job_id=job_id, fence=fence, node_rank=node_rank)
         try:
-            out = Path(self.store.raw(job_id).get(b"output_dir", b"").decode())
-            code = Member(gang, node_rank, self.host_id, self.address, self.roots, self.stopping, self._launch).run(out)
+            record = self.store.raw(job_id)
+            self._take_place(record)
+            out = Path(record.get(b"output_dir", b"").decode())
+            code = Member(gang, node_rank, self.host_id, self.address, self.place.roots, self.stopping,
+                          self._launch).run(out)
             log.info("gang.member_done", exit_code=code)
             return {"job_id": job_id, "node_rank": node_rank, "exit_code": code}
         finally:

@@ -1,0 +1,47 @@
+"""Where a held job reads and writes on this host: the worker's roots and work dir, or, under --team-roots, its
+team's own part of them (<root>/teams/<team>), so that no team's job reads another team's data or outputs, or claims
+a folder under another team's. A worker holds one job at a time; its runtime asks for the job's place when it takes
+the job (or joins its gang)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunefleet.v1 import plan_pb2
+
+from contract.errors import PlanError
+from contract.ownership import claim_output, read_paths
+from contract.paths import TEAMS_DIR, Roots
+from contract.run_config import DEFAULT_OUTPUT_PARENT, run_config_from_plan
+
+# A team name as common.identity admits it: the only form that may become a path component.
+_TEAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Place:
+    roots: Roots
+    work_dir: Path  # where a relative output (and a relative dataset path) lands
+
+    @classmethod
+    def of(cls, roots: Roots, work_dir: Path, team: str, team_roots: bool) -> Place:
+        """The place of a job of `team` on a worker with these roots and work dir."""
+        if not team_roots:
+            return cls(roots, work_dir)
+        if not _TEAM.fullmatch(team) or team in (".", ".."):
+            raise PlanError("team", f"{team!r} cannot name a folder; this worker (--team-roots) runs only jobs of "
+                                    "teams from the fleet's identities file")
+        return cls(roots.of_team(team), work_dir / TEAMS_DIR / team)
+
+    def output_dir(self, plan: plan_pb2.Plan, job_id: str, forbidden: tuple[Path, ...]) -> Path:
+        """Where the job writes, claimed for it before anything is written (contract.ownership): under the work dir
+        when relative, inside the output roots, apart from its model and data, from every other job's output and from
+        `forbidden` (the worker's own dirs); PlanError naming the field when not."""
+        uri = plan.output_uri.removeprefix("file://") or job_id
+        path = Path(uri)
+        out = self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
+        cfg = run_config_from_plan(plan, output_dir=str(out))
+        return claim_output(out, job_id, (*forbidden, self.work_dir, self.work_dir / DEFAULT_OUTPUT_PARENT,
+                                          *self.roots.output), read_paths(cfg, self.work_dir))
