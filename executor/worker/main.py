@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         p.error(f"cannot tell this host's address on the route to {args.redis} ({e}); pass --address")
     runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
-                            team_roots=args.team_roots, progress_interval_s=args.progress_interval_s, lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
+                            team_roots=args.team_roots, progress_interval_s=args.progress_interval_s,
+                            lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, address=address,
                             gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s),
                             gpu_health=gpu_health.source())

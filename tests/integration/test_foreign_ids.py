@@ -1,8 +1,8 @@
-"""Issue 50 item 2, issue 58 items 4, 8 and 13, issue 50 item 14: another team's job is never named to a caller — not in
-Fleet's hosts, pending reasons or List's page tokens (shown as "a job of team X") — bad tokens and names are
-INVALID_ARGUMENT naming the field (an output may not squat the parent of every default output), and a caller without a token hears how to give one, with an exit code of its own.
-A real executor service over a real redis-server; hosts registered as workers register theirs (the jobs stay
-queued)."""
+"""Issue 50 item 2, issue 58 items 4, 8 and 13, issue 50 item 14: another team's job is never named to a caller — not
+in Fleet's hosts, pending reasons or List's page tokens (shown as "a job of team X") — bad tokens and names are
+INVALID_ARGUMENT naming the field (an output may not squat the parent of every default output), and a caller without
+a token hears how to give one, with an exit code of its own. A real executor service over a real redis-server; hosts
+registered as workers register theirs (the jobs stay queued)."""
 
 from __future__ import annotations
 
