@@ -32,11 +32,16 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	# torch first (the local CPU build), then DeepSpeed without build isolation so it builds
 	# against that torch instead of downloading a CUDA one. Every version is the one constraints.txt records:
 	# the memory model is byte-exact against particular transformers / DeepSpeed / PEFT / TRL versions.
+	@echo "==> installing torch (the CPU build), once per .venv: about a minute"
 	$(PIP) install -q -c constraints.txt torch==2.13.0
+	@echo "==> installing DeepSpeed, built against that torch: about a minute"
 	$(PIP) install -q -c constraints.txt --no-build-isolation "deepspeed>=0.18,<1"
+	@echo "==> installing tunefleet and its extras (transformers, PEFT, TRL, rq, the dashboard, test tools)"
 	$(PIP) install -q -c constraints.txt -e '.[train,queue,dashboard,dev,liger]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
 	# executor.training points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
+	@echo "==> compiling DeepSpeed's CPU ops (shared-memory allreduce, Adam) with the C++ compiler, once per .venv:" \
+		"about two minutes with nothing printed"
 	DS_ACCELERATOR=cpu $(PY) -c "import executor.training; from deepspeed.accelerator import get_accelerator as a; \
 		[a().create_op_builder(n).load(verbose=False) for n in ('ShareMemCommBuilder', 'FusedAdamBuilder')]"
 	touch $(STAMP)

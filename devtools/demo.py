@@ -36,7 +36,7 @@ from devtools.local_redis import RedisServerError, start_redis_server, stop_redi
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
-STATE_DIR = Path(".tunefleet")
+DEFAULT_STATE_DIR = Path(".tunefleet")
 DEMO_STEPS = 120
 DASHBOARD_PORT = 8080
 PLANNED_GPU = "rtx-4090"  # what the planner sizes the job for; the demo worker runs it on the CPU
@@ -44,6 +44,14 @@ PLANNED_GPU = "rtx-4090"  # what the planner sizes the job for; the demo worker 
 
 def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
+
+
+def _shown(path: Path) -> str:
+    """A path as the person who ran `make run` reads it: relative to where they ran it, when it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 @contextmanager
@@ -66,13 +74,13 @@ def _process(name: str, command: list[str], log_dir: Path) -> Iterator[subproces
             os.killpg(proc.pid, signal.SIGKILL)  # anything of its tree that outlived it
 
 
-def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str) -> None:
+def _wait_healthy(address: str, proc: subprocess.Popen[bytes], name: str, logs: Path) -> None:
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
 
         def serving() -> bool:
             if proc.poll() is not None:
-                raise SystemExit(f"{name} exited with status {proc.returncode}; see {STATE_DIR / 'logs' / name}.log")
+                raise SystemExit(f"{name} exited with status {proc.returncode}; see {_shown(logs / name)}.log")
             try:
                 return bool(stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status ==
                             health_pb2.HealthCheckResponse.SERVING)
@@ -94,10 +102,10 @@ def _dashboard_port() -> int:
     return DASHBOARD_PORT
 
 
-def _wait_http(url: str, proc: subprocess.Popen[bytes], name: str) -> None:
+def _wait_http(url: str, proc: subprocess.Popen[bytes], name: str, logs: Path) -> None:
     def answers() -> bool:
         if proc.poll() is not None:
-            raise SystemExit(f"{name} exited with status {proc.returncode}; see {STATE_DIR / 'logs' / name}.log")
+            raise SystemExit(f"{name} exited with status {proc.returncode}; see {_shown(logs / name)}.log")
         try:
             with urllib.request.urlopen(url, timeout=1.0) as reply:
                 return bool(reply.status == 200)
@@ -109,8 +117,8 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], name: str) -> None:
         raise SystemExit(f"{name} did not answer {url} within {START_TIMEOUT_S:.0f} s") from None
 
 
-def _redis(stack: ExitStack, logs: Path) -> str:
-    data = (STATE_DIR / "redis").resolve()
+def _redis(stack: ExitStack, logs: Path, state_dir: Path) -> str:
+    data = (state_dir / "redis").resolve()
     data.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / "redis.log").open("wb") as log:
@@ -119,17 +127,21 @@ def _redis(stack: ExitStack, logs: Path) -> str:
         except RedisServerError as e:
             raise SystemExit(f"error: {e}") from None
     stack.callback(stop_redis_server, proc)
-    _say(f"started redis-server at {url} (data in {data})")
+    _say(f"started redis-server at {url} (data in {_shown(data)})")
     return url
 
 
-def run(steps: int, keep_serving: bool = False) -> int:
+def run(steps: int, keep_serving: bool = False, state_dir: Path = DEFAULT_STATE_DIR) -> int:
+    from transformers.utils import logging as transformers_logging
+
     from devtools.tiny import build_model, counting_text, make_plan
 
-    logs = (STATE_DIR / "logs").resolve()
+    transformers_logging.disable_progress_bar()  # saving the tiny model is instant: no bar for it
+
+    logs = (state_dir / "logs").resolve()
     cli = [sys.executable, "-m", "clients.cli"]
     with ExitStack() as stack:
-        redis_url = _redis(stack, logs)
+        redis_url = _redis(stack, logs, state_dir)
         planner_address, executor_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         planner = stack.enter_context(_process("planner", [*cli, "serve", "planner", "--address", planner_address],
                                                logs))
@@ -137,22 +149,24 @@ def run(steps: int, keep_serving: bool = False) -> int:
                                                              "--redis", redis_url], logs))
         host_id = f"demo-{socket.gethostname()}-{os.getpid()}"  # two demos on one machine are two hosts
         stack.enter_context(_process("worker", [*cli, "worker", "--redis", redis_url, "--gpu-class", "cpu",
-                                                "--host-id", host_id, "--work-dir", str(STATE_DIR / "runs"),
-                                                "--data-root", str(STATE_DIR),
+                                                "--host-id", host_id, "--work-dir", str(state_dir / "runs"),
+                                                "--data-root", str(state_dir),
                                                 "--progress-interval-s", "1"], logs))
         dashboard_address = f"127.0.0.1:{_dashboard_port()}"
         dashboard = stack.enter_context(_process("dashboard", [
             *cli, "serve", "dashboard", "--address", dashboard_address, "--executor", executor_address,
             "--planner", planner_address], logs))
-        _wait_healthy(planner_address, planner, "planner")
-        _wait_healthy(executor_address, executor, "executor")
-        _wait_http(f"http://{dashboard_address}/healthz", dashboard, "dashboard")
-        _say(f"planner on {planner_address}, executor on {executor_address}, worker {host_id}; logs in {logs}")
+        _wait_healthy(planner_address, planner, "planner", logs)
+        _wait_healthy(executor_address, executor, "executor", logs)
+        _wait_http(f"http://{dashboard_address}/healthz", dashboard, "dashboard", logs)
+        _say(f"planner on {planner_address}, executor on {executor_address}, worker {host_id}; logs in "
+             f"{_shown(logs)}")
         _say(f"dashboard: http://{dashboard_address}/ (log in with an empty token: this demo runs without tokens)")
 
-        demo = (STATE_DIR / "demo").resolve()
+        demo = (state_dir / "demo").resolve()
         model_dir = demo / "tiny-llama"
         if not (model_dir / "config.json").is_file():
+            _say(f"building a tiny Llama and its data in {_shown(demo)} (made here, nothing downloaded)")
             build_model(model_dir)
         data = counting_text(demo / "data.jsonl", records=256)
         job_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -183,7 +197,7 @@ def run(steps: int, keep_serving: bool = False) -> int:
             _say(f"the job is on http://{dashboard_address}/jobs/{job_id}; Ctrl-C stops everything")
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
-        _say(f"outputs in {job.output_uri}; stopping what this run started")
+        _say(f"outputs in {_shown(Path(job.output_uri))}; stopping what this run started")
     if last.phase != progress_pb2.PHASE_DONE:
         print(f"demo job ended {fleet_render.phase_name(last.phase)}: {last.message}", file=sys.stderr)
         return 1
@@ -197,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="optimizer steps of the demo job (default %(default)s)")
     p.add_argument("--keep-serving", action="store_true",
                    help="after the job, keep every service (and the dashboard) up until Ctrl-C")
+    p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                   help="where its Redis data, logs, tiny model and runs go (default %(default)s)")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return run(args.steps, args.keep_serving)
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the demo runs on the CPU: no 'no GPU found' warning from DeepSpeed
+    return run(args.steps, args.keep_serving, args.state_dir)
 
 
 if __name__ == "__main__":
