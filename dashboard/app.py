@@ -12,7 +12,7 @@ import structlog
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -75,6 +75,12 @@ async def healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico whatever the page links: the same icon the pages link (an SVG)."""
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml",
+                        headers={"cache-control": "max-age=86400"})
+
+
 async def home(request: Request) -> Response:
     return RedirectResponse(f"{request.scope.get('root_path', '')}/jobs", status_code=303)
 
@@ -126,6 +132,7 @@ def create_app(dash: Dashboard, root_path: str = "") -> Any:
     app = Starlette(routes=[
         Route("/", home),
         Route("/healthz", healthz),
+        Route("/favicon.ico", favicon),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),

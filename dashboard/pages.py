@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from tunefleet.v1 import executor_pb2, progress_pb2
 
@@ -61,6 +61,13 @@ async def job(dash: Dashboard, request: Request, session: Session) -> Response:
         can_cancel=session.can_act and found.phase not in present.TERMINAL)
 
 
+async def job_facts(dash: Dashboard, request: Request, session: Session) -> Response:
+    """The job page's header as it stands now, as JSON (its script fetches it whenever the job's phase changes)."""
+    found: executor_pb2.Job = await run_in_threadpool(dash.backends.executor(session.token).get,
+                                                      request.path_params["job_id"])
+    return JSONResponse(present.job_facts(found), headers={"cache-control": "no-store"})
+
+
 async def job_stream(dash: Dashboard, request: Request, session: Session) -> Response:
     """The job's events as SSE: from Last-Event-ID (a browser reconnecting), else ?after=N, else from the start."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after", "0")
@@ -110,5 +117,5 @@ async def fleet(dash: Dashboard, request: Request, session: Session) -> Response
 
 
 ROUTES = [Route("/jobs", page(jobs)), Route("/jobs/{job_id}", page(job)),
-          Route("/jobs/{job_id}/events", page(job_stream)),
+          Route("/jobs/{job_id}/events", page(job_stream)), Route("/jobs/{job_id}/facts", page(job_facts)),
           Route("/jobs/{job_id}/cancel", page(cancel), methods=["POST"]), Route("/fleet", page(fleet))]

@@ -75,10 +75,10 @@ def job_row(job: executor_pb2.Job) -> JobRow:
         eta = duration(e.eta_s)
     else:
         eta = "-"
-    spent = job.spent_usd or 0.0
+    spent = (job.spent_usd or 0.0) + job.open_hold_usd  # charged holds and the one running now
     cost = f"{usd(spent)} of ≤{usd(job.cost_high_usd)}" if job.cost_high_usd else (usd(spent) if spent else "-")
     return JobRow(job.job_id, phase_name(job.phase), job.team or "-", gpu_class_of(job), priority_name(job.priority),
-                  f"{e.step}/{e.total_steps}" if e.total_steps else "-", f"{e.loss:.4f}" if e.step else "-",
+                  f"{e.step}/{e.total_steps}" if e.total_steps else "-", f"{e.loss:.4f}" if has_metrics(e) else "-",
                   f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "-", eta, cost, stamp(job.submitted_at))
 
 
@@ -101,7 +101,8 @@ def plan_words(plan: plan_pb2.Plan) -> list[str]:
                      f"{size(f.total_high_bytes)}) of {size(f.capacity_bytes)}")
     if p.HasField("estimate") and p.estimate.duration_s:
         e = p.estimate
-        lines.append(f"predicted {e.total_steps:,} steps of {e.step_time_s:.3f} s, {duration(e.duration_s)} "
+        steps = f"{e.total_steps:,} steps of {e.step_time_s:.3f} s, " if e.total_steps and e.step_time_s else ""
+        lines.append(f"predicted {steps}{duration(e.duration_s)} "
                      f"({duration(e.duration_s_low)} – {duration(e.duration_s_high)})"
                      + (f", {usd(e.cost_usd)} ({usd(e.cost_usd_low)} – {usd(e.cost_usd_high)})" if e.priced else ""))
     return lines
@@ -148,14 +149,30 @@ def breakdown(fit: plan_pb2.FitResult) -> tuple[list[Segment], float, float, flo
     return [Segment(name, b, 100.0 * b / scale, css) for name, b, css in resident + transient if b], *marks
 
 
+def has_metrics(e: progress_pb2.ProgressEvent) -> bool:
+    """Whether the event carries a step's metrics (loss, learning rate, tokens/s): a training event. Checkpoint, done
+    and other events carry a step but no metrics (their zeros are no measurement)."""
+    return e.phase == progress_pb2.PHASE_TRAINING and e.step > 0
+
+
 def event_json(e: progress_pb2.ProgressEvent) -> dict[str, object]:
     """One progress event as the job page's charts and log read it."""
-    return {"sequence": e.sequence, "time_s": e.time.ToMilliseconds() / 1000, "time": stamp(e.time),
-            "phase": phase_name(e.phase), "step": e.step, "total_steps": e.total_steps, "loss": e.loss,
+    return {"sequence": e.sequence, "metric": has_metrics(e), "time_s": e.time.ToMilliseconds() / 1000,
+            "time": stamp(e.time), "phase": phase_name(e.phase), "step": e.step, "total_steps": e.total_steps,
+            "loss": e.loss,
             "learning_rate": e.learning_rate, "tokens_per_s": e.tokens_per_s,
             "peak_memory_bytes": e.peak_gpu_memory_bytes or e.peak_host_memory_bytes,
             "memory_kind": "GPU" if e.peak_gpu_memory_bytes else "host", "eta": duration(e.eta_s),
             "message": e.message, "checkpoint": e.checkpoint_path}
+
+
+def job_facts(job: executor_pb2.Job) -> dict[str, object]:
+    """The job page's header as it stands now (the page fetches it again whenever the phase changes)."""
+    row = job_row(job)
+    waiting = job.phase == progress_pb2.PHASE_QUEUED
+    return {"phase": phase_name(job.phase), "host": job.host_id or "-", "step": row.step,
+            "eta": f"starts {expected_start(job)}" if waiting else row.eta, "cost": row.cost,
+            "waiting": job.pending_reason if waiting else ""}
 
 
 def job_json(job: executor_pb2.Job) -> dict[str, object]:

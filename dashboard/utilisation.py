@@ -47,11 +47,12 @@ class Utilisation:
             self._samples.append(sample_of(fleet, now_s))
 
     def series(self) -> dict[str, object]:
-        """{'time_s': [...], 'classes': {class: [busy fraction or None, ...]}, 'history_s': ...} for the Fleet page's
-        chart."""
+        """{'time_s': [...], 'classes': {class: [busy fraction or None, ...]}, 'history_s': ..., 'sample_interval_s':
+        ...} for the Fleet page's chart (its time axis spans the samples held, at least a few intervals)."""
         with self._lock:
             samples = list(self._samples)
         classes = sorted({c for s in samples for c in s.hosts_by_class})
         return {"time_s": [s.time_s for s in samples], "history_s": self._history_s,
+                "sample_interval_s": self._interval_s,
                 "classes": {c: [s.busy_by_class.get(c, 0) / s.hosts_by_class[c] if s.hosts_by_class.get(c) else None
                                 for s in samples] for c in classes}}

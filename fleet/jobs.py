@@ -120,7 +120,7 @@ class StopRequests:
 SUMMARY_FIELDS = ("schema", "phase", "priority", "queue", "gpu_class", "host_id", "submitted_at_ms", "started_at_ms",
                   "finished_at_ms", "error", "log_path", "output_dir", "infra_failures", "last_event", "feedback",
                   "team", "submitter", "price_usd_per_gpu_hour", "cost_high_usd", "spent_usd", "gpu_seconds",
-                  "lost_gpu_seconds")
+                  "lost_gpu_seconds", "gpus", "nodes")
 
 
 def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:

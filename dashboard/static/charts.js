@@ -42,13 +42,18 @@ function growingChart(el, series, opts) {
       ys.forEach((y, i) => data[i + 1].push(y));
       chart.setData(data);
       el.dataset.points = String(data[0].length);
+      const first = data[1].filter(v => v != null);
+      if (first.length) el.dataset.minY = String(Math.min(...first));  // what the browser tests read
     },
     set(columns) {
       columns.forEach((col, i) => { data[i] = col; });
       chart.setData(data);
-      if (opts.xWindow) {  // the last xWindow units up to the newest point (or now), however few points there are
+      if (opts.xMinSpan) {  // the span of the data held (at least xMinSpan, ending at its newest point or now)
         const last = data[0].length ? data[0][data[0].length - 1] : Date.now() / 1000;
-        chart.setScale("x", { min: last - opts.xWindow, max: last });
+        const first = data[0].length ? data[0][0] : last;
+        const min = Math.min(first, last - opts.xMinSpan);
+        chart.setScale("x", { min: min, max: last });
+        el.dataset.xSpan = String(last - min);  // what the browser tests read
       }
       el.dataset.points = String(data[0].length);
     },

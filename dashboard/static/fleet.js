@@ -9,7 +9,7 @@
     names.map((n, i) => ({ label: n, color: colors[i % colors.length], dash: dashes[i % dashes.length],
                            points: u.time_s.length < 2 })),
     { time: true, xLabel: "time", format: v => v == null ? "" : Math.round(v * 100) + "%", yRange: [0, 1],
-      xWindow: u.history_s });
+      xMinSpan: u.sample_interval_s * 5 });
   chart.set([u.time_s, ...names.map(n => u.classes[n])]);
   const refresh = Number(document.querySelector('meta[name="refresh-s"]').content) * 1000;
   setInterval(() => { if (document.visibilityState === "visible") location.reload(); }, refresh);

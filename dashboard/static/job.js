@@ -23,6 +23,22 @@
   const checkpoints = document.getElementById("checkpoints");
   const cancel = document.getElementById("cancel-form");
   let lastStep = 0;
+  let shownPhase = job.phase;
+
+  // The header (host, cost, why it waits) as the executor says now: fetched again whenever the phase changes.
+  function refreshFacts() {
+    fetch(basePath() + "/jobs/" + encodeURIComponent(job.job_id) + "/facts", { credentials: "same-origin" })
+      .then(r => r.ok ? r.json() : null)
+      .then(f => {
+        if (!f) return;
+        document.getElementById("host").textContent = f.host;
+        document.getElementById("cost").textContent = f.cost;
+        const waiting = document.getElementById("waiting");
+        waiting.textContent = f.waiting;
+        waiting.hidden = document.getElementById("waiting-term").hidden = !f.waiting;
+      })
+      .catch(() => {});  // the next phase change tries again
+  }
 
   function cell(row, text, css) {
     const td = document.createElement("td");
@@ -34,6 +50,10 @@
   function show(e) {
     phase.textContent = e.phase;
     phase.className = "phase phase-" + e.phase;
+    if (e.phase !== shownPhase) {
+      shownPhase = e.phase;
+      refreshFacts();
+    }
     if (e.total_steps) step.textContent = e.step + "/" + e.total_steps;
     eta.textContent = e.eta;
     const row = document.createElement("tr");
@@ -52,7 +72,7 @@
       li.textContent = "step " + e.step + ": " + e.checkpoint + " (" + e.time + ")";
       checkpoints.appendChild(li);
     }
-    if (e.step > lastStep && (e.phase === "training" || e.phase === "checkpointing" || e.phase === "done")) {
+    if (e.metric && e.step > lastStep) {  // only a training event measures a step: others carry no loss or rate
       lastStep = e.step;
       loss.push(e.step, [e.loss]);
       lr.push(e.step, [e.learning_rate]);

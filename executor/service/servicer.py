@@ -30,6 +30,7 @@ from executor.service.waiting import (
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues, retention
 from fleet.audit import AuditLog
+from fleet.budget import open_hold_usd
 from fleet.connection import Reachability
 from fleet.errors import no_such_job
 from fleet.eta import Start
@@ -202,6 +203,7 @@ class Executor:
     def get(self, request: executor_pb2.GetRequest, who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.GetResponse:
         record = self._visible(request.job_id, who)
         job = job_from_record(request.job_id, record)
+        job.open_hold_usd = open_hold_usd(record, now_ms())
         if job.phase == progress_pb2.PHASE_QUEUED:
             hosts = self.hosts.hosts()
             orders = OrderCache(self.fairshare)
@@ -266,7 +268,9 @@ class Executor:
                     continue
                 if not who.sees(record.get(b"team", b"").decode()):
                     continue
-                jobs.append(job_from_record(job_id, record, with_plan=False))
+                listed = job_from_record(job_id, record, with_plan=False)
+                listed.open_hold_usd = open_hold_usd(record, now_ms())
+                jobs.append(listed)
                 if len(jobs) == size:
                     break
         token = encode_page_token(cursor) if cursor and self.store.page(cursor, 1) else ""

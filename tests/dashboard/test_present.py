@@ -69,7 +69,8 @@ def test_phase_names_round_trip_and_unknown_ones_are_none() -> None:
 def test_job_rows_show_progress_eta_or_expected_start_and_cost() -> None:
     running = executor_pb2.Job(job_id="j1", phase=progress_pb2.PHASE_TRAINING, queue="tunefleet.a100-80gb.high",
                                priority=executor_pb2.PRIORITY_HIGH, team="vision", cost_high_usd=12.5, spent_usd=3.25,
-                               last_event=progress_pb2.ProgressEvent(step=40, total_steps=100, loss=1.23456,
+                               last_event=progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=40,
+                                                                     total_steps=100, loss=1.23456,
                                                                      tokens_per_s=2345.6, eta_s=600))
     row = present.job_row(running)
     assert (row.phase, row.gpu_class, row.priority, row.step, row.loss, row.tokens_per_s, row.eta, row.cost) == (
@@ -78,3 +79,19 @@ def test_job_rows_show_progress_eta_or_expected_start_and_cost() -> None:
     assert present.job_row(queued).eta == "-" and present.job_row(queued).step == "-"
     queued.expected_start.GetCurrentTime()
     assert present.job_row(queued).eta == "now"
+
+
+def test_only_training_events_are_metric_points_and_a_finished_job_shows_no_loss() -> None:
+    events = [progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=9, loss=2.5),
+              progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CHECKPOINTING, step=10),
+              progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_DONE, step=10)]
+    assert [present.event_json(e)["metric"] for e in events] == [True, False, False]
+    done = executor_pb2.Job(job_id="j", phase=progress_pb2.PHASE_DONE, last_event=events[-1])
+    assert present.job_row(done).loss == "-", "a finished job's loss is no 0.0000"
+    running = executor_pb2.Job(job_id="j", phase=progress_pb2.PHASE_TRAINING, last_event=events[0], spent_usd=0.52,
+                               open_hold_usd=0.30, cost_high_usd=4.80)
+    assert present.job_row(running).loss == "2.5000"
+    assert present.job_row(running).cost == "$0.82 of ≤$4.80", "a running job's cost counts its open hold"
+    plan = executor_pb2.Job(plan={"prediction": {"estimate": {"duration_s": 90, "duration_s_low": 80,
+                                                                 "duration_s_high": 120, "step_time_s": 0.15}}})
+    assert not any("0 steps" in w for w in present.plan_words(plan.plan)), "a plan with no step count says none"

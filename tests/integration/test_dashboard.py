@@ -122,11 +122,14 @@ def test_a_job_from_the_cli_trains_live_on_its_page_and_a_cancel_from_the_page_r
     alice.wait_for_url(f"{url}/jobs/dash-1")
     alice.evaluate("window.__sameDocument = true")  # gone if the page reloads
     alice.wait_for_function("document.getElementById('phase').textContent === 'training'", timeout=240_000)
+    alice.wait_for_function("document.getElementById('host').textContent === 'host-a'", timeout=30_000)
+    assert alice.locator("#waiting").is_hidden(), "a running job's header still says why it waits"
     while_training = _points(alice, "chart-loss")
     alice.wait_for_function("document.getElementById('phase').textContent === 'done'", timeout=240_000)
     assert alice.evaluate("window.__sameDocument === true"), "the page reloaded to show the job's end"
     assert _points(alice, "chart-loss") == steps > while_training, "the loss chart did not gain a point per step"
     assert _points(alice, "chart-memory") == steps
+    assert float(alice.get_attribute("#chart-loss", "data-min-y")) > 0, "a checkpoint or done event drew loss 0"
     assert alice.locator("#checkpoints li").count() >= 1 and "step 20" in alice.inner_text("#checkpoints")
     assert alice.locator("#cancel").count() == 0, "a finished job offers Cancel"
     _screenshot(alice, shots, "job")
@@ -153,6 +156,9 @@ def test_a_job_from_the_cli_trains_live_on_its_page_and_a_cancel_from_the_page_r
     alice.goto(f"{url}/fleet")
     assert "host-a" in alice.inner_text("table.hosts")
     assert _points(alice, "chart-utilisation") >= 1
+    assert float(alice.get_attribute("#chart-utilisation", "data-x-span")) <= 3600, "a six-hour axis for a few dots"
+    icon = alice.request.get(f"{url}/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     _screenshot(alice, shots, "fleet")
 
 
