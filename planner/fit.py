@@ -177,6 +177,18 @@ def suggestions(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalo
     return tuple(fitting) if fitting else tuple(sorted(found, key=lambda s: s.per_gpu_total_bytes)[:3])
 
 
+def _image_tokens_note(t: TrainingSpec, vision_trained: bool) -> str:
+    """How the image tokens were counted: the language model sees them inside the sequence, and the vision tower keeps
+    activations for backward only when it trains (planner.activations)."""
+    inside = (f"image tokens: {t.image_tokens:,} of each sequence's {t.sequence_length:,} tokens, counted in the "
+              "language model's activations as any token")
+    if vision_trained:
+        return inside + "; the vision tower trains (--train-vision), so its activations over them are counted too"
+    return inside + ("; the vision tower is frozen, so it keeps nothing for backward: its forward over them runs and "
+                     "is freed before the language model's, below the peak, and more image tokens within the same "
+                     "sequence length do not change the total (--train-vision would count its activations)")
+
+
 def _hf_trainer_note(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> str | None:
     """The figures are for tunefleet's executor, where DeepSpeed trains the whole module in bf16; under transformers'
     Trainer, PEFT's prepare_model_for_kbit_training keeps the rest of a QLoRA model and its activations in fp32
@@ -300,6 +312,8 @@ def fit(model: ModelSpec, t: TrainingSpec, hw: Hardware, catalog: Catalog, margi
                      "lower it, a GPU with more memory does")
     if t.objective is Objective.DPO:
         notes.append(_dpo_note(t, gpu))
+    if model.architecture.vision is not None and t.image_tokens:
+        notes.append(_image_tokens_note(t, split.vision_trainable))
     if t.precision is Precision.BF16_PURE and t.recipe is not Recipe.TORCHTUNE:
         notes.append(BF16_PURE_NOTE)
     if model.note:

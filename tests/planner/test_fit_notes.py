@@ -138,3 +138,17 @@ def test_the_experts_gathered_again_are_a_row_of_fit_s_table() -> None:
                line.endswith(gib(glm.per_gpu.regathered_experts_bytes)) for line in fit_text(glm).splitlines())
     dense = fit_to_proto(fit(catalog.model("meta-llama/Llama-3.1-70B"), t, hw, catalog))
     assert "experts gathered again" not in fit_text(dense)
+
+
+def test_image_tokens_say_how_they_were_counted() -> None:
+    catalog = default_catalog()
+    model = catalog.model("Qwen/Qwen2-VL-7B-Instruct")
+    hw = Hardware(gpu=catalog.gpu("a100-80gb"), host_memory_bytes=256 * 2**30)
+    base = TrainingSpec(method=Method.LORA, micro_batch_size=1, sequence_length=2048, gradient_checkpointing=True)
+    frozen = [fit(model, replace(base, image_tokens=n), hw, catalog) for n in (0, 1024, 1800)]
+    assert len({f.per_gpu.total_bytes for f in frozen}) == 1, "a frozen tower keeps nothing: no change, as said"
+    assert not any("image tokens" in n for n in frozen[0].notes)
+    assert any(n.startswith("image tokens: 1,024 of each sequence's 2,048") and "frozen" in n for n in frozen[1].notes)
+    trained = [fit(model, replace(base, image_tokens=n, train_vision_tower=True), hw, catalog) for n in (256, 1024)]
+    assert trained[1].per_gpu.total_bytes > trained[0].per_gpu.total_bytes, "a trained tower's activations count"
+    assert any("the vision tower trains" in n for n in trained[1].notes)
