@@ -13,6 +13,7 @@ import pytest
 from tunefleet.v1 import plan_pb2, progress_pb2
 
 from clients.executor_client import ExecutorClient
+from common.identity import Identities, token_sha256
 from common.wait import wait_until
 from devtools.tiny import make_plan
 from executor.training import checkpoint
@@ -90,3 +91,11 @@ def run_processes(out: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def identities(path: Path, people: list[tuple[str, str, str]], extra: str = "") -> Identities:
+    """An identities file at `path` of (principal, team, role) people, each with the token '<principal>-token', and
+    `extra` TOML ([[team]] tables, [prices]) after them; the Identities a service reads from it."""
+    path.write_text("".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
+                            f'token_sha256 = "{token_sha256(p + "-token")}"\n\n' for p, t, r in people) + extra)
+    return Identities.from_file(path)

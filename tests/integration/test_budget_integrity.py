@@ -16,7 +16,6 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 
 from clients.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 from clients.executor_client import ExecutorClient
-from common.identity import Identities, token_sha256
 from common.units import GiB
 from executor.service import pricing
 from fleet import queues
@@ -24,7 +23,7 @@ from fleet.connection import connect
 from fleet.hosts import HostGpus, HostRegistry
 from fleet.keys import job_key
 from planner.catalog import default_catalog
-from tests.integration.fleet_helpers import checkpoint_states, events_at_end, fleet_plan, wait_for
+from tests.integration.fleet_helpers import checkpoint_states, events_at_end, fleet_plan, identities, wait_for
 from tests.integration.test_move import _a100_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -32,26 +31,20 @@ CPU_USD_PER_GPU_HOUR = 3600.0  # $1 a GPU-second on the cpu class
 BUDGET_USD = 5.0
 
 
-def _auth(prices: str = f'"cpu" = {CPU_USD_PER_GPU_HOUR}') -> str:
-    people = [("alice", "nlp", "submitter"), ("vic", "vision", "submitter"), ("root", "ops", "admin")]
-    return "".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
-                   f'token_sha256 = "{token_sha256(p + "-token")}"\n\n' for p, t, r in people) + f"""
+TEAMS = f"""
 [[team]]
 name = "nlp"
 monthly_budget_usd = {BUDGET_USD}
 
 [[team]]
 name = "vision"
-
-[prices]
-{prices}
 """
 
 
 def _service(start_service, tmp_path: Path, prices: str = f'"cpu" = {CPU_USD_PER_GPU_HOUR}', **config: object):
-    auth = tmp_path / "auth.toml"
-    auth.write_text(_auth(prices))
-    return start_service(identities=Identities.from_file(auth), **config)
+    people = [("alice", "nlp", "submitter"), ("vic", "vision", "submitter"), ("root", "ops", "admin")]
+    return start_service(identities=identities(tmp_path / "auth.toml", people, f"{TEAMS}\n[prices]\n{prices}\n"),
+                         **config)
 
 
 def _claiming(plan: plan_pb2.Plan, duration_s: float) -> plan_pb2.Plan:

@@ -16,22 +16,18 @@ from google.protobuf import text_format
 from clients.errors import InvalidArgument
 from clients.executor_client import ExecutorClient
 from clients.fleet_cli import EXIT_UNAUTHENTICATED
-from common.identity import Identities, token_sha256
+from common.identity import Identities
 from common.units import GiB
 from fleet.connection import connect
 from fleet.hosts import HostGpus, HostRegistry
-from tests.integration.fleet_helpers import fleet_plan
+from tests.integration.fleet_helpers import fleet_plan, identities
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 SECRET = "vis-secret"  # every vision job id starts with it: no answer to nlp may contain it
 
 
 def _auth(tmp_path: Path) -> Identities:
-    people = [("vic", "vision", "submitter"), ("nora", "nlp", "submitter")]
-    path = tmp_path / "auth.toml"
-    path.write_text("".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
-                            f'token_sha256 = "{token_sha256(p + "-token")}"\n\n' for p, t, r in people))
-    return Identities.from_file(path)
+    return identities(tmp_path / "auth.toml", [("vic", "vision", "submitter"), ("nora", "nlp", "submitter")])
 
 
 def test_another_teams_jobs_are_shown_by_their_team_only(start_service, redis_url, tiny_model, counting_data,

@@ -10,22 +10,19 @@ import pytest
 
 from clients.errors import NotFound, QuotaExceeded
 from clients.executor_client import ExecutorClient
-from common.identity import Identities, token_sha256
+from common.identity import Identities
 from fleet.connection import connect
 from fleet.keys import TEAM_BYTES, team_records_key
 from fleet.retention import RECORD_OVERHEAD_BYTES, Quotas
-from tests.integration.fleet_helpers import fleet_plan, wait_for
+from tests.integration.fleet_helpers import fleet_plan, identities, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 FAR = 10**7  # a rate window of about four months: no window ends during the test
 
 
 def _auth(tmp_path: Path) -> Identities:
-    people = [("alice", "nlp", "submitter"), ("dora", "nlp", "submitter"), ("root", "ops", "admin")]
-    path = tmp_path / "auth.toml"
-    path.write_text("".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
-                            f'token_sha256 = "{token_sha256(p + "-token")}"\n\n' for p, t, r in people))
-    return Identities.from_file(path)
+    return identities(tmp_path / "auth.toml",
+                      [("alice", "nlp", "submitter"), ("dora", "nlp", "submitter"), ("root", "ops", "admin")])
 
 
 def test_submits_are_rate_limited_per_caller_and_per_team(start_service, tiny_model, counting_data, tmp_path):

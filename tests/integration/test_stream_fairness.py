@@ -6,25 +6,17 @@ stays open on heartbeats."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from tunefleet.v1 import executor_pb2
 
 from clients.errors import ResourceExhausted, Unauthenticated
 from clients.executor_client import ExecutorClient
-from common.identity import Identities, token_sha256
-from tests.integration.fleet_helpers import fleet_plan
+from tests.integration.fleet_helpers import fleet_plan, identities
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 PEOPLE = [("vic", "vision", "viewer"), ("val", "vision", "viewer"), ("vera", "vision", "submitter"),
           ("nora", "nlp", "submitter")]
-
-
-def _write(path: Path, people: list[tuple[str, str, str]]) -> Path:
-    path.write_text("".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
-                            f'token_sha256 = "{token_sha256(p + "-token")}"\n\n' for p, t, r in people))
-    return path
 
 
 def _opened(client: ExecutorClient, job_id: str) -> Iterator[executor_pb2.WatchResponse]:
@@ -35,8 +27,8 @@ def _opened(client: ExecutorClient, job_id: str) -> Iterator[executor_pb2.WatchR
 
 
 def test_watch_slots_are_limited_per_caller_and_per_team(start_service, tiny_model, counting_data, tmp_path):
-    auth = _write(tmp_path / "auth.toml", PEOPLE)
-    service = start_service(identities=Identities.from_file(auth), max_watches_per_caller=2, max_watches_per_team=3)
+    auth = tmp_path / "auth.toml"
+    service = start_service(identities=identities(auth, PEOPLE), max_watches_per_caller=2, max_watches_per_team=3)
     clients = {p: ExecutorClient(service.address, token=f"{p}-token", timeout_s=30) for p, _, _ in PEOPLE}
     try:
         clients["vera"].submit(fleet_plan(tiny_model, counting_data, "vision-1"))
@@ -52,7 +44,7 @@ def test_watch_slots_are_limited_per_caller_and_per_team(start_service, tiny_mod
         held.append(_opened(clients["nora"], "nlp-1"))  # another team still finds a slot
 
         vics = held[0]
-        _write(auth, [p for p in PEOPLE if p[0] != "vic"])  # vic's token is revoked while its streams are open
+        identities(auth, [p for p in PEOPLE if p[0] != "vic"])  # vic's token is revoked while its streams are open
         with pytest.raises(Unauthenticated) as revoked:
             for _ in vics:
                 pass

@@ -12,18 +12,14 @@ import pytest
 from tunefleet.v1 import progress_pb2
 
 from clients.executor_client import ExecutorClient
-from common.identity import Identities, token_sha256
-from tests.integration.fleet_helpers import events_at_end, fleet_plan
+from common.identity import Identities
+from tests.integration.fleet_helpers import events_at_end, fleet_plan, identities
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def _auth(tmp_path: Path) -> Identities:
-    people = [("vic", "vision", "submitter"), ("nora", "nlp", "submitter")]
-    path = tmp_path / "auth.toml"
-    path.write_text("".join(f'[[identity]]\nprincipal = "{p}"\nteam = "{t}"\nrole = "{r}"\n'
-                            f'token_sha256 = "{token_sha256(p + "-token")}"\n\n' for p, t, r in people))
-    return Identities.from_file(path)
+    return identities(tmp_path / "auth.toml", [("vic", "vision", "submitter"), ("nora", "nlp", "submitter")])
 
 
 def test_a_team_reads_and_writes_only_its_own_part_of_the_roots(start_service, start_worker, tiny_model,
