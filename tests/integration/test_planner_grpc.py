@@ -107,7 +107,8 @@ def test_recommend_returns_an_executable_plan_within_budget(planner_address: str
     request = planner_pb2.RecommendRequest(
         model=model_pb2.ModelRef(catalog_name="Qwen/Qwen2.5-7B"),
         training=training_pb2.TrainingSpec(method=training_pb2.METHOD_LORA, micro_batch_size=4),
-        workload=training_pb2.WorkloadSpec(dataset_tokens=20_000_000), limit=MAX_RECOMMEND_LIMIT)
+        workload=training_pb2.WorkloadSpec(dataset_tokens=20_000_000), limit=MAX_RECOMMEND_LIMIT,
+        constraints=planner_pb2.Constraints(allow_tight=True))  # ranked by cost alone, tight or not
     unconstrained = client.recommend(request)
     budget = unconstrained.candidates[2].estimate.cost_usd
     request.constraints.max_cost_usd = budget
