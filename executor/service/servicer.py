@@ -418,13 +418,16 @@ class Executor:
         """The fleet's state that every queued job's place depends on, read once per call; places in the workers'
         start order (fair share across teams within a tier); running jobs named as `who` may read of them."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
+        running = self._running(hosts)
+        orders.use_fleet(hosts, running)
         return WaitingLine(hosts, FleetPolicy.load(self.connection), yielding, orders.index, orders.limit_reason,
-                           name_of=self._namer(hosts, who))
+                           name_of=self._namer(running, who))
 
-    def _namer(self, hosts: list[executor_pb2.Host], who: Identity) -> Callable[[str], str]:
-        """How `who` may name the jobs the hosts run: by id in their team, else as a job of its team."""
+    @staticmethod
+    def _namer(running: dict[str, dict[bytes, bytes]], who: Identity) -> Callable[[str], str]:
+        """How `who` may name the running jobs: by id in their team, else as a job of its team."""
         viewer = None if who.role is Role.ADMIN else who.team
-        teams = {job_id: record.get(b"team", b"").decode() for job_id, record in self._running(hosts).items()}
+        teams = {job_id: record.get(b"team", b"").decode() for job_id, record in running.items()}
         return lambda job_id: job_label(job_id, teams.get(job_id, ""), viewer)
 
 

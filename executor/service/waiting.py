@@ -146,7 +146,12 @@ class OrderCache:
         self._index: dict[str, dict[str, int]] = {}
         self._holds: dict[str, HoldModel] | None = None
         self._snapshot: Snapshot | None = None
+        self._fleet: tuple[list[executor_pb2.Host], dict[str, dict[bytes, bytes]]] | None = None
         self.at_ms = now_ms()
+
+    def use_fleet(self, hosts: list[executor_pb2.Host], running: dict[str, dict[bytes, bytes]]) -> None:
+        """The fleet's hosts and running jobs now: places then follow the replay's start order (class_order)."""
+        self._fleet = (hosts, running)
 
     def snapshot(self) -> Snapshot:
         if self._snapshot is None:
@@ -174,9 +179,17 @@ class OrderCache:
         return self._starts[gpu_class]
 
     def class_order(self, gpu_class: str) -> list[str]:
-        """The class's queued ids (each tier's window) in the order they are expected to start."""
+        """The class's queued ids (each tier's window) in the order they are expected to start: the order in which the
+        replay over the fleet's hosts starts them (fleet.eta: quotas free as jobs end, so a job held back by its
+        team's limit starts as its team's jobs end, ahead of borrowers), then those it cannot start, in the line's
+        order; without the fleet's hosts (use_fleet), the line's order (fleet.fairshare), held-back jobs last."""
         line = self.class_line(gpu_class)
-        return line.order + line.held_back
+        static = line.order + line.held_back
+        if self._fleet is None:
+            return static
+        started = [job_id for job_id in self.starts(gpu_class, *self._fleet) if job_id in line.queue_of]
+        placed = set(started)
+        return started + [job_id for job_id in static if job_id not in placed]
 
     def line(self, queue: str) -> Line:
         if queue not in self._lines:
@@ -201,12 +214,19 @@ class OrderCache:
         return above + position - len(own.order) - len(own.held_back)
 
     def limit_reason(self, queue: str, job_id: str, team: str) -> str:
-        """Why the job waits for its team's limit on its class, or "" when it does not."""
+        """Why the job waits for its team's limit on its class, or "" when it does not: what the team holds now and
+        what its jobs ahead of this one in the line will take, against its quota and borrowing (fleet.fairshare holds
+        it back on the two together)."""
         if job_id not in self.line(queue).held_back or self._snapshot is None:
             return ""
         gpu_class = queue_class(queue)
+        line = self.class_line(gpu_class)
         share = self._snapshot.shares.get(team, TeamShare())
         held = self._snapshot.held_gpus.get(gpu_class, {}).get(team, 0)
         quota, limit = share.quota_gpus.get(gpu_class, 0), share.limit_gpus(gpu_class)
-        return (f"over quota: team {team} holds {held} {gpu_class} GPU(s), its quota {quota} plus what it may "
-                f"borrow ({limit - quota:g}); it starts when the team's running jobs free enough")
+        placed = set(line.order)
+        ahead = [w for w in line.waiters if w.team == team and w.job_id in placed]
+        taken = f" and its {len(ahead)} job(s) ahead of it will take {sum(w.gpus for w in ahead)} more" \
+            if ahead else ""
+        return (f"waits for its team's limit: team {team} holds {held} {gpu_class} GPU(s){taken}, against its quota "
+                f"of {quota} plus {limit - quota:g} it may borrow; it starts as the team's jobs end")

@@ -229,8 +229,8 @@ def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_
     _submit(executor, tiny_model, counting_data, "speech-3")
     fleet.hset(job_key("speech-3"), "team", "speech")
     waiting = executor.get(executor_pb2.GetRequest(job_id="speech-3")).job
-    assert waiting.pending_reason.startswith("over quota: team speech holds 2 cpu GPU(s), its quota 0 plus what it "
-                                             "may borrow (2)"), waiting.pending_reason
+    assert waiting.pending_reason.startswith("waits for its team's limit: team speech holds 2 cpu GPU(s), against its "
+                                             "quota of 0 plus 2 it may borrow"), waiting.pending_reason
     assert sweeper.sweep(now).preempted == [], "a team past its limit reclaims nothing"
 
     _submit(executor, tiny_model, counting_data, "vision-1")
@@ -338,3 +338,50 @@ def test_an_output_only_one_host_sees_is_refused_when_several_serve_the_class() 
     with pytest.raises(PlanError) as e:
         check_shared_output("runs/x", mixed)
     assert "host(s) b of this class do not share" in e.value.description
+
+
+def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_the_jobs_ahead(
+        fleet, executor, tiny_model, counting_data):
+    """Issue 50 item 4: nlp (quota 1) runs nlp-1 and waits with nlp-2; vision (quota 1, may borrow 1) runs vis-1 and
+    waits with vis-3, submitted first; nlp may borrow nothing. nlp-1 ends first: nlp is back within its quota, so nlp-2 takes that host ahead
+    of vis-3, which would borrow. Its place says so, and its reason counts what holds nlp at its limit now."""
+    from fleet.fairshare import FairShare, TeamShare
+
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    FairShare(fleet).save_shares({"nlp": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 0}),
+                                  "vision": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 1})})
+    now = now_ms()
+    for job_id, team, eta_s in (("vis-1", "vision", 600), ("nlp-1", "nlp", 60)):
+        _submit(executor, tiny_model, counting_data, job_id)
+        fleet.hset(job_key(job_id), "team", team)
+        _take(fleet, leases, job_id, f"host-{job_id}")
+        fleet.hset(job_key(job_id), mapping={"started_at_ms": now - 60_000, "last_event": new_event(
+            job_id, 9, progress_pb2.PHASE_TRAINING, step=5, eta_s=eta_s).SerializeToString()})
+        registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
+    for job_id, team in (("vis-3", "vision"), ("nlp-2", "nlp")):
+        _submit(executor, tiny_model, counting_data, job_id)
+        fleet.hset(job_key(job_id), "team", team)
+    pending = {p.job_id: p for p in executor.fleet(executor_pb2.FleetRequest()).pending}
+    assert (pending["nlp-2"].position, pending["vis-3"].position) == (1, 2), "nlp-2 starts first, as the workers will"
+    assert pending["nlp-2"].reason == ("waits for its team's limit: team nlp holds 1 cpu GPU(s), against its quota of 1 "
+                                       "plus 0 it may borrow; it starts as the team's jobs end")
+    got = executor.get(executor_pb2.GetRequest(job_id="vis-3")).job
+    assert got.queue_position == 2, "Get and Fleet give one place"
+
+
+def test_a_job_held_back_behind_its_own_teams_jobs_is_told_so(fleet, executor, tiny_model, counting_data):
+    """Issue 50 item 4: nlp holds nothing and waits with nlp-a and nlp-b; nlp-a will take its quota of 1, so nlp-b
+    waits for it — not 'over quota' while the team holds 0."""
+    from fleet.fairshare import FairShare, TeamShare
+
+    registry, leases = HostRegistry(fleet), Leases(fleet)
+    FairShare(fleet).save_shares({"nlp": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 0})})
+    _submit(executor, tiny_model, counting_data, "vis-1")
+    _take(fleet, leases, "vis-1", "host-1")
+    registry.heartbeat("host-1", CPU, "vis-1", [], SHARED, True)
+    for job_id in ("nlp-a", "nlp-b"):
+        _submit(executor, tiny_model, counting_data, job_id)
+        fleet.hset(job_key(job_id), "team", "nlp")
+    reason = executor.get(executor_pb2.GetRequest(job_id="nlp-b")).job.pending_reason
+    assert reason == ("waits for its team's limit: team nlp holds 0 cpu GPU(s) and its 1 job(s) ahead of it will take "
+                      "1 more, against its quota of 1 plus 0 it may borrow; it starts as the team's jobs end")

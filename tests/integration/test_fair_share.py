@@ -71,10 +71,10 @@ def test_a_worker_never_starts_a_job_past_its_teams_limit_and_takes_the_next_one
     client = {p: ExecutorClient(service.address, token=_token(p), timeout_s=30) for p in PEOPLE}
     for principal, job_id in (("bob", "s0"), ("alice", "v0")):  # speech's job is first in the queue
         client[principal].submit(make_plan(tiny_model, counting_data, tmp_path / job_id, plan_id=job_id, max_steps=2))
-    wait_for(lambda: client["bob"].get("s0").pending_reason.startswith("over quota: team speech"),
+    wait_for(lambda: client["bob"].get("s0").pending_reason.startswith("waits for its team's limit: team speech"),
              "the service to publish the quotas")
     start_worker()
     wait_for(lambda: client["alice"].get("v0").phase == progress_pb2.PHASE_DONE, "vision's job to run", 240)
     s0 = client["bob"].get("s0")
     assert s0.phase == progress_pb2.PHASE_QUEUED and not s0.HasField("started_at"), "speech may hold no cpu GPU"
-    assert "its quota 0 plus what it may borrow (0)" in s0.pending_reason
+    assert "team speech holds 0 cpu GPU(s), against its quota of 0 plus 0 it may borrow" in s0.pending_reason
