@@ -342,9 +342,10 @@ def test_an_output_only_one_host_sees_is_refused_when_several_serve_the_class() 
 
 def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_the_jobs_ahead(
         fleet, executor, tiny_model, counting_data):
-    """Issue 50 item 4: nlp (quota 1) runs nlp-1 and waits with nlp-2; vision (quota 1, may borrow 1) runs vis-1 and
-    waits with vis-3, submitted first; nlp may borrow nothing. nlp-1 ends first: nlp is back within its quota, so nlp-2 takes that host ahead
-    of vis-3, which would borrow. Its place says so, and its reason counts what holds nlp at its limit now."""
+    """Issue 50 item 4: nlp (quota 1, may borrow nothing) runs nlp-1 and waits with nlp-2; vision (quota 1, may
+    borrow 1) runs vis-1 and waits with vis-3, submitted first. nlp-1 ends first: nlp is back within its quota, so
+    nlp-2 takes that host ahead of vis-3, which would borrow. Its place says so, and its reason counts what holds nlp
+    at its limit now."""
     from fleet.fairshare import FairShare, TeamShare
 
     registry, leases = HostRegistry(fleet), Leases(fleet)
@@ -363,8 +364,8 @@ def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_th
         fleet.hset(job_key(job_id), "team", team)
     pending = {p.job_id: p for p in executor.fleet(executor_pb2.FleetRequest()).pending}
     assert (pending["nlp-2"].position, pending["vis-3"].position) == (1, 2), "nlp-2 starts first, as the workers will"
-    assert pending["nlp-2"].reason == ("waits for its team's limit: team nlp holds 1 cpu GPU(s), against its quota of 1 "
-                                       "plus 0 it may borrow; it starts as the team's jobs end")
+    assert pending["nlp-2"].reason == ("waits for its team's limit: team nlp holds 1 cpu GPU(s), against its quota of "
+                                       "1 plus 0 it may borrow; it starts as the team's jobs end")
     got = executor.get(executor_pb2.GetRequest(job_id="vis-3")).job
     assert got.queue_position == 2, "Get and Fleet give one place"
 
