@@ -37,7 +37,8 @@ PLAN_BYTES = MAX_RECEIVE_MESSAGE_BYTES
 PLAN_JSON_DEPTH = 32
 DEEPSPEED_JSON_DEPTH = 8
 # The plan id is the fleet's job id and its rq job id: rq accepts [A-Za-z0-9_-]+ (rq.job.JOB_ID_PATTERN), so no '.'.
-_PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+MAX_PLAN_ID_CHARS = 128
+_PLAN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_PLAN_ID_CHARS - 1}}}$")
 # Methods and objectives this executor trains; the planner can size more than it can run.
 _RUNNABLE_METHODS = (Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.FREEZE)
 
@@ -328,9 +329,10 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
     except FieldError as e:
         raise PlanError(e.field, e.description) from e
     if not _PLAN_ID.match(plan.plan_id):
-        suggestion = re.sub(r"[^A-Za-z0-9_-]", "-", plan.plan_id).lstrip("_-")[:128] or "my-plan"
-        raise PlanError("plan_id", f"{echo(plan.plan_id)} must be 1-128 letters, digits, '_' or '-', starting with "
-                                   f"a letter or digit (it is the fleet's job id); e.g. {echo(suggestion)}")
+        suggestion = re.sub(r"[^A-Za-z0-9_-]", "-", plan.plan_id).lstrip("_-")[:MAX_PLAN_ID_CHARS] or "my-plan"
+        raise PlanError("plan_id", f"{echo(plan.plan_id)} must be 1-{MAX_PLAN_ID_CHARS} letters, digits, '_' or '-', "
+                                   f"starting with a letter or digit (it is the fleet's job id); e.g. "
+                                   f"{echo(suggestion)}")
     _path_form("model.weights", plan.model.weights)
     _path_form("dataset.local_path", plan.dataset.local_path)
     _path_form("dataset.hub_name", plan.dataset.hub_name)

@@ -83,6 +83,11 @@ class NewJob:
     nodes: int = 1
     price_usd_per_gpu_hour: float = 0.0  # what its holds are charged (fleet.ledger)
     cost_high_usd: float = 0.0  # the upper end of its predicted cost: what it commits against its team's budget
+    scoped_id: str = ""  # its id in the fleet where its team's ids are scoped (executor.service.scoping); else plan_id
+
+    @property
+    def job_id(self) -> str:
+        return self.scoped_id or self.plan.plan_id
 
     def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
         """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""

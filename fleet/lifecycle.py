@@ -46,8 +46,8 @@ class Lifecycle:
         checked against its team's month in that transaction too (OverBudgetError): concurrent Submits cannot pass
         the budget together. With `quotas`, a new record must fit its team's stored records and bytes
         (fleet.retention), and is counted there."""
-        plan = new.plan
-        key = job_key(plan.plan_id)
+        plan, job_id = new.plan, new.job_id
+        key = job_key(job_id)
         owners = (f"principal:{new.submitter}", f"team:{new.team}")
         stored_bytes = plan.ByteSize() + retention.RECORD_OVERHEAD_BYTES
         if not self.redis.exists(key):
@@ -69,7 +69,7 @@ class Lifecycle:
                     pipe.watch(key)
                     if pipe.exists(key):
                         pipe.reset()
-                        existing = self.store.get(plan.plan_id)
+                        existing = self.store.get(job_id)
                         if existing.team != new.team:  # nothing of another team's job is told, not even its plan
                             raise PlanError("plan.plan_id", f"{plan.plan_id!r} is in use in the fleet; give this plan "
                                                             "a new plan_id")
@@ -83,18 +83,18 @@ class Lifecycle:
                     submitted = now_ms()
                     pipe.multi()
                     pipe.hset(key, mapping=new.fields(submitted))
-                    pipe.zadd(JOBS_INDEX, {plan.plan_id: submitted})
+                    pipe.zadd(JOBS_INDEX, {job_id: submitted})
                     for owner in owners:
-                        pipe.sadd(submitter_key(owner), plan.plan_id)
-                    pipe.sadd(team_jobs_key(new.team), plan.plan_id)
-                    retention.record_stored(pipe, new.team, plan.plan_id, stored_bytes)
+                        pipe.sadd(submitter_key(owner), job_id)
+                    pipe.sadd(team_jobs_key(new.team), job_id)
+                    retention.record_stored(pipe, new.team, job_id, stored_bytes)
                     if audit is not None and who is not None:
-                        audit.record(who, "submit", plan.plan_id, f"on {new.queue}{note}", pipeline=pipe)
-                    self.events.publish(new_event(plan.plan_id, 1, progress_pb2.PHASE_QUEUED,
+                        audit.record(who, "submit", job_id, f"on {new.queue}{note}", pipeline=pipe)
+                    self.events.publish(new_event(job_id, 1, progress_pb2.PHASE_QUEUED,
                                                   message=f"queued on {new.queue}"), pipeline=pipe)
-                    self.queues.enqueue(plan.plan_id, new.queue, new.timeout_s, pipeline=pipe)
+                    self.queues.enqueue(job_id, new.queue, new.timeout_s, pipeline=pipe)
                     pipe.execute()
-                    return self.store.get(plan.plan_id), True
+                    return self.store.get(job_id), True
                 except redis.WatchError:
                     continue  # created concurrently: answer with that job
 

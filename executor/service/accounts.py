@@ -10,7 +10,7 @@ from tunefleet.v1 import executor_pb2, plan_pb2
 from common.errors import DeniedError
 from common.identity import Directory, Identities, Identity, Role
 from contract.errors import PlanError, SpecError
-from executor.service import moves, pricing, usage
+from executor.service import moves, pricing, scoping, usage
 from fleet import budget
 from fleet.budget import BudgetRule
 from fleet.errors import OverBudgetError
@@ -112,7 +112,11 @@ class Accounts:
             raise PlanError("since_days", f"is {request.since_days}; at most {usage.MAX_SINCE_DAYS}")
         since_ms = now_ms() - (request.since_days or usage.DEFAULT_SINCE_DAYS) * 86_400_000
         holds = [h for h in self.ledger.holds(since_ms, usage.MAX_HOLDS_READ) if not team or h.get("team") == team]
-        rows, total = usage.aggregate(holds, request.group_by or executor_pb2.USAGE_GROUPING_JOB)
+        group_by = request.group_by or executor_pb2.USAGE_GROUPING_JOB
+        rows, total = usage.aggregate(holds, group_by)
+        if group_by == executor_pb2.USAGE_GROUPING_JOB:
+            for row in rows:
+                row.key = scoping.shown(row.key, who)
         response = executor_pb2.UsageResponse(rows=rows, total=total)
         if team:
             policy = self.directory().teams.get(team)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 import structlog
@@ -17,7 +17,7 @@ from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
 from contract.errors import PlanError
 from contract.limits import MAX_STORED_PLAN_BYTES
 from contract.run_config import run_config_from_plan
-from executor.service import moves
+from executor.service import moves, scoping
 from executor.service.accounts import Accounts
 from executor.service.outputs import check_shared_output
 from executor.service.waiting import (
@@ -167,12 +167,13 @@ class Executor:
         if who.role is not Role.ADMIN:  # the fleet's operators (and a server without identities) are not limited
             retention.check_rate(self.connection, self.config.quotas, who.principal, team, now_ms() / 1000)
         new, priced_note = self._new_job(plan, gpu_class, priority, who, team)
+        new = replace(new, scoped_id=scoping.fleet_id(plan.plan_id, team))
         rule, override_note = self.accounts.budget_rule(who, team, new.cost_high_usd, request.override_budget)
         for_team = f" for team {team}" if team != who.team else ""
         job, created = self.lifecycle.submit(new, self.config.max_queued_per_caller, self.config.max_queued_per_team,
                                              self.audit_log, who, note=for_team + override_note + priced_note,
                                              budget=rule, quotas=self.config.quotas)
-        return executor_pb2.SubmitResponse(job=job, created=created)
+        return executor_pb2.SubmitResponse(job=scoping.show_job(job, who), created=created)
 
     def _new_job(self, plan: plan_pb2.Plan, gpu_class: str, priority: int, who: Identity,
                  team: str) -> tuple[NewJob, str]:
@@ -189,32 +190,36 @@ class Executor:
 
     # --- Get / List -----------------------------------------------------------------------------------
 
-    def _visible(self, job_id: str, who: Identity, action: str = "") -> dict[bytes, bytes]:
-        """The job's record; NOT_FOUND when there is none, or when it is another team's (its existence is not
-        revealed: the same answer as for an id nobody used; an `action` on it is audited as refused)."""
+    def _visible(self, job_id: str, who: Identity, action: str = "") -> tuple[str, dict[bytes, bytes]]:
+        """The fleet's id of the job the caller names (executor.service.scoping) and its record; NOT_FOUND when there
+        is none, or when it is another team's (its existence is not revealed: the same answer as for an id nobody
+        used; an `action` on it is audited as refused)."""
         _require_id(job_id)
-        record = self.store.raw(job_id)
+        ids = scoping.asked(job_id, who)
+        found = [(i, r) for i, r in zip(ids, self.store.records(ids), strict=True) if r]
+        if not found:
+            raise no_such_job(job_id)
+        fleet_id, record = found[0]
         if not who.sees(record.get(b"team", b"").decode()):
             if action:
-                self.audit_log.record_denied(who, action, job_id, "another team's job (answered NOT_FOUND)")
+                self.audit_log.record_denied(who, action, fleet_id, "another team's job (answered NOT_FOUND)")
             raise no_such_job(job_id)
-        return record
+        return fleet_id, record
 
     def get(self, request: executor_pb2.GetRequest, who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.GetResponse:
-        record = self._visible(request.job_id, who)
-        job = job_from_record(request.job_id, record)
+        job_id, record = self._visible(request.job_id, who)
+        job = job_from_record(job_id, record)
         job.open_hold_usd = open_hold_usd(record, now_ms())
         if job.phase == progress_pb2.PHASE_QUEUED:
             hosts = self.hosts.hosts()
             orders = OrderCache(self.fairshare)
             line = self._line(hosts, orders, who)
-            place = line.place(request.job_id, record)
+            place = line.place(job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
-                set_expected_start(self._start_of(request.job_id, record, hosts, orders), line.at_ms,
-                                   job)
+                set_expected_start(self._start_of(job_id, record, hosts, orders), line.at_ms, job)
             job.runs_now_instead.extend(self._alternatives(job.plan, record[b"gpu_class"].decode(), hosts))
-        return executor_pb2.GetResponse(job=job)
+        return executor_pb2.GetResponse(job=scoping.show_job(job, who))
 
     def _alternatives(self, plan: plan_pb2.Plan, own_class: str,
                       hosts: list[executor_pb2.Host]) -> list[executor_pb2.Alternative]:
@@ -270,7 +275,7 @@ class Executor:
                     continue
                 listed = job_from_record(job_id, record, with_plan=False)
                 listed.open_hold_usd = open_hold_usd(record, now_ms())
-                jobs.append(listed)
+                jobs.append(scoping.show_job(listed, who))
                 if len(jobs) == size:
                     break
         token = encode_page_token(cursor) if cursor and self.store.page(cursor, 1) else ""
@@ -280,18 +285,19 @@ class Executor:
 
     def cancel(self, request: executor_pb2.CancelRequest,
                who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.CancelResponse:
-        self._visible(request.job_id, who, "cancel")
+        job_id, _ = self._visible(request.job_id, who, "cancel")
         who.require(Role.SUBMITTER, "Cancel")
         reason = request.reason[:MAX_REASON_CHARS]
-        return executor_pb2.CancelResponse(job=self.lifecycle.cancel(request.job_id, reason, self.audit_log, who))
+        return executor_pb2.CancelResponse(
+            job=scoping.show_job(self.lifecycle.cancel(job_id, reason, self.audit_log, who), who))
 
     # --- Watch ----------------------------------------------------------------------------------------
 
     def watch(self, request: executor_pb2.WatchRequest, is_active: Callable[[], bool] = lambda: True,
               who: Identity = UNAUTHENTICATED_ADMIN) -> Iterator[executor_pb2.WatchResponse]:
-        self._visible(request.job_id, who)
+        job_id, _ = self._visible(request.job_id, who)
         watcher = Watcher(self.store, self.events, self.hub, self.config.heartbeat_interval_s, is_active)
-        return watcher.stream(request.job_id, request.after_sequence)
+        return (_shown_event(response, who) for response in watcher.stream(job_id, request.after_sequence))
 
     # --- Fleet ----------------------------------------------------------------------------------------
 
@@ -332,8 +338,9 @@ class Executor:
                 start = orders.starts(gpu_class, line.hosts, running).get(job_id)
             if not who.sees(record.get(b"team", b"").decode()):
                 continue
-            pending = executor_pb2.PendingJob(job_id=job_id, queue=record[b"queue"].decode(), reason=place.reason,
-                                              position=place.position, team=record.get(b"team", b"").decode())
+            pending = executor_pb2.PendingJob(job_id=scoping.shown(job_id, who), queue=record[b"queue"].decode(),
+                                              reason=place.reason, position=place.position,
+                                              team=record.get(b"team", b"").decode())
             set_expected_start(start, line.at_ms, pending)
             response.pending.append(pending)
         for s in self.fairshare.standings(orders.snapshot()):
@@ -353,8 +360,7 @@ class Executor:
             copy.CopyFrom(host)
             if host.running_job_id:
                 copy.running_team = teams.get(host.running_job_id, "")
-                if not who.sees(copy.running_team):
-                    copy.running_job_id = ""
+                copy.running_job_id = scoping.shown(host.running_job_id, who) if who.sees(copy.running_team) else ""
             shown.append(copy)
         return shown
 
@@ -364,7 +370,7 @@ class Executor:
              who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.MoveResponse:
         """Re-plan a queued job for another GPU class — the planner's cheapest fit on one host of it, at the
         fleet's prices — and queue it there, at the back; its data, output and hyperparameters stay."""
-        record = self._visible(request.job_id, who, "move")
+        job_id, record = self._visible(request.job_id, who, "move")
         who.require(Role.SUBMITTER, "Move")
         moves.check_movable(record)
         hosts = [h for h in self.hosts.hosts() if not h.quarantine_reason]
@@ -372,7 +378,7 @@ class Executor:
         if request.gpu_class not in classes:
             raise PlanError("gpu_class", f"{request.gpu_class!r} has no healthy host in the fleet; it has "
                                          f"{', '.join(classes) or 'no hosts'}")
-        plan = job_from_record(request.job_id, record).plan
+        plan = job_from_record(job_id, record).plan
         check_shared_output(plan.output_uri, [h for h in hosts if h.gpu_class == request.gpu_class])
         most = max(h.gpu_count for h in hosts if h.gpu_class == request.gpu_class)
         best = moves.best_on(plan, request.gpu_class, most, self.accounts.priced_catalog())
@@ -386,8 +392,8 @@ class Executor:
         e = best.estimate
         message = (f"moved to {new.queue} by {who.principal}: {best.fit.hardware.gpus_per_node}x "
                    f"{request.gpu_class}, ~{e.duration_s / 3600:.1f} h, ~${e.cost_usd:,.2f}")
-        return executor_pb2.MoveResponse(job=self.lifecycle.move(request.job_id, new, message, self.audit_log, who,
-                                                                 budget=rule))
+        moved = self.lifecycle.move(job_id, new, message, self.audit_log, who, budget=rule)
+        return executor_pb2.MoveResponse(job=scoping.show_job(moved, who))
 
     def usage(self, request: executor_pb2.UsageRequest,
               who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.UsageResponse:
@@ -428,9 +434,15 @@ class Executor:
         """How `who` may name the running jobs: by id in their team, else as a job of its team."""
         viewer = None if who.role is Role.ADMIN else who.team
         teams = {job_id: record.get(b"team", b"").decode() for job_id, record in running.items()}
-        return lambda job_id: job_label(job_id, teams.get(job_id, ""), viewer)
+        return lambda job_id: job_label(scoping.shown(job_id, who), teams.get(job_id, ""), viewer)
 
 
 def _require_id(job_id: str) -> None:
     if not job_id:
         raise PlanError("job_id", "is empty; pass the job id that Submit returned (the plan id)")
+
+
+def _shown_event(response: executor_pb2.WatchResponse, who: Identity) -> executor_pb2.WatchResponse:
+    if response.HasField("event"):
+        response.event.job_id = scoping.shown(response.event.job_id, who)
+    return response

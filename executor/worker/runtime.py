@@ -149,6 +149,7 @@ class WorkerRuntime:
         structlog.contextvars.bind_contextvars(job_id=job_id, fence=held.fence)
         record = self.store.raw(job_id)  # read once: the plan and its timeout
         plan = plan_pb2.Plan.FromString(record[b"plan"])
+        plan.plan_id = job_id  # the run's identity is the fleet's id of the job (its team's scope: executor.service)
         timeout_s = int(record.get(b"timeout_s") or 0)
         try:
             self._take_place(record)

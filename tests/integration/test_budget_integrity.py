@@ -18,6 +18,7 @@ from clients.errors import FailedPrecondition, InvalidArgument, NotFound, Permis
 from clients.executor_client import ExecutorClient
 from common.units import GiB
 from executor.service import pricing
+from executor.service.scoping import fleet_id
 from fleet import queues
 from fleet.connection import connect
 from fleet.hosts import HostGpus, HostRegistry
@@ -77,8 +78,9 @@ def test_the_fleet_prices_and_times_a_job_by_its_own_prediction(start_service, r
             ExecutorClient(service.address, token="root-token", timeout_s=30) as root:
         cheap = alice.submit(_claiming(_a100_plan(counting_data), 0.001)).job
         assert cheap.cost_high_usd == pytest.approx(own.duration_s_high / 3600), "the fleet's figure, not $0.0000003"
-        assert int(fleet.hget(job_key("llama-qlora"), "timeout_s")) == queues.job_timeout_s(own.duration_s)
-        said = [e.detail for e in root.audit() if e.action == "submit" and e.target == "llama-qlora"]
+        stored = job_key(fleet_id("llama-qlora", "nlp"))  # the fleet's id of nlp's job (executor.service.scoping)
+        assert int(fleet.hget(stored, "timeout_s")) == queues.job_timeout_s(own.duration_s)
+        said = [e.detail for e in root.audit() if e.action == "submit" and e.target == fleet_id("llama-qlora", "nlp")]
         assert said and "the plan said up to 0.00 h, the fleet predicts up to 0.23 h" in said[0]
         alice.cancel("llama-qlora")
 
@@ -86,7 +88,7 @@ def test_the_fleet_prices_and_times_a_job_by_its_own_prediction(start_service, r
         month.plan_id = "thirty-days"
         long = alice.submit(_claiming(month, 30 * 86_400)).job
         assert long.cost_high_usd == pytest.approx(cheap.cost_high_usd)
-        assert int(fleet.hget(job_key("thirty-days"), "timeout_s")) < 2 * 3600, "not 30 days × 3"
+        assert int(fleet.hget(job_key(fleet_id("thirty-days", "nlp")), "timeout_s")) < 2 * 3600, "not 30 days × 3"
 
 
 def test_concurrent_submits_cannot_pass_the_budget_together(start_service, tiny_model, counting_data, tmp_path):
@@ -154,13 +156,14 @@ def test_an_admin_submits_for_a_team_and_the_job_is_that_teams(start_service, ti
         assert (job.team, job.submitter) == ("nlp", "root")
         assert alice.get("nlp-5").team == "nlp", "the team sees its own job"
         assert alice.usage().month_committed_usd == pytest.approx(30.0), "committed against nlp, not ops"
-        entry = next(e for e in root.audit() if e.action == "submit" and e.target == "nlp-5")
+        entry = next(e for e in root.audit() if e.action == "submit" and e.target == fleet_id("nlp-5", "nlp"))
+        assert job.job_id == fleet_id("nlp-5", "nlp"), "an admin names every team's jobs by their fleet ids"
         assert (entry.principal, entry.team) == ("root", "ops")
         assert "for team nlp; admin override of team nlp's $5.00 budget" in entry.detail
 
-        with pytest.raises(InvalidArgument) as taken:
-            vic.submit(fleet_plan(tiny_model, counting_data, "nlp-5"))
-        assert str(taken.value).endswith("'nlp-5' is in use in the fleet; give this plan a new plan_id")
+        own = vic.submit(fleet_plan(tiny_model, counting_data, "nlp-5"))  # ids are scoped per team (issue 58 item 8)
+        assert own.created and (own.job.job_id, own.job.team) == ("nlp-5", "vision")
+        assert (alice.get("nlp-5").team, vic.get("nlp-5").team) == ("nlp", "vision"), "each team sees its own nlp-5"
 
 
 def test_refused_attempts_are_audited_with_their_reason_and_details_are_never_cut(start_service, tiny_model,
@@ -183,7 +186,8 @@ def test_refused_attempts_are_audited_with_their_reason_and_details_are_never_cu
                     team="nlp")
         denied = {(e.principal, e.action, e.target): e.detail for e in root.audit() if e.action.startswith("denied:")}
     assert "over its $5.00 budget" in denied[("alice", "denied:submit", "nlp-big")]
-    assert denied[("vic", "denied:cancel", "nlp-own")] == "another team's job (answered NOT_FOUND)"
+    assert not any(who == "vic" and action == "denied:cancel" for who, action, _ in denied), \
+        "vic's 'nlp-own' is an id of vision's own, which no job has: nothing of nlp's was reached"
     assert "needs the admin role" in denied[("vic", "denied:submit", "nlp-own")]
     assert denied[("(unauthenticated)", "denied:call", "/tunefleet.v1.ExecutorService/Get")] == \
         "a token the fleet does not know"

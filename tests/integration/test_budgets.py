@@ -16,6 +16,7 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 from clients.errors import FailedPrecondition, PermissionDenied
 from clients.executor_client import ExecutorClient
 from common.identity import Identities, token_sha256
+from executor.service.scoping import fleet_id
 from planner import calibration
 from tests.integration.fleet_helpers import events_at_end, fleet_plan, wait_for
 
@@ -93,7 +94,7 @@ def test_a_team_is_held_to_its_budget_and_charged_what_its_jobs_measured(start_s
         with pytest.raises(FailedPrecondition):
             root.submit(_plan(tiny_model, counting_data, "ops-1"))
         assert root.submit(_plan(tiny_model, counting_data, "ops-1"), override_budget=True).created
-        assert any(e.target == "ops-1" and "admin override" in e.detail for e in root.audit())
+        assert any(e.target == fleet_id("ops-1", "ops") and "admin override" in e.detail for e in root.audit())
         root.cancel("ops-1")
         by_team = {r.key: r for r in root.usage(group_by=executor_pb2.USAGE_GROUPING_TEAM).rows}
         assert by_team["vision"].cost_usd == pytest.approx(done.spent_usd)

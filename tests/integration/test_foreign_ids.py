@@ -18,6 +18,7 @@ from clients.executor_client import ExecutorClient
 from clients.fleet_cli import EXIT_UNAUTHENTICATED
 from common.identity import Identities
 from common.units import GiB
+from executor.service.scoping import fleet_id
 from fleet.connection import connect
 from fleet.hosts import HostGpus, HostRegistry
 from tests.integration.fleet_helpers import fleet_plan, identities
@@ -40,8 +41,9 @@ def test_another_teams_jobs_are_shown_by_their_team_only(start_service, redis_ur
             vic.submit(fleet_plan(tiny_model, counting_data, f"{SECRET}-{k}"))
         for k in range(3):
             nora.submit(fleet_plan(tiny_model, counting_data, f"nlp-{k}"))
-        registry.heartbeat("host-a", HostGpus("cpu", 1, 8 * GiB), f"{SECRET}-0", [], tmp_path, True)
-        registry.heartbeat("host-b", HostGpus("cpu", 1, 8 * GiB), "nlp-0", [], tmp_path, True)
+        # hosts run jobs by their fleet ids (executor.service.scoping), as workers report them
+        registry.heartbeat("host-a", HostGpus("cpu", 1, 8 * GiB), fleet_id(f"{SECRET}-0", "vision"), [], tmp_path, True)
+        registry.heartbeat("host-b", HostGpus("cpu", 1, 8 * GiB), fleet_id("nlp-0", "nlp"), [], tmp_path, True)
 
         seen = nora.fleet()
         assert SECRET not in text_format.MessageToString(seen), "a vision job id in nlp's Fleet answer"
@@ -51,6 +53,7 @@ def test_another_teams_jobs_are_shown_by_their_team_only(start_service, redis_ur
         reasons = [p.reason for p in seen.pending if p.job_id.startswith("nlp-")]
         assert reasons and all("(a job of team vision, job nlp-0)" in r for r in reasons), reasons
         assert {p.job_id for p in seen.pending} == {"nlp-0", "nlp-1", "nlp-2"}, "only its own pending jobs"
+        assert "vision" not in {p.team for p in seen.pending}
         own = vic.fleet()
         assert {h.running_job_id for h in own.hosts} == {f"{SECRET}-0", ""}, "vision sees its own job's id"
 

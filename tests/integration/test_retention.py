@@ -11,6 +11,7 @@ import pytest
 from clients.errors import NotFound, QuotaExceeded
 from clients.executor_client import ExecutorClient
 from common.identity import Identities
+from executor.service.scoping import fleet_id
 from fleet.connection import connect
 from fleet.keys import TEAM_BYTES, team_records_key
 from fleet.retention import RECORD_OVERHEAD_BYTES, Quotas
@@ -43,7 +44,8 @@ def test_submits_are_rate_limited_per_caller_and_per_team(start_service, tiny_mo
             dora.submit(fleet_plan(tiny_model, counting_data, "d-2"))
         assert "team nlp has submitted 5 jobs in" in str(team_full.value)
         root.submit(fleet_plan(tiny_model, counting_data, "ops-0"))  # the fleet's admins are not limited
-        assert [j.job_id for j in root.jobs()] == ["ops-0", "d-1", "d-0", "a-2", "a-1", "a-0"]
+        assert [j.job_id for j in root.jobs()] == ["ops-0", *(fleet_id(j, "nlp") for j in ("d-1", "d-0", "a-2", "a-1",
+                                                                                          "a-0"))]
 
 
 def test_a_submit_cancel_loop_is_capped_and_finished_records_expire(start_service, redis_url, tiny_model,

@@ -15,6 +15,7 @@ from clients.errors import NotFound, PermissionDenied, ResourceExhausted, Unauth
 from clients.executor_client import ExecutorClient
 from common.identity import Identities, token_sha256
 from devtools.tiny import make_plan
+from executor.service.scoping import fleet_id
 from tests.integration.fleet_helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -76,18 +77,19 @@ def test_teams_see_and_cancel_only_their_own_jobs_and_every_action_is_audited(st
         assert shown.returncode == 2, "a missing plan file is the caller's mistake before any call"
 
         # a teammate may cancel it; an admin sees every team's job
-        bob_job = clients["bob"].submit(_plan(tiny_model, counting_data, "speech-1")).job
+        assert clients["bob"].submit(_plan(tiny_model, counting_data, "speech-1")).job.job_id == "speech-1"
         assert clients["dora"].cancel("vision-1").phase == progress_pb2.PHASE_CANCELLED
-        assert sorted(j.job_id for j in clients["root"].jobs()) == ["speech-1", "vision-1"]
-        assert clients["root"].cancel(bob_job.job_id, reason="maintenance").phase == progress_pb2.PHASE_CANCELLED
+        speech_1, vision_1 = fleet_id("speech-1", "speech"), fleet_id("vision-1", "vision")
+        assert sorted(j.job_id for j in clients["root"].jobs()) == [speech_1, vision_1], "an admin sees fleet ids"
+        assert clients["root"].cancel(speech_1, reason="maintenance").phase == progress_pb2.PHASE_CANCELLED
 
         audit = [(e.principal, e.team, e.action, e.target) for e in clients["root"].audit()]
         assert [a for a in audit if not a[2].startswith("denied:")] == [
-            ("alice", "vision", "submit", "vision-1"), ("bob", "speech", "submit", "speech-1"),
-            ("dora", "vision", "cancel", "vision-1"), ("root", "ops", "cancel", "speech-1")]
+            ("alice", "vision", "submit", vision_1), ("bob", "speech", "submit", speech_1),
+            ("dora", "vision", "cancel", vision_1), ("root", "ops", "cancel", speech_1)]
         assert [a for a in audit if a[2].startswith("denied:")] == [
-            ("bob", "speech", "denied:cancel", "vision-1"), ("vic", "vision", "denied:submit", "vic-1"),
-            ("vic", "vision", "denied:cancel", "vision-1")], "each refused attempt is audited too (issue 50 item 3)"
+            ("vic", "vision", "denied:submit", "vic-1"), ("vic", "vision", "denied:cancel", "vision-1")], \
+            "each refused attempt is audited too (issue 50 item 3); bob's 'vision-1' names no job of speech's"
         table = _tunefleet(service.address, "root", "audit")
         assert table.returncode == 0 and "maintenance" in table.stdout and "dora" in table.stdout, table.stderr
         refused = _tunefleet(service.address, "alice", "audit")
