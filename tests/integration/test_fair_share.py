@@ -14,6 +14,7 @@ from tunefleet.v1 import progress_pb2
 from clients.executor_client import ExecutorClient
 from common.identity import Identities, token_sha256
 from devtools.tiny import make_plan
+from executor.service.scoping import fleet_id
 from fleet.fairshare import FairShare, charge_usage
 from tests.integration.fleet_helpers import wait_for
 
@@ -41,7 +42,8 @@ def test_a_team_that_used_the_class_recently_waits_behind_one_that_did_not(start
     queued = [("alice", "v0"), ("alice", "v1"), ("bob", "s0")]  # FIFO order
     for principal, job_id in queued:
         client[principal].submit(make_plan(tiny_model, counting_data, tmp_path / job_id, plan_id=job_id, max_steps=2))
-    expected = ["s0", "v0", "v1"]
+    # root (an admin of team ops) names the other teams' jobs by their fleet ids (executor.service.scoping)
+    expected = [fleet_id("s0", "speech"), fleet_id("v0", "vision"), fleet_id("v1", "vision")]
 
     wait_for(lambda: fair.weights() == {"vision": 1.0, "speech": 1.0}, "the service to publish the teams' weights")
     pending = {p.job_id: p.position for p in client["root"].fleet().pending}
