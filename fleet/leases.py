@@ -46,7 +46,7 @@ if not phase then return 'missing' end
 if tonumber(phase) ~= tonumber(ARGV[3]) then return phase end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'phase', ARGV[4], 'host_id', ARGV[1], 'started_at_ms', ARGV[2], 'cancel_requested', 0,
-           'preempt_requested', 0, 'preempted_for', '', 'preempt_deadline_ms', 0, 'retry_at_ms', 0,
+           'preempt_requested', 0, 'preempted_for', '', 'preempt_deadline_ms', 0, 'retry_at_ms', 0, 'budget_stop', '',
            'hold_from_step', redis.call('HGET', KEYS[1], 'checkpoint_step') or 0)
 redis.call('SET', KEYS[2], ARGV[1] .. ':' .. fence, 'PX', ARGV[5])
 redis.call('SADD', KEYS[3], ARGV[6])
