@@ -19,6 +19,7 @@ says which claim owns a running job; every write of a holder is checked against 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from common.bounds import parse_count
+from common.identity import UNAUTHENTICATED_ADMIN
 from contract.errors import PlanError
 from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
@@ -107,10 +109,29 @@ class NewJob:
 PREEMPTION, RECLAIM = "preemption", "reclaim"
 
 
+# The team of a fleet without identities (common.identity's UNAUTHENTICATED_ADMIN and TOKEN_FILE_ADMIN): its job ids
+# carry no team mark.
+UNSCOPED_TEAM = UNAUTHENTICATED_ADMIN.team
+TEAM_MARK_HEX = 6
+
+
+def team_mark(team: str) -> str:
+    """What a team's job ids carry in the fleet (executor.service.scoping): '-t' and 6 hex of the team name's
+    SHA-256, letters rq admits in a job id; '' for the unscoped team."""
+    if not team or team == UNSCOPED_TEAM:
+        return ""
+    return "-t" + hashlib.sha256(team.encode()).hexdigest()[:TEAM_MARK_HEX]
+
+
 def job_label(job_id: str, team: str, viewer_team: str | None) -> str:
-    """A job as someone of `viewer_team` may read of it: by id in their own team (or for an admin: None), else only
-    as a job of its team (another team's job ids are never shown)."""
-    return f"job {job_id}" if viewer_team is None or team == viewer_team else f"a job of team {team}"
+    """A job as someone of `viewer_team` may read of it: by its id within their own team (its plan id), by its fleet
+    id for an admin (None), else only as a job of its team (another team's job ids are never shown)."""
+    if viewer_team is None:
+        return f"job {job_id}"
+    if team != viewer_team:
+        return f"a job of team {team}"
+    mark = team_mark(team)
+    return f"job {job_id[:-len(mark)] if mark and job_id.endswith(mark) else job_id}"
 
 
 @dataclass(frozen=True)

@@ -8,24 +8,18 @@ without identities ("default") has no suffix: its job ids are its plan ids, as t
 
 from __future__ import annotations
 
-import hashlib
-
 from tunefleet.v1 import executor_pb2
 
-from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
+from common.identity import Identity, Role
 from contract.errors import PlanError
 from contract.run_config import MAX_PLAN_ID_CHARS
-
-# The team of a fleet without an identities file (or with one token): its ids are left as they are.
-UNSCOPED_TEAM = UNAUTHENTICATED_ADMIN.team
-SUFFIX_HEX = 6
+from fleet.jobs import team_mark
 
 
 def suffix(team: str) -> str:
-    """What a team's job ids carry in the fleet; '' for the unscoped team."""
-    if not team or team == UNSCOPED_TEAM:
-        return ""
-    return "-t" + hashlib.sha256(team.encode()).hexdigest()[:SUFFIX_HEX]
+    """What a team's job ids carry in the fleet; '' for the team of a fleet without identities (fleet.jobs.team_mark,
+    which the fleet's own messages strip too)."""
+    return team_mark(team)
 
 
 def fleet_id(plan_id: str, team: str) -> str:

@@ -36,3 +36,12 @@ def test_a_fleet_without_identities_keeps_its_ids_and_a_long_plan_id_is_refused_
     with pytest.raises(PlanError) as long:
         scoping.fleet_id("x" * 125, "nlp")
     assert long.value.field == "plan.plan_id" and "at most 120" in str(long.value)
+
+
+def test_the_fleets_own_messages_name_a_job_as_its_reader_names_it() -> None:
+    from fleet.jobs import job_label
+
+    exp_2 = scoping.fleet_id("exp-2", "nlp")
+    assert job_label(exp_2, "nlp", "nlp") == "job exp-2", "a preempted job of nlp hears its teammate's plan id"
+    assert job_label(exp_2, "nlp", "vision") == "a job of team nlp"
+    assert job_label(exp_2, "nlp", None) == f"job {exp_2}", "an admin reads the fleet id"
