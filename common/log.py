@@ -9,9 +9,6 @@ import time
 
 import structlog
 
-# Message kinds a SampledFilter tracks before it starts afresh (a bound on its memory).
-MAX_SAMPLED_KINDS = 1_000
-
 
 def configure_logging(json: bool | None = None, level: int = logging.INFO) -> None:
     if json is None:
@@ -48,6 +45,32 @@ class Sampled:
             return count
 
 
+class SampledByKind:
+    """A Sampled per kind of event (a log line's template, a caller's refused action): each kind logged the first
+    time, then at most once per `interval_s`. At most `max_kinds` are tracked; past that the table starts afresh (a
+    bound on its memory, at the cost of one early line per kind)."""
+
+    def __init__(self, interval_s: float, max_kinds: int) -> None:
+        self.interval_s = interval_s
+        self._max_kinds = max_kinds
+        self._kinds: dict[object, Sampled] = {}
+        self._lock = threading.Lock()
+
+    def due(self, kind: object) -> int:
+        """0 when not to log this kind now; else how many events of it this line stands for."""
+        with self._lock:
+            sampled = self._kinds.get(kind)
+            if sampled is None:
+                if len(self._kinds) >= self._max_kinds:
+                    self._kinds.clear()
+                sampled = self._kinds[kind] = Sampled(self.interval_s)
+        return sampled.due()
+
+
+# Message kinds a SampledFilter tracks before it starts afresh.
+MAX_SAMPLED_KINDS = 1_000
+
+
 class SampledFilter(logging.Filter):
     """Lets a standard-library log line of each kind (its logger and message template) through the first time,
     then at most once per `interval_s`, saying how many it stands for: a flood (an accept loop out of file
@@ -55,19 +78,10 @@ class SampledFilter(logging.Filter):
 
     def __init__(self, interval_s: float) -> None:
         super().__init__()
-        self._interval_s = interval_s
-        self._kinds: dict[tuple[str, str], Sampled] = {}
-        self._lock = threading.Lock()
+        self._sampled = SampledByKind(interval_s, MAX_SAMPLED_KINDS)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, str(record.msg)[:200])
-        with self._lock:
-            sampled = self._kinds.get(key)
-            if sampled is None:
-                if len(self._kinds) >= MAX_SAMPLED_KINDS:
-                    self._kinds.clear()
-                sampled = self._kinds[key] = Sampled(self._interval_s)
-        count = sampled.due()
+        count = self._sampled.due((record.name, str(record.msg)[:200]))
         if count > 1:
-            record.msg = f"{record.msg} (and {count - 1} more like it in the last {self._interval_s:g} s)"
+            record.msg = f"{record.msg} (and {count - 1} more like it in the last {self._sampled.interval_s:g} s)"
         return count > 0

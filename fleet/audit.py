@@ -5,7 +5,6 @@ calls cannot push the fleet's real history out of the cap."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2
 
 from common.identity import Identity
-from common.log import Sampled
+from common.log import SampledByKind
 from fleet.keys import AUDIT_STREAM
 
 # Entries kept: a busy fleet's year of Cancels and host actions, ~200 bytes each (~20 MB at most).
@@ -28,18 +27,12 @@ _MAX_SAMPLED = 10_000
 class AuditLog:
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
-        self._denied: dict[tuple[str, str], Sampled] = {}
-        self._lock = threading.Lock()
+        self._denied = SampledByKind(DENIED_SAMPLE_S, _MAX_SAMPLED)
 
     def record_denied(self, who: Identity, action: str, target: str, reason: str) -> bool:
         """Record a refused attempt (action `denied:<action>`) with its reason, sampled per caller and action; whether
         an entry was written."""
-        key = (who.principal, action)
-        with self._lock:
-            if len(self._denied) >= _MAX_SAMPLED:
-                self._denied.clear()
-            sampled = self._denied.setdefault(key, Sampled(DENIED_SAMPLE_S))
-        count = sampled.due()
+        count = self._denied.due((who.principal, action))
         if not count:
             return False
         more = f" (and {count - 1} more refused in the last {DENIED_SAMPLE_S:g} s)" if count > 1 else ""
