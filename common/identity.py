@@ -43,7 +43,7 @@ log = structlog.get_logger("tunefleet.identity")
 # How often a call may look whether the identities file changed (a stat, at most once per this many seconds).
 RELOAD_CHECK_S = 1.0
 # Principal and team names: what an admin types and what logs and the audit show.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_IDENTITIES = 10_000
 _EMPTY_TOKEN_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -140,7 +140,7 @@ def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
     for i, entry in enumerate(entries):
         at = f"{where}: team {i + 1}"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
-                not _NAME.fullmatch(entry["name"]):
+                not NAME.fullmatch(entry["name"]):
             raise IdentitiesError(f"{at}: name must be 1-64 letters, digits, '_', '.', '@' or '-'")
         unknown = set(entry) - {"name", "monthly_budget_usd", "weight", "quota_gpus", "borrow_gpus"}
         if unknown:
@@ -200,7 +200,7 @@ def _identities(document: dict[str, object], where: str) -> dict[str, Identity]:
             raise IdentitiesError(f"{at} has unknown keys {sorted(unknown)}; it takes principal, team, role and "
                                   "token_sha256 (the file never holds a token)")
         for key in ("principal", "team"):
-            if not isinstance(entry.get(key), str) or not _NAME.fullmatch(entry[key]):
+            if not isinstance(entry.get(key), str) or not NAME.fullmatch(entry[key]):
                 raise IdentitiesError(f"{at}: {key} must be 1-64 letters, digits, '_', '.', '@' or '-'")
         role = entry.get("role")
         if role not in {r.value for r in Role}:

@@ -123,6 +123,13 @@ def team_mark(team: str) -> str:
     return "-t" + hashlib.sha256(team.encode()).hexdigest()[:TEAM_MARK_HEX]
 
 
+def within_team(job_id: str, team: str) -> str:
+    """A fleet id as `team` names it: its own job by its plan id (the id without the team's mark), any other as it
+    is."""
+    mark = team_mark(team)
+    return job_id[:-len(mark)] if mark and job_id.endswith(mark) else job_id
+
+
 def job_label(job_id: str, team: str, viewer_team: str | None) -> str:
     """A job as someone of `viewer_team` may read of it: by its id within their own team (its plan id), by its fleet
     id for an admin (None), else only as a job of its team (another team's job ids are never shown)."""
@@ -130,8 +137,7 @@ def job_label(job_id: str, team: str, viewer_team: str | None) -> str:
         return f"job {job_id}"
     if team != viewer_team:
         return f"a job of team {team}"
-    mark = team_mark(team)
-    return f"job {job_id[:-len(mark)] if mark and job_id.endswith(mark) else job_id}"
+    return f"job {within_team(job_id, team)}"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Job ids scoped per team: two teams may both submit a plan `exp-1`, and neither learns of the other's.
 
 Everyone names their own team's jobs by their plan ids. In the fleet (Redis, rq, workers, events) a job of a team is
-`<plan id>-t<6 hex of the team's SHA-256>` (rq admits letters, digits, '_' and '-' only), so two teams' ids never
-meet; the service strips the caller's team's suffix from what it answers and adds it to what the caller asks for. A
-fleet's admins see every team's jobs: other teams' by their fleet ids, which they name them by. The team of a fleet
-without identities ("default") has no suffix: its job ids are its plan ids, as they always were."""
+its plan id and its team's mark (fleet.jobs.team_mark: '-t' and 6 hex of the team's SHA-256; rq admits letters,
+digits, '_' and '-' only), so two teams' ids never meet; the service strips the caller's team's mark from what it
+answers and adds it to what the caller asks for. A fleet's admins see every team's jobs: other teams' by their fleet
+ids, which they name them by. The team of a fleet without identities ("default") has no mark: its job ids are its
+plan ids, as they always were."""
 
 from __future__ import annotations
 
@@ -13,37 +14,30 @@ from tunefleet.v1 import executor_pb2
 from common.identity import Identity, Role
 from contract.errors import PlanError
 from contract.run_config import MAX_PLAN_ID_CHARS
-from fleet.jobs import team_mark
-
-
-def suffix(team: str) -> str:
-    """What a team's job ids carry in the fleet; '' for the team of a fleet without identities (fleet.jobs.team_mark,
-    which the fleet's own messages strip too)."""
-    return team_mark(team)
+from fleet.jobs import team_mark, within_team
 
 
 def fleet_id(plan_id: str, team: str) -> str:
     """The fleet's id of team `team`'s job of this plan id; PlanError when it would be longer than a plan id may be
     (the run takes it as its plan id: contract.run_config)."""
-    scoped = plan_id + suffix(team)
+    scoped = plan_id + team_mark(team)
     if len(scoped) > MAX_PLAN_ID_CHARS:
         raise PlanError("plan.plan_id", f"is {len(plan_id)} characters; on a fleet of teams a plan id may have at most "
-                                        f"{MAX_PLAN_ID_CHARS - len(suffix(team))} (the fleet adds its team's mark)")
+                                        f"{MAX_PLAN_ID_CHARS - len(team_mark(team))} (the fleet adds its team's mark)")
     return scoped
 
 
 def asked(job_id: str, who: Identity) -> list[str]:
     """The fleet ids the job a caller names may have, to look up in order: a member's is its own team's plan id; an
     admin's, its own team's plan id, else a fleet id as it sees other teams' jobs."""
-    own = fleet_id(job_id, who.team) if len(job_id) + len(suffix(who.team)) <= MAX_PLAN_ID_CHARS else job_id
+    own = fleet_id(job_id, who.team) if len(job_id) + len(team_mark(who.team)) <= MAX_PLAN_ID_CHARS else job_id
     return list(dict.fromkeys([own, job_id])) if who.role is Role.ADMIN else [own]
 
 
 def shown(job_id: str, who: Identity) -> str:
     """A fleet id as the caller names it: its own team's job by its plan id, another team's (an admin's view) by its
     fleet id."""
-    end = suffix(who.team)
-    return job_id[:-len(end)] if end and job_id.endswith(end) else job_id
+    return within_team(job_id, who.team)
 
 
 def show_job(job: executor_pb2.Job, who: Identity) -> executor_pb2.Job:

@@ -5,19 +5,16 @@ the job (or joins its gang)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunefleet.v1 import plan_pb2
 
+from common.identity import NAME
 from contract.errors import PlanError
 from contract.ownership import claim_output, read_paths
 from contract.paths import TEAMS_DIR, Roots
 from contract.run_config import DEFAULT_OUTPUT_PARENT, run_config_from_plan
-
-# A team name as common.identity admits it: the only form that may become a path component.
-_TEAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,7 @@ class Place:
         """The place of a job of `team` on a worker with these roots and work dir."""
         if not team_roots:
             return cls(roots, work_dir)
-        if not _TEAM.fullmatch(team) or team in (".", ".."):
+        if not NAME.fullmatch(team):  # as common.identity admits a team: never a '/', nor '.' or '..'
             raise PlanError("team", f"{team!r} cannot name a folder; this worker (--team-roots) runs only jobs of "
                                     "teams from the fleet's identities file")
         return cls(roots.of_team(team), work_dir / TEAMS_DIR / team)
