@@ -14,7 +14,7 @@ from redis.exceptions import WatchError
 from tunefleet.v1 import progress_pb2
 
 from fleet.errors import OverBudgetError
-from fleet.jobs import RUNNING_PHASES, now_ms
+from fleet.jobs import RUNNING_PHASES, JobStore, now_ms
 from fleet.keys import job_key, spend_key, team_jobs_key
 from fleet.ledger import month_of
 
@@ -63,24 +63,23 @@ def job_exposure_usd(record: dict[bytes, bytes], at_ms: int) -> float:
     return max(committed, open_hold_usd(record, at_ms))
 
 
-def _records(reader: Any, ids: list[str]) -> list[dict[bytes, bytes]]:
-    rows = [reader.hmget(job_key(job_id), _COMMIT_FIELDS) for job_id in ids]
-    names = [f.encode() for f in _COMMIT_FIELDS]
-    return [{} if row[0] is None else {n: v for n, v in zip(names, row, strict=True) if v is not None}
-            for row in rows]
+def _open_jobs(reader: Any, team: str, at_ms: int, leave_out: str = "") -> tuple[float, list[tuple[str, dict]]]:
+    """The team's month's charges and its jobs that may not have ended, each with its record (read in one round trip,
+    fleet.jobs.JobStore.records), through `reader`: a connection, or a pipeline in WATCH mode, whose reads run at
+    once; `leave_out` names a job whose commitment the caller replaces (a Move)."""
+    spent = float(reader.hget(spend_key(month_of(at_ms)), f"{team}:usd") or 0)
+    ids = sorted(m.decode() for m in reader.smembers(team_jobs_key(team)) if m.decode() != leave_out)
+    return spent, list(zip(ids, JobStore(reader).records(ids, _COMMIT_FIELDS), strict=True))
+
+
+def _exposure_of(spent_usd: float, jobs: list[tuple[str, dict]], at_ms: int) -> Exposure:
+    return Exposure(spent_usd, sum(job_exposure_usd(record, at_ms) for _, record in jobs
+                                   if record and int(record.get(b"phase") or 0) not in _ENDED))
 
 
 def exposure(reader: Any, team: str, at_ms: int, leave_out: str = "") -> Exposure:
-    """The team's month at `at_ms`, read through `reader` (a connection, or a pipeline in WATCH mode, which reads at
-    once); `leave_out` names a job whose commitment the caller replaces (a Move)."""
-    spent = float(reader.hget(spend_key(month_of(at_ms)), f"{team}:usd") or 0)
-    ids = sorted(m.decode() for m in reader.smembers(team_jobs_key(team)) if m.decode() != leave_out)
-    committed = 0.0
-    for record in _records(reader, ids):
-        if not record or int(record.get(b"phase") or 0) in _ENDED:
-            continue
-        committed += job_exposure_usd(record, at_ms)
-    return Exposure(spent, committed)
+    """The team's month at `at_ms` (see _open_jobs for `reader` and `leave_out`)."""
+    return _exposure_of(*_open_jobs(reader, team, at_ms, leave_out), at_ms)
 
 
 def watched_keys(team: str, at_ms: int) -> tuple[str, str]:
@@ -110,23 +109,22 @@ def check_in(pipe: Any, rule: BudgetRule, cost_high_usd: float, leave_out: str =
 
 def prune_ended(connection: Any, team: str) -> None:
     """Forget the team's jobs that ended (outside any transaction: a check never writes the keys it watches)."""
-    key = team_jobs_key(team)
-    ids = [m.decode() for m in connection.smembers(key)]
-    ended = [job_id for job_id, record in zip(ids, _records(connection, ids), strict=True)
+    ids = [m.decode() for m in connection.smembers(team_jobs_key(team))]
+    ended = [job_id for job_id, record in zip(ids, JobStore(connection).records(ids, _COMMIT_FIELDS), strict=True)
              if not record or int(record.get(b"phase") or 0) in _ENDED]
     if ended:
-        connection.srem(key, *ended)
+        connection.srem(team_jobs_key(team), *ended)
 
 
 def over_budget_running(connection: Any, rule: BudgetRule, at_ms: int) -> list[tuple[str, str]]:
     """(job id, why) for each running job of the team that has passed its budgeted hold while the team's exposure
     passes its budget, and has not been asked to stop yet. The longest over first: stopping it may be enough."""
-    now = exposure(connection, rule.team, at_ms)
+    spent, jobs = _open_jobs(connection, rule.team, at_ms)
+    now = _exposure_of(spent, jobs, at_ms)
     if now.total_usd <= rule.monthly_budget_usd:
         return []
-    ids = sorted(m.decode() for m in connection.smembers(team_jobs_key(rule.team)))
     over = []
-    for job_id, record in zip(ids, _records(connection, ids), strict=True):
+    for job_id, record in jobs:
         if not record or record.get(b"budget_stop"):
             continue
         hold, budgeted = open_hold_usd(record, at_ms), float(record.get(b"cost_high_usd") or 0)
