@@ -34,7 +34,6 @@ class JobPrice:
     predicted_s: tuple[float, float, float]  # most likely, low, high: its run, as the fleet predicts it
     cost_high_usd: float  # the upper end of its hold (the class's hold model over predicted high) × GPUs × price
     timeout_s: int
-    by_fleet: bool  # False: the planner cannot predict the plan; its own duration stands (bounded)
     note: str = ""  # what the audit log says of the prediction (a correction, or why the plan's own stands)
 
 
@@ -64,7 +63,7 @@ def job_price(plan: plan_pb2.Plan, catalog: Catalog, price_usd_per_gpu_hour: flo
         timeout_s = min(queues.job_timeout_s(claimed.duration_s), queues.DEFAULT_JOB_TIMEOUT_S)
         return JobPrice(price_usd_per_gpu_hour,
                         (max(0.0, claimed.duration_s), max(0.0, claimed.duration_s_low), max(0.0, high_s)),
-                        max(0.0, high_s) / 3600 * gpus_total * price_usd_per_gpu_hour, timeout_s, by_fleet=False,
+                        max(0.0, high_s) / 3600 * gpus_total * price_usd_per_gpu_hour, timeout_s,
                         note="; the planner cannot predict this plan (its model or GPU class is not in the catalog): "
                              "its own duration is committed, and the run is stopped past it if the team is over budget")
     predicted = (found.duration_s, found.duration_s_low, found.duration_s_high)
@@ -75,4 +74,4 @@ def job_price(plan: plan_pb2.Plan, catalog: Catalog, price_usd_per_gpu_hour: flo
         note = (f"; the plan said up to {_hours(claimed.duration_s_high)}, the fleet predicts up to "
                 f"{_hours(found.duration_s_high)} and prices and times it by that")
     return JobPrice(price_usd_per_gpu_hour, predicted, held_high_s / 3600 * gpus_total * price_usd_per_gpu_hour,
-                    queues.job_timeout_s(hold.held_s(found.duration_s)), by_fleet=True, note=note)
+                    queues.job_timeout_s(hold.held_s(found.duration_s)), note=note)
