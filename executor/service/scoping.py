@@ -46,3 +46,19 @@ def show_job(job: executor_pb2.Job, who: Identity) -> executor_pb2.Job:
     if job.HasField("last_event"):
         job.last_event.job_id = shown(job.last_event.job_id, who)
     return job
+
+
+def show_hosts(hosts: list[executor_pb2.Host], who: Identity,
+               running: dict[str, dict[bytes, bytes]]) -> list[executor_pb2.Host]:
+    """The hosts as `who` may see them: each busy one's team (from its running job's record, `running`), and its job's
+    id, as the caller names it, only where the caller sees that team."""
+    teams = {job_id: record.get(b"team", b"").decode() for job_id, record in running.items()}
+    out = []
+    for host in hosts:
+        copy = executor_pb2.Host()
+        copy.CopyFrom(host)
+        if host.running_job_id:
+            copy.running_team = teams.get(host.running_job_id, "")
+            copy.running_job_id = shown(host.running_job_id, who) if who.sees(copy.running_team) else ""
+        out.append(copy)
+    return out

@@ -217,7 +217,7 @@ class Executor:
             place = line.place(job_id, record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
-                set_expected_start(self._start_of(job_id, record, hosts, orders), line.at_ms, job)
+                set_expected_start(self._start_of(job_id, record, line, orders), line.at_ms, job)
             job.runs_now_instead.extend(self._alternatives(job.plan, record[b"gpu_class"].decode(), hosts))
         return executor_pb2.GetResponse(job=scoping.show_job(job, who))
 
@@ -233,12 +233,12 @@ class Executor:
                 found.append(moves.alternative(best))
         return found
 
-    def _start_of(self, job_id: str, record: dict[bytes, bytes], hosts: list[executor_pb2.Host],
-                  orders: OrderCache) -> Start | None:
+    @staticmethod
+    def _start_of(job_id: str, record: dict[bytes, bytes], line: WaitingLine, orders: OrderCache) -> Start | None:
         """When the job is expected to start (the replay of its class); past its queue's window, no earlier than the
         window's last start (a lower bound)."""
         gpu_class = record[b"gpu_class"].decode()
-        starts = orders.starts(gpu_class, hosts, self._running(hosts))
+        starts = orders.starts(gpu_class, line.hosts, line.running)
         if job_id in starts:
             return starts[job_id]
         latest = max(starts.values(), key=lambda s: s.in_s.mid_s, default=None)
@@ -309,7 +309,8 @@ class Executor:
         orders = OrderCache(self.fairshare)
         line = self._line(hosts if not request.gpu_class else self.hosts.hosts(), orders, who)
         policy = line.policy
-        response = executor_pb2.FleetResponse(hosts=self._shown_hosts(hosts, who), policy=executor_pb2.FleetPolicy(
+        shown = scoping.show_hosts(hosts, who, line.running)
+        response = executor_pb2.FleetResponse(hosts=shown, policy=executor_pb2.FleetPolicy(
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s,
             preempt_min_runtime_s=policy.preempt_min_runtime_s, preempt_checkpoint_s=policy.preempt_checkpoint_s))
         for name, depth in depths.items():
@@ -327,7 +328,7 @@ class Executor:
         for gpu_class in dict.fromkeys(q.gpu_class for q in response.queues):
             waiting += [(job_id, i) for i, job_id in enumerate(orders.class_order(gpu_class)[:MAX_PAGE_SIZE])]
         records = self.store.records([job_id for job_id, _ in waiting], PLACE_FIELDS)
-        running = self._running(line.hosts)
+        running = line.running
         for (job_id, index), record in zip(waiting, records, strict=True):
             if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
                 continue
@@ -350,19 +351,6 @@ class Executor:
                     limit_gpus=-1 if s.limit_gpus is None else s.limit_gpus, weight=s.weight,
                     usage_gpu_hours=s.usage_gpu_s / 3600))
         return response
-
-    def _shown_hosts(self, hosts: list[executor_pb2.Host], who: Identity) -> list[executor_pb2.Host]:
-        """The hosts as `who` may see them: each busy one's team, and its job's id only where it is the caller's."""
-        teams = {job_id: record.get(b"team", b"").decode() for job_id, record in self._running(hosts).items()}
-        shown = []
-        for host in hosts:
-            copy = executor_pb2.Host()
-            copy.CopyFrom(host)
-            if host.running_job_id:
-                copy.running_team = teams.get(host.running_job_id, "")
-                copy.running_job_id = scoping.shown(host.running_job_id, who) if who.sees(copy.running_team) else ""
-            shown.append(copy)
-        return shown
 
     # --- Move -----------------------------------------------------------------------------------------
 
@@ -427,7 +415,7 @@ class Executor:
         running = self._running(hosts)
         orders.use_fleet(hosts, running)
         return WaitingLine(hosts, FleetPolicy.load(self.connection), yielding, orders.index, orders.limit_reason,
-                           name_of=self._namer(running, who))
+                           name_of=self._namer(running, who), running=running)
 
     @staticmethod
     def _namer(running: dict[str, dict[bytes, bytes]], who: Identity) -> Callable[[str], str]:

@@ -91,6 +91,8 @@ class WaitingLine:
     at_ms: int = field(default_factory=now_ms)
     # a running job as the caller may read of it (fleet.jobs.job_label: another team's by its team only)
     name_of: Callable[[str], str] = lambda job_id: f"job {job_id}"
+    # the hosts' running jobs' records (RUNNING_FIELDS), read once for everything the call answers
+    running: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
     def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
         retry_at_ms = int(record.get(b"retry_at_ms") or 0)
