@@ -1,19 +1,22 @@
 """When will a queued job start? Pure arithmetic over what the fleet knows: each host of the class is free now or
 when its running job's remaining time has passed (its progress ETA, else its predicted duration less the time it
-has run), and the scheduling rules (fleet.fairshare) played forward: each time a host is free the waiter they rank
-first takes it for its predicted duration, one host per node of a gang, and a job's end gives its GPUs back to its
-team's quota. Three such replays — with every time at its most likely, its shortest and its longest (the planner's
-range) — give the expected start and its range.
+has run), and the scheduling rules played forward: each time a host is free the waiter the start order
+(fleet.fairshare.rank) puts first takes it for its predicted duration, one host per node of a gang, and a job's end
+gives its GPUs back to its team's quota. When every host is busy, the waiter that the fleet's sweep (fleet.recovery)
+would let a running job yield to — preemption for a higher tier, reclaim for a team within its quota — takes the
+victim's host once it has checkpointed, and the victim waits again at the front of its queue for what it had left.
+Three such replays — with every time at its most likely, its shortest and its longest (the planner's range, and the
+yield's) — give the expected start and its range.
 
 What it cannot know, and says so: a job ahead whose plan carries no prediction counts as taking no time, and the
-start is then a lower bound. Preemption, retries and jobs submitted later at a higher tier can only move a start
-later (or, for preemption, earlier for a high-priority job); the replay assumes none."""
+start is then a lower bound. Retries and jobs submitted later can only move a start later (later submissions at a
+higher tier, by preemption, too); the replay assumes none. A running gang is never a victim in the replay, and a
+waiting gang never preempts: it waits for its hosts to end."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleet.fairshare import ClassQuotas, Waiter, rank, team_streams
 from fleet.ledger import AS_PREDICTED, HoldModel
@@ -59,13 +62,36 @@ class Start:
 
 
 @dataclass(frozen=True)
+class Yielding:
+    """How the fleet's sweep (fleet.recovery) makes running jobs give way, as the replay plays it: `preemption` (the
+    fleet's policy) lets a waiter of a higher tier take the host of a lower tier's job; `reclaim` (the fleet does it
+    on every class with quotas) lets a waiter within its team's quota take a borrower's; neither takes a job that has
+    run less than `min_runtime_s`. The victim's host is free `takes` after the ask (the sweep's interval, then its
+    step and checkpoint, at most the policy's deadline)."""
+
+    preemption: bool = False
+    reclaim: bool = False
+    min_runtime_s: float = 0.0
+    takes: Span = NOW
+
+
+NEVER = Yielding()
+
+
+@dataclass(frozen=True)
 class Holder:
     """A host of the class: when it is free, and the team whose running job holds it and that job's GPUs on it (its
-    release gives them back to the team's quota)."""
+    release gives them back to the team's quota). A running job the sweep may ask to yield names itself: its id, its
+    tier (fleet.queues.TIERS' place, 0: high) and how long it has run; `yielding` when it was asked already (it frees
+    the host within Yielding.takes and waits again for the rest)."""
 
     free_in: Span
     team: str = ""
     gpus: int = 0
+    job_id: str = ""  # "" for an idle host or a job the replay never asks to yield (a gang's)
+    tier: int = 0
+    ran_s: float = 0.0
+    yielding: bool = False
 
 
 _FLAVOURS = ("mid_s", "low_s", "high_s")  # Span's fields, in the order of Waiter.predicted
@@ -73,16 +99,18 @@ _FLAVOURS = ("mid_s", "low_s", "high_s")  # Span's fields, in the order of Waite
 
 def replay(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[str, float],
            weights: Mapping[str, float], quotas: ClassQuotas | None,
-           hold: HoldModel = AS_PREDICTED) -> dict[str, Start]:
+           hold: HoldModel = AS_PREDICTED, yielding: Yielding = NEVER) -> dict[str, Start]:
     """When each waiter of a class starts: the scheduling rules (fleet.fairshare.rank: within quota first, then the
     tier, then weighted fair share, FIFO within a team and tier) played forward over the class's hosts. Each time a
     host is free the best-ranked waiter starts — a gang when its last host is free — and holds it for its predicted
-    duration; the hosts' running jobs end at their remaining time and give their GPUs back to their team's quota. Three
-    replays, every duration at its most likely, shortest and longest (each as the class's hold model makes it: the
-    start-up and the ratio this fleet's runs showed), give the start and its range. A waiter that
-    cannot start (more hosts than the class has, or beyond its team's limit for good) gets none; a waiter behind one
-    without a predicted duration (counted as none) gets a lower bound."""
-    runs = [_replay_one(waiters, hosts, usage_s, weights, quotas, flavour, hold) for flavour in _FLAVOURS]
+    duration; the hosts' running jobs end at their remaining time and give their GPUs back to their team's quota.
+    While every host is busy, a waiter the sweep would serve by preemption or reclaim (`yielding`) starts on its
+    victim's host once that has yielded, and the victim waits again at the front of its queue. Three replays, every
+    duration at its most likely, shortest and longest (each as the class's hold model makes it: the start-up and the
+    ratio this fleet's runs showed), give the start and its range. A waiter that cannot start (more hosts than the
+    class has, or beyond its team's limit for good) gets none; a waiter behind one without a predicted duration
+    (counted as none) gets a lower bound."""
+    runs = [_Replay(waiters, hosts, usage_s, weights, quotas, flavour, hold, yielding).run() for flavour in _FLAVOURS]
     out = {}
     for job_id, (mid_s, unknown) in runs[0].items():
         low_s, high_s = runs[1].get(job_id, (mid_s, unknown))[0], runs[2].get(job_id, (mid_s, unknown))[0]
@@ -90,45 +118,165 @@ def replay(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[
     return out
 
 
-def _replay_one(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[str, float],
-                weights: Mapping[str, float], quotas: ClassQuotas | None, flavour: str,
-                hold: HoldModel) -> dict[str, tuple[float, bool]]:
-    streams = team_streams(waiters)
-    which = _FLAVOURS.index(flavour)  # the place of this replay's figure in Waiter.predicted
-    usage = {team: usage_s.get(team, 0.0) for team, _ in streams}
-    held = dict(quotas.held_gpus) if quotas else {}
-    free = sorted(getattr(h.free_in, flavour) for h in hosts)  # a heap: when each host is free
-    releases = sorted((getattr(h.free_in, flavour), h.team, h.gpus) for h in hosts if h.gpus)  # a heap too
-    cursor = dict.fromkeys(streams, 0)
-    live = set(streams)
-    starts: dict[str, tuple[float, bool]] = {}
-    now_s, unknown = 0.0, False
-    while live and free:
-        now_s = max(now_s, free[0])
-        while releases and releases[0][0] <= now_s:
-            _, team, gpus = heapq.heappop(releases)
-            held[team] = held.get(team, 0) - gpus
-        ranked = {st: k for st in live if (k := rank(streams[st][cursor[st]], held, usage, weights, quotas))}
-        if not ranked:  # every team with waiters is at its limit: on to the next release, if any
-            if not releases:
-                break
-            now_s = releases[0][0]
-            continue
-        stream = min(ranked, key=lambda st: ranked[st])  # type: ignore[arg-type,return-value]
-        _, w = streams[stream][cursor[stream]]
-        cursor[stream] += 1
-        if cursor[stream] == len(streams[stream]):
-            live.discard(stream)
-        if w.nodes > len(free):
-            continue  # it cannot start on this class; it blocks nothing the replay can tell
-        taken = [heapq.heappop(free) for _ in range(w.nodes)]
-        start_s = max(now_s, taken[-1])  # the gang starts when its last host is free
-        starts[w.job_id] = (start_s, unknown)
-        duration_s = hold.held_s(w.predicted[which]) if w.predicted else 0.0
-        unknown = unknown or w.predicted is None
-        for _ in range(w.nodes):
-            heapq.heappush(free, start_s + duration_s)
-        heapq.heappush(releases, (start_s + duration_s, w.team, w.gpus))
-        held[w.team] = held.get(w.team, 0) + w.gpus
-        usage[w.team] = usage.get(w.team, 0.0) + w.gpu_seconds
-    return starts
+@dataclass
+class _Slot:
+    """A host in the replay: when it is free, and the job on it until then — its team's GPUs it holds there (0 once
+    given back, or on a gang's other hosts) and, when the sweep may ask it to yield, what it would queue again as."""
+
+    free_s: float
+    team: str = ""
+    gpus: int = 0
+    victim: _Queued | None = None
+    since_s: float = 0.0  # when its job started (before the replay: negative)
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """A waiter in the replay; `held_s` for a yielded job's rest (its host time, start-up included), else its
+    predicted duration through the hold model."""
+
+    waiter: Waiter
+    index: int  # its place in FIFO order (a yielded job: ahead of every other)
+    held_s: float | None = None
+
+
+@dataclass
+class _Replay:
+    waiters: Sequence[Waiter]
+    hosts: Sequence[Holder]
+    usage_s: Mapping[str, float]
+    weights: Mapping[str, float]
+    quotas: ClassQuotas | None
+    flavour: str
+    hold: HoldModel
+    yielding: Yielding
+    starts: dict[str, tuple[float, bool]] = field(default_factory=dict)
+
+    def run(self) -> dict[str, tuple[float, bool]]:
+        which = _FLAVOURS.index(self.flavour)  # the place of this replay's figure in Waiter.predicted
+        takes_s = getattr(self.yielding.takes, self.flavour)
+        self.streams = {st: [_Queued(w, i) for i, w in queued]
+                        for st, queued in team_streams(self.waiters).items()}
+        self.held = dict(self.quotas.held_gpus) if self.quotas else {}
+        usage = {team: self.usage_s.get(team, 0.0) for team, _ in self.streams}
+        self.cursor = dict.fromkeys(self.streams, 0)
+        self.live = set(self.streams)
+        self.slots = [self._slot(h, takes_s) for h in self.hosts]
+        now_s, unknown = 0.0, False
+        while self.live and self.slots:
+            self._release(now_s)
+            ranked = {st: k for st in self.live
+                      if (k := rank(self._ranked(st), self.held, usage, self.weights, self.quotas))}
+            if not ranked:  # every team with waiters is at its limit: on to the next release, if any
+                later = [s.free_s for s in self.slots if s.gpus and s.free_s > now_s]
+                if not later:
+                    break
+                now_s = min(later)
+                continue
+            order = sorted(ranked, key=lambda st: ranked[st])  # type: ignore[arg-type,return-value]
+            if all(s.free_s > now_s for s in self.slots):
+                served = next((st for st in order if (v := self._victim(self._head(st).waiter, now_s)) is not None
+                               and self._ask(v, now_s, takes_s)), None)
+                if served is None:  # no one gives way: on to the next host free
+                    now_s = min(s.free_s for s in self.slots)
+                    continue
+                stream = served
+            else:
+                stream = order[0]
+            q = self._take(stream)
+            w = q.waiter
+            if w.nodes > len(self.slots):
+                continue  # it cannot start on this class; it blocks nothing the replay can tell
+            taken = sorted(self.slots, key=lambda s: s.free_s)[:w.nodes]
+            start_s = max(now_s, taken[-1].free_s)  # the gang starts when its last host is free
+            self.starts.setdefault(w.job_id, (start_s, unknown))
+            if q.held_s is not None:
+                duration_s = q.held_s
+            else:
+                duration_s = self.hold.held_s(w.predicted[which]) if w.predicted else 0.0
+                unknown = unknown or w.predicted is None
+            for n, slot in enumerate(taken):
+                slot.free_s, slot.team, slot.since_s = start_s + duration_s, w.team, start_s
+                slot.gpus = w.gpus if n == 0 else 0
+                slot.victim = (_Queued(w, -1) if w.nodes == 1 else None)
+            self.held[w.team] = self.held.get(w.team, 0) + w.gpus
+            usage[w.team] = usage.get(w.team, 0.0) + (w.gpu_seconds if q.held_s is None else 0.0)
+        waiting = {w.job_id for w in self.waiters}  # not the running jobs the replay made yield
+        return {job_id: v for job_id, v in self.starts.items() if job_id in waiting}
+
+    def _slot(self, h: Holder, takes_s: float) -> _Slot:
+        free_s = getattr(h.free_in, self.flavour)
+        slot = _Slot(free_s, h.team, h.gpus, since_s=-h.ran_s)
+        if h.job_id:
+            waiter = Waiter(h.job_id, h.team, 0.0, h.gpus, h.tier)
+            if h.yielding:  # asked already: it frees its host soon and waits again for the rest
+                slot.free_s = min(free_s, takes_s)
+                self._requeue(_Queued(waiter, -1, max(0.0, free_s - slot.free_s) + self.hold.start_s))
+            else:
+                slot.victim = _Queued(waiter, -1)
+        return slot
+
+    def _head(self, stream: tuple[str, int]) -> _Queued:
+        return self.streams[stream][self.cursor[stream]]
+
+    def _ranked(self, stream: tuple[str, int]) -> tuple[int, Waiter]:
+        q = self._head(stream)
+        return q.index, q.waiter
+
+    def _take(self, stream: tuple[str, int]) -> _Queued:
+        q = self._head(stream)
+        self.cursor[stream] += 1
+        if self.cursor[stream] == len(self.streams[stream]):
+            self.live.discard(stream)
+        return q
+
+    def _requeue(self, q: _Queued) -> None:
+        """A yielded job waits again at the front of its queue (fleet.recovery.requeue_held)."""
+        stream = (q.waiter.team, q.waiter.tier)
+        at = self.cursor.setdefault(stream, 0)
+        self.streams.setdefault(stream, []).insert(at, q)
+        self.live.add(stream)
+
+    def _release(self, now_s: float) -> None:
+        for slot in self.slots:
+            if slot.gpus and slot.free_s <= now_s:
+                self.held[slot.team] = self.held.get(slot.team, 0) - slot.gpus
+                slot.gpus = 0
+
+    def _victim(self, w: Waiter, now_s: float) -> _Slot | None:
+        """The host whose job the sweep would ask to yield to `w` (fleet.recovery: preemption, then reclaim), if any:
+        (1) a running job of a lower tier, its own team's or a borrower's, the lowest tier first; else (2), for a
+        waiter within its team's quota, another team's job that borrows; (3) never one younger than the policy's
+        minimum runtime, (4) among equals the latest started (the least work since a checkpoint), (5) then the first
+        host."""
+        if w.nodes != 1:
+            return None
+        rules, q = self.yielding, self.quotas
+        old = [s for s in self.slots if s.victim is not None and s.free_s > now_s
+               and now_s - s.since_s >= rules.min_runtime_s]
+
+        def borrows(team: str) -> bool:
+            return q is not None and self.held.get(team, 0) > q.quota(team)
+
+        if rules.preemption:
+            lower = [s for s in old if s.victim and s.victim.waiter.tier > w.tier
+                     and (q is None or s.team == w.team or borrows(s.team))]
+            if lower:
+                return max(lower, key=lambda s: (s.victim.waiter.tier if s.victim else 0, s.since_s))
+        if rules.reclaim and q is not None and self.held.get(w.team, 0) + w.gpus <= q.quota(w.team):
+            borrowed = [s for s in old if s.team != w.team and borrows(s.team)]
+            if borrowed:
+                return max(borrowed, key=lambda s: s.since_s)
+        return None
+
+    def _ask(self, slot: _Slot, now_s: float, takes_s: float) -> bool:
+        """The victim yields: its GPUs go back now (as the sweep counts them), its host is free `takes_s` later (the
+        next start waits for it), and it waits again for the rest of its run and a new start-up."""
+        victim = slot.victim
+        if victim is None:
+            return False
+        freed_s = min(slot.free_s, now_s + takes_s)
+        self._requeue(_Queued(victim.waiter, -1, max(0.0, slot.free_s - freed_s) + self.hold.start_s))
+        self.held[slot.team] = self.held.get(slot.team, 0) - slot.gpus
+        slot.gpus, slot.free_s, slot.victim = 0, freed_s, None
+        return True

@@ -146,6 +146,7 @@ class StopRequests:
     preempted_for: str | None  # None: not preempted; else the job it yields its host to, as its team may read it
     preempt_deadline_ms: int = 0  # when preempted: the time by which it must have checkpointed and stopped
     budget_stop: str = ""  # why the fleet stops it for its team's budget (fleet.budget); '' while it may run
+    yield_kind: str = PREEMPTION  # when preempted: PREEMPTION (a higher tier) or RECLAIM (its team borrows)
 
 
 # What a Job without its plan shows (List), first the field that says whether the record exists at all.
@@ -198,15 +199,15 @@ class JobStore:
     def stop_requests(self, job_id: str) -> StopRequests:
         """What has been asked of a running job: Cancel (with its reason) and preemption (for which job, and by
         when it must have checkpointed)."""
-        cancel, reason, preempt, preempted_for, deadline_ms, budget_stop, team, waiter_team = self.redis.hmget(
+        cancel, reason, preempt, preempted_for, deadline_ms, budget_stop, team, waiter_team, kind = self.redis.hmget(
             job_key(job_id), ["cancel_requested", "cancel_reason", "preempt_requested", "preempted_for",
-                              "preempt_deadline_ms", "budget_stop", "team", "preempted_for_team"])
+                              "preempt_deadline_ms", "budget_stop", "team", "preempted_for_team", "preempt_kind"])
         yields_to = None
         if preempt == b"1":
             yields_to = job_label((preempted_for or b"").decode(), (waiter_team or team or b"").decode(),
                                   (team or b"").decode())
         return StopRequests((reason or b"").decode() if cancel == b"1" else None, yields_to, int(deadline_ms or 0),
-                            (budget_stop or b"").decode())
+                            (budget_stop or b"").decode(), (kind or PREEMPTION.encode()).decode())
 
     def update(self, job_id: str, **fields: str | int | bytes) -> None:
         self.redis.hset(job_key(job_id), mapping=fields)

@@ -412,9 +412,9 @@ class Executor:
         """The fleet's state that every queued job's place depends on, read once per call; places in the workers'
         start order (fair share across teams within a tier); running jobs named as `who` may read of them."""
         yielding = self.store.yielding_to([h.running_job_id for h in hosts if h.running_job_id])
-        running = self._running(hosts)
-        orders.use_fleet(hosts, running)
-        return WaitingLine(hosts, FleetPolicy.load(self.connection), yielding, orders.index, orders.limit_reason,
+        running, policy = self._running(hosts), FleetPolicy.load(self.connection)
+        orders.use_fleet(hosts, running, policy)
+        return WaitingLine(hosts, policy, yielding, orders.index, orders.limit_reason,
                            name_of=self._namer(running, who), running=running)
 
     @staticmethod

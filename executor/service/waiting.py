@@ -13,16 +13,17 @@ from google.protobuf import timestamp_pb2
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from fleet import queues
-from fleet.eta import NOW, Holder, Span, Start, remaining, replay
+from fleet.eta import NEVER, NOW, Holder, Span, Start, Yielding, remaining, replay
 from fleet.fairshare import ClassLine, FairShare, Line, Snapshot, TeamShare, queue_class
 from fleet.jobs import RECLAIM, now_ms
 from fleet.ledger import AS_PREDICTED, HoldModel, hold_models
-from fleet.recovery import GANG_WAIT, FleetPolicy
+from fleet.recovery import GANG_WAIT, SWEEP_INTERVAL_S, FleetPolicy
 
 # What a queued job's place and expected start read of its record (the queue first: every record has it).
 PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team")
 # What a running job's remaining time reads of its record.
-RUNNING_FIELDS = ("started_at_ms", "last_event", "predicted_s", "predicted_low_s", "predicted_high_s", "team", "gpus")
+RUNNING_FIELDS = ("started_at_ms", "last_event", "predicted_s", "predicted_low_s", "predicted_high_s", "team", "gpus",
+                  "priority", "nodes", "preempt_requested")
 
 
 def predicted(record: dict[bytes, bytes]) -> Span | None:
@@ -48,16 +49,33 @@ def free_in(host: executor_pb2.Host, running: dict[str, dict[bytes, bytes]], at_
 
 def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, dict[bytes, bytes]],
             at_ms: int, hold: HoldModel = AS_PREDICTED) -> list[Holder]:
-    """The class's healthy hosts for a replay: when each is free, and whose GPUs its running job holds."""
+    """The class's healthy hosts for a replay: when each is free, whose GPUs its running job holds, and — a job on one
+    host — what the sweep reads to ask it to yield (its tier, how long it has run, whether it was asked already)."""
     out = []
     for h in hosts:
         if h.gpu_class != gpu_class or h.quarantine_reason:
             continue
         record = running.get(h.running_job_id) if h.running_job_id else None
-        team, gpus = ((record.get(b"team", b"").decode(), max(1, int(record.get(b"gpus") or 1))) if record
-                      else ("", 0))
-        out.append(Holder(free_in(h, running, at_ms, hold), team, gpus))
+        if not record:
+            out.append(Holder(free_in(h, running, at_ms, hold)))
+            continue
+        team, gpus = record.get(b"team", b"").decode(), max(1, int(record.get(b"gpus") or 1))
+        priority = int(record.get(b"priority") or 0)
+        one_host = int(record.get(b"nodes") or 1) <= 1 and priority in queues.TIERS
+        started_ms = int(record.get(b"started_at_ms") or at_ms)
+        out.append(Holder(free_in(h, running, at_ms, hold), team, gpus,
+                          job_id=h.running_job_id if one_host else "",
+                          tier=list(queues.TIERS).index(priority) if one_host else 0,
+                          ran_s=max(0, at_ms - started_ms) / 1000,
+                          yielding=record.get(b"preempt_requested") == b"1"))
     return out
+
+
+def yield_rules(policy: FleetPolicy) -> Yielding:
+    """How running jobs give way under the fleet's policy, for the replay: the sweep asks within its interval, and the
+    victim has the policy's deadline to checkpoint and stop."""
+    return Yielding(policy.preemption, reclaim=True, min_runtime_s=policy.preempt_min_runtime_s,
+                    takes=Span(SWEEP_INTERVAL_S, 0.0, max(SWEEP_INTERVAL_S, policy.preempt_checkpoint_s)))
 
 
 def set_expected_start(start: Start | None, at_ms: int, out: executor_pb2.Job | executor_pb2.PendingJob) -> None:
@@ -149,11 +167,15 @@ class OrderCache:
         self._holds: dict[str, HoldModel] | None = None
         self._snapshot: Snapshot | None = None
         self._fleet: tuple[list[executor_pb2.Host], dict[str, dict[bytes, bytes]]] | None = None
+        self._yielding = NEVER
         self.at_ms = now_ms()
 
-    def use_fleet(self, hosts: list[executor_pb2.Host], running: dict[str, dict[bytes, bytes]]) -> None:
-        """The fleet's hosts and running jobs now: places then follow the replay's start order (class_order)."""
+    def use_fleet(self, hosts: list[executor_pb2.Host], running: dict[str, dict[bytes, bytes]],
+                  policy: FleetPolicy) -> None:
+        """The fleet's hosts, running jobs and policy now: places then follow the replay's start order (class_order),
+        and the replay plays the policy's preemption and the quotas' reclaim."""
         self._fleet = (hosts, running)
+        self._yielding = yield_rules(policy)
 
     def snapshot(self) -> Snapshot:
         if self._snapshot is None:
@@ -177,7 +199,7 @@ class OrderCache:
             snapshot = self.snapshot()
             self._starts[gpu_class] = replay(
                 self.class_line(gpu_class).waiters, holders(hosts, gpu_class, running, self.at_ms, hold),
-                snapshot.usage_s, snapshot.weights(), snapshot.quotas(gpu_class), hold)
+                snapshot.usage_s, snapshot.weights(), snapshot.quotas(gpu_class), hold, self._yielding)
         return self._starts[gpu_class]
 
     def class_order(self, gpu_class: str) -> list[str]:

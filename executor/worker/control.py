@@ -17,7 +17,7 @@ from tunefleet.v1 import progress_pb2
 from executor.worker.publisher import Publisher
 from executor.worker.supervision import Outcome
 from fleet import queues
-from fleet.jobs import JobStore, now_ms
+from fleet.jobs import RECLAIM, JobStore, now_ms
 from fleet.leases import RENEW_INTERVAL_S, Leases, self_fence_after_s
 
 log = structlog.get_logger("executor.worker.control")
@@ -89,8 +89,10 @@ class JobControl:
         if asked.preempted_for is not None:
             within_s = max(0.0, (asked.preempt_deadline_ms - now_ms()) / 1000) if asked.preempt_deadline_ms else None
             by = f" within {within_s:.0f} s" if within_s is not None else ""
-            return Outcome(progress_pb2.PHASE_QUEUED, f"preempted for {asked.preempted_for}: asked to checkpoint "
-                                                      f"now{by}; requeued to resume from its checkpoint",
+            why = f"reclaimed for {asked.preempted_for}, within its team's quota (this job's team borrows beyond " \
+                  "its own)" if asked.yield_kind == RECLAIM else f"preempted for {asked.preempted_for}"
+            return Outcome(progress_pb2.PHASE_QUEUED, f"{why}: asked to checkpoint now{by}; requeued to resume from "
+                                                      "its checkpoint",
                            requeue=True, checkpoint_first=True, checkpoint_within_s=within_s)
         if time.monotonic() > deadline:
             return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
