@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -78,4 +80,13 @@ def write_csv(name: str, header: list[str], rows: list[list[object]]) -> Path:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
+    return path
+
+
+def filled_text(path: Path, records: int, words: int) -> Path:
+    """A text dataset of the tiny models' words (devtools.tiny), each record `words` long: every sample fills a
+    sequence of that many tokens (the tiny tokenizer gives a token a word)."""
+    rng = random.Random(0)
+    lines = (json.dumps({"text": " ".join(f"w{rng.randrange(24)}" for _ in range(words))}) for _ in range(records))
+    path.write_text("\n".join(lines) + "\n")
     return path

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import tempfile
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 from tunefleet.v1 import progress_pb2, training_pb2
 
-from benchmarks.common import as_single_rank, print_table, write_csv
+from benchmarks.common import as_single_rank, filled_text, print_table, write_csv
 from contract import training as training_spec
 from contract.progress import read_events
 from devtools.tiny import build_model, make_plan, write_plan
@@ -45,13 +44,6 @@ def _model_dir(root: Path, smoke: bool) -> Path:
     transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(root / "model")
     transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(root / "model")
     return root / "model"
-
-
-def _data(path: Path, records: int, words: int) -> Path:
-    rng = random.Random(0)
-    lines = (json.dumps({"text": " ".join(f"w{rng.randrange(24)}" for _ in range(words))}) for _ in range(records))
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _executor_tokens_per_s(plan_path: Path, out: Path) -> float:
@@ -115,7 +107,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model_dir = _model_dir(root, a.smoke)
-        data = _data(root / "data.jsonl", records=micro_batch * (a.steps + 2), words=seq)
+        data = filled_text(root / "data.jsonl", records=micro_batch * (a.steps + 2), words=seq)
         for name, method in (("lora", training_pb2.METHOD_LORA), ("full", training_pb2.METHOD_FULL)):
             precision = training_pb2.PRECISION_FP32 if a.smoke else training_pb2.PRECISION_BF16
             plan = make_plan(model_dir, data, root / name, method=method, zero_stage=2, max_steps=a.steps,

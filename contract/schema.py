@@ -295,6 +295,13 @@ class GpuSpec:
     # memory_bytes is what the driver reports (planner.data.usable_memory); this is the size on the box
     marketed_memory_bytes: int = 0
     memory_source: str = ""
+    # A CPU host class (planner.data.cpus) trains on its cores: its own measured share of a step beside the model's
+    # FLOPs — per decoder-layer pass and per trainable parameter (gradients, the optimizer's update) — and its
+    # start-up; 0 for a GPU (the planner's GPU-host constants apply).
+    cores: int = 0
+    host_s_per_layer_pass: float = 0.0
+    host_s_per_trainable_param: float = 0.0
+    startup_s: float = 0.0
 
     __hash__ = hash_once
     __getstate__ = without_hash

@@ -39,7 +39,7 @@ STOP_TIMEOUT_S = 60.0
 DEFAULT_STATE_DIR = Path(".tunefleet")
 DEMO_STEPS = 120
 DASHBOARD_PORT = 8080
-PLANNED_GPU = "rtx-4090"  # what the planner sizes the job for; the demo worker runs it on the CPU
+PLANNED_GPU = "cpu"  # the planner's CPU host class (planner.data.cpus): the demo worker's class
 
 
 def _say(text: str) -> None:
@@ -171,13 +171,19 @@ def run(steps: int, keep_serving: bool = False, state_dir: Path = DEFAULT_STATE_
         data = counting_text(demo / "data.jsonl", records=256)
         job_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
         plan = make_plan(model_dir, data, Path(job_id), max_steps=steps, checkpoint_every=10, plan_id=job_id)
+        # the model's shape travels with the plan, so the fleet predicts the job itself (its expected start, its hold)
+        plan.model.CopyFrom(model_pb2.ModelRef(config_json=(model_dir / "config.json").read_text(),
+                                               weights=str(model_dir)))
         with PlannerClient(planner_address) as planner_client:
-            fit = planner_client.fit(planner_pb2.FitRequest(
-                model=model_pb2.ModelRef(config_json=(model_dir / "config.json").read_text()),
-                training=plan.training, hardware=hardware_pb2.HardwareSpec(gpu=PLANNED_GPU))).result
+            answer = planner_client.estimate(planner_pb2.EstimateRequest(
+                model=plan.model, training=plan.training, hardware=hardware_pb2.HardwareSpec(gpu=PLANNED_GPU),
+                workload=plan.workload))
+        fit, estimate = answer.fit, answer.estimate
         plan.prediction.fit.CopyFrom(fit)
-        _say(f"planner: {'fits' if fit.fits else 'does NOT fit'} on one {PLANNED_GPU}, "
-             f"{render.gib(fit.per_gpu.total_bytes)} per GPU; this demo runs it on the worker's CPU")
+        plan.prediction.estimate.CopyFrom(estimate)
+        _say(f"planner: {'fits' if fit.fits else 'does NOT fit'} on the worker's CPU host class ({PLANNED_GPU}), "
+             f"{render.gib(fit.per_gpu.total_bytes)} a rank; {estimate.total_steps} steps of "
+             f"{estimate.step_time_s * 1000:.1f} ms, about {estimate.duration_s:.0f} s with its start-up")
 
         with ExecutorClient(executor_address) as client:
             submitted = client.submit(plan)

@@ -14,6 +14,7 @@ from contract.model import ModelSpec
 from contract.schema import Flavor, GpuSpec
 from planner import calibration
 from planner.calibration import ClassCalibration
+from planner.data.cpus import CPU_HOSTS
 from planner.data.flavors import FLAVORS
 from planner.data.gpus import GPUS
 from planner.data.models import ALIASES, MODELS
@@ -68,13 +69,15 @@ class Catalog:
     model_aliases: dict[str, str]
     # The fleet's own runs by GPU class (planner.calibration, `--calibration FILE`); none by default.
     calibrations: dict[str, ClassCalibration] = field(default_factory=dict)
+    # CPU host classes (planner.data.cpus): looked up by name like a GPU, never among the GPUs recommended
+    hosts: tuple[GpuSpec, ...] = ()
 
     def calibration(self, gpu_class: str) -> ClassCalibration | None:
         return self.calibrations.get(gpu_class)
 
     def __post_init__(self) -> None:
         gpu_index: dict[str, GpuSpec] = {}
-        for gpu in self.gpus:
+        for gpu in (*self.gpus, *self.hosts):
             for key in (gpu.name, *gpu.aliases):
                 gpu_index[normalise_gpu_name(key)] = gpu
         object.__setattr__(self, "_gpu_index", gpu_index)
@@ -144,7 +147,7 @@ def _with_usable_memory(gpu: GpuSpec) -> GpuSpec:
 @lru_cache(maxsize=1)
 def default_catalog() -> Catalog:
     return Catalog(gpus=tuple(_with_usable_memory(_with_price(g)) for g in GPUS), flavors=FLAVORS, models=MODELS,
-                   model_aliases=dict(ALIASES))
+                   model_aliases=dict(ALIASES), hosts=CPU_HOSTS)
 
 
 def calibrated_catalog(path: Path | None) -> Catalog:

@@ -189,6 +189,9 @@ BASE_MFU_BY_ARCHITECTURE = {
     "hopper": 0.35,
     "blackwell": 0.35,
     "cdna3": 0.30,
+    # a CPU host class (planner.data.cpus): of its measured fp32 matmul peak, fitted by make bench-cpu
+    # (benchmarks/results/cpu_class_figures.csv, 2026-11-28)
+    "cpu": 0.745,
 }
 # Tokens per micro-batch at which utilisation reaches half its asymptote (small batches
 # under-fill the GPU). Initial.

@@ -50,14 +50,20 @@ def estimate(model: ModelSpec, t: TrainingSpec, hw: Hardware, workload: Workload
         raise InvalidFieldError(field, f"{steps:,} steps of {step.tokens_per_step:,} tokens is more than "
                                        f"{MAX_TRAINING_TOKENS:.0e} tokens, beyond any training run; check the workload")
     train_s = steps * step.step_s
-    expected = k.STARTUP_S + train_s
+    startup = startup_s(hw)
     hourly = hw.hourly_usd_per_gpu * hw.world_size
     return Estimate(
-        step=step, total_steps=steps, total_tokens=steps * step.tokens_per_step, duration_s=expected,
-        duration_s_low=k.STARTUP_S + train_s * k.DURATION_LOW_FACTOR,
-        duration_s_high=k.STARTUP_S + train_s * k.DURATION_HIGH_FACTOR, hourly_usd=hourly, gpus=hw.world_size,
+        step=step, total_steps=steps, total_tokens=steps * step.tokens_per_step, duration_s=startup + train_s,
+        duration_s_low=startup + train_s * k.DURATION_LOW_FACTOR,
+        duration_s_high=startup + train_s * k.DURATION_HIGH_FACTOR, hourly_usd=hourly, gpus=hw.world_size,
         priced=hw.priced,
     )
+
+
+def startup_s(hw: Hardware) -> float:
+    """Loading, process start and first-step compilation, once per job: the class's own measured figure (a CPU host
+    class), else the planner's."""
+    return hw.gpu.startup_s or k.STARTUP_S
 
 
 def calibrated(e: Estimate, cal: ClassCalibration | None) -> Estimate:
@@ -69,5 +75,6 @@ def calibrated(e: Estimate, cal: ClassCalibration | None) -> Estimate:
     s = e.step
     step = replace(s, compute_s=s.compute_s * ratio, communication_s=s.communication_s * ratio,
                    offload_s=s.offload_s * ratio, model_flops_utilization=s.model_flops_utilization / ratio)
-    scaled = [k.STARTUP_S + (d - k.STARTUP_S) * ratio for d in (e.duration_s, e.duration_s_low, e.duration_s_high)]
+    start = e.duration_s - e.total_steps * s.step_s  # the start-up the estimate counted
+    scaled = [start + (d - start) * ratio for d in (e.duration_s, e.duration_s_low, e.duration_s_high)]
     return replace(e, step=step, duration_s=scaled[0], duration_s_low=scaled[1], duration_s_high=scaled[2])

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from contract.model import Architecture, ModelSpec
-from contract.schema import Hardware, Interconnect, Method, Objective, Offload, Precision, Recipe, TrainingSpec
+from contract.schema import GpuSpec, Hardware, Interconnect, Method, Objective, Offload, Precision, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.architecture import linear_layers, lora_targets, norms_per_layer, parameter_counts
@@ -22,10 +22,14 @@ class StepTime:
     offload_s: float
     tokens_per_step: int
     host_s: float  # the host's share of the step (`host_s` below): the step takes at least this long
+    # a GPU works while its host launches the next kernels; a CPU host class computes on the cores that launch
+    host_overlaps: bool = True
 
     @property
     def step_s(self) -> float:
         exposed = self.communication_s * (1 - k.COMMUNICATION_OVERLAP_FRACTION)
+        if not self.host_overlaps:
+            return self.compute_s + exposed + self.offload_s + self.host_s
         return max(self.compute_s + exposed + self.offload_s, self.communication_s, self.host_s)
 
     @property
@@ -60,20 +64,27 @@ def flops_per_token(model: ModelSpec, t: TrainingSpec) -> float:
     return float(total)
 
 
-def host_s(a: Architecture, t: TrainingSpec) -> float:
+def host_s(a: Architecture, t: TrainingSpec, gpu: GpuSpec) -> float:
     """What the host spends on a step's micro-steps, which the GPU's work hides only once it is longer: launches per
     decoder layer and pass and per adapted linear, and ZeRO-3's fetch and release hooks per parameter tensor
-    (k.HOST_S_PER_LAYER_PASS: measured on an H100 host; less where the Trainer runs the step without DeepSpeed)."""
+    (k.HOST_S_PER_LAYER_PASS: measured on an H100 host; less where the Trainer runs the step without DeepSpeed). A CPU
+    host class carries its own measured figures (planner.data.cpus): a layer-pass's each micro-step (adapters
+    included) and, once a step, a trainable parameter's (gradients and the optimizer's update)."""
     adapted = sum(layer.count for layer in lora_targets(a, t.lora.target_modules, "training.lora.target_modules")) \
         if t.method.uses_adapters else 0
     passes = 4 if t.gradient_checkpointing else 3
     per_layer_s = k.HOST_S_PER_LAYER_PASS if recipes.runs_deepspeed(t) else k.TRAINER_HOST_S_PER_LAYER_PASS
     seconds = (a.num_layers * per_layer_s + adapted * k.HOST_S_PER_ADAPTER_PASS) * passes
+    once_s = 0.0
+    if gpu.cores:  # a CPU host class: its own measured shares beside the FLOPs
+        split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
+        seconds = a.num_layers * gpu.host_s_per_layer_pass * passes
+        once_s = split.trainable * gpu.host_s_per_trainable_param
     if t.zero_stage == 3:
         tensors = sum(layer.count * (2 if layer.bias else 1) for layer in linear_layers(a)) + \
             a.num_layers * norms_per_layer(a) + 2 * adapted + 1
         seconds += tensors * k.ZERO3_HOST_S_PER_TENSOR
-    return seconds * t.gradient_accumulation_steps
+    return seconds * t.gradient_accumulation_steps + once_s
 
 
 def _link_bandwidth(hw: Hardware) -> float:
@@ -86,7 +97,8 @@ def _link_bandwidth(hw: Hardware) -> float:
 def mfu(hw: Hardware, t: TrainingSpec) -> float:
     base = k.BASE_MFU_BY_ARCHITECTURE.get(hw.gpu.architecture, 0.3)
     tokens = t.micro_batch_size * t.sequence_length
-    saturation = tokens / (tokens + k.MFU_HALF_SATURATION_TOKENS)
+    # small batches under-fill a GPU; a CPU host class's measured utilisation holds from its smallest runs up
+    saturation = 1.0 if hw.gpu.cores else tokens / (tokens + k.MFU_HALF_SATURATION_TOKENS)
     quant = k.EXECUTOR_QLORA_MFU_FACTOR if t.method is Method.QLORA and t.recipe is Recipe.TUNEFLEET \
         else k.QUANTISED_MFU_FACTOR.get(t.method.value, 1.0)
     pcie_penalty = 0.9 if hw.gpu.interconnect is Interconnect.PCIE and hw.world_size > 1 else 1.0
@@ -128,7 +140,8 @@ def step_time(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> StepTime:
         offload += split.trainable / hw.nodes / k.CPU_ADAM_PARAMS_PER_S  # each node steps its share on CPU
         if t.offload is Offload.ALL:
             offload += t.gradient_accumulation_steps * 2 * split.total / n * elem / k.OFFLOAD_PCIE_BYTES_PER_S
-    return StepTime(fpt, utilisation, compute, communication, offload, tokens_per_step, host_s(a, t))
+    return StepTime(fpt, utilisation, compute, communication, offload, tokens_per_step, host_s(a, t, hw.gpu),
+                    host_overlaps=not hw.gpu.cores)
 
 
 def total_steps(tokens_per_step: int, dataset_tokens: int, epochs: float, max_steps: int) -> int:

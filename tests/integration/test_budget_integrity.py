@@ -91,6 +91,24 @@ def test_the_fleet_prices_and_times_a_job_by_its_own_prediction(start_service, r
         assert int(fleet.hget(job_key(fleet_id("thirty-days", "nlp")), "timeout_s")) < 2 * 3600, "not 30 days × 3"
 
 
+def test_a_cpu_class_job_is_priced_and_timed_by_the_planners_cpu_host_class(start_service, tiny_model, counting_data,
+                                                                             tmp_path):
+    """Issue 50 item 13: the cpu class is the planner's CPU host class (planner.data.cpus), so a cpu job whose plan
+    carries its model's shape gets the fleet's own prediction — seconds of this machine's steps and start-up — where
+    the planner once knew no 'cpu' and the plan's claim of 30 days stood."""
+    service = _service(start_service, tmp_path)  # $1 a GPU-second on the cpu class
+    plan = _claiming(fleet_plan(tiny_model, counting_data, "cpu-known", max_steps=8), 30 * 86_400)
+    plan.model.config_json = (tiny_model / "config.json").read_text()  # the shape, beside the weights' folder
+    own = pricing.fleet_estimate(plan, default_catalog())
+    assert own is not None and 1.0 < own.duration_s_high < 60.0, "a tiny job on a CPU host: seconds"
+    with ExecutorClient(service.address, token="vic-token", timeout_s=30) as vic, \
+            ExecutorClient(service.address, token="root-token", timeout_s=30) as root:
+        job = vic.submit(plan).job
+        assert job.cost_high_usd == pytest.approx(own.duration_s_high), "$1 a second of the fleet's upper figure"
+        said = [e.detail for e in root.audit() if e.action == "submit" and e.target == fleet_id("cpu-known", "vision")]
+        assert said and "the fleet predicts up to 0.00 h" in said[0]
+
+
 def test_concurrent_submits_cannot_pass_the_budget_together(start_service, tiny_model, counting_data, tmp_path):
     service = _service(start_service, tmp_path)
     accepted: list[str] = []

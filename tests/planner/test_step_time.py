@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from contract.schema import Hardware, Method, Recipe, TrainingSpec
+from contract.schema import Hardware, Method, Recipe, TrainingSpec, Workload
 from planner.catalog import default_catalog
 from planner.throughput import host_s, step_time
 
@@ -31,7 +31,7 @@ def test_host_time_grows_with_checkpointing_adapters_zero3_and_accumulation() ->
     lora = replace(ckpt, method=Method.LORA)
     zero3 = replace(lora, zero_stage=3)
     accumulated = replace(zero3, gradient_accumulation_steps=4)
-    times = [host_s(a, t) for t in (full, ckpt, lora, zero3, accumulated)]
+    times = [host_s(a, t, H100.gpu) for t in (full, ckpt, lora, zero3, accumulated)]
     assert times == sorted(times) and len(set(times)) == len(times)
     assert times[-1] == 4 * times[-2]
 
@@ -42,8 +42,8 @@ def test_the_trainer_without_deepspeed_spends_less_host_time_a_step_than_a_deeps
     a = CATALOG.model("meta-llama/Llama-3.2-1B").architecture
     executor = TrainingSpec(method=Method.FULL, zero_stage=2)
     trainer = replace(executor, recipe=Recipe.HF_TRAINER, zero_stage=0)
-    assert host_s(a, trainer) < host_s(a, replace(executor, zero_stage=0)) == host_s(a, executor)
-    assert host_s(a, replace(trainer, zero_stage=2)) == host_s(a, executor)
+    assert host_s(a, trainer, H100.gpu) < host_s(a, replace(executor, zero_stage=0), H100.gpu) == host_s(a, executor, H100.gpu)
+    assert host_s(a, replace(trainer, zero_stage=2), H100.gpu) == host_s(a, executor, H100.gpu)
 
 
 def test_the_executor_s_qlora_computes_at_its_lora_s_speed_and_the_trainer_s_slower() -> None:
@@ -55,3 +55,29 @@ def test_the_executor_s_qlora_computes_at_its_lora_s_speed_and_the_trainer_s_slo
     assert step_time(model, qlora, H100).compute_s == step_time(model, lora, H100).compute_s
     trainer = [step_time(model, replace(t, recipe=Recipe.HF_TRAINER), H100).compute_s for t in (lora, qlora)]
     assert trainer[1] > trainer[0]
+
+
+CPU = Hardware(gpu=CATALOG.gpu("cpu"))
+
+
+def test_a_cpu_host_class_adds_its_measured_shares_to_the_flops_and_starts_in_seconds() -> None:
+    """Issue 50 item 13: a CPU host computes on the cores that launch, so the shares add (a GPU's host share hides
+    behind its work); its own figures (planner.data.cpus, make bench-cpu) replace the GPU host's, and its start-up is
+    its own (seconds, not a GPU job's minutes)."""
+    from planner.constants import STARTUP_S
+    from planner.estimate import estimate
+
+    a = CATALOG.model("meta-llama/Llama-3.2-1B")
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=1, sequence_length=512)
+    s = step_time(a, t, CPU)
+    assert s.step_s == s.compute_s + s.host_s and s.compute_s > 0 and s.host_s > 0
+    layers = a.architecture.num_layers
+    assert host_s(a.architecture, t, CPU.gpu) > layers * 3 * CPU.gpu.host_s_per_layer_pass, "the trainable params'"
+    e = estimate(a, t, CPU, Workload(max_steps=10))
+    assert e.duration_s == CPU.gpu.startup_s + 10 * s.step_s
+    assert CPU.gpu.startup_s < STARTUP_S, "its own start-up, not a GPU job's loading"
+
+
+def test_the_cpu_class_is_answered_by_name_and_never_offered_among_gpus() -> None:
+    assert CATALOG.gpu("cpu") is CATALOG.gpu("CPU-host")
+    assert all(g.name != "cpu" for g in CATALOG.gpus), "recommend, suggestions and moves look among GPUs only"
