@@ -182,8 +182,8 @@ def run(steps: int, keep_serving: bool = False, state_dir: Path = DEFAULT_STATE_
         plan.prediction.fit.CopyFrom(fit)
         plan.prediction.estimate.CopyFrom(estimate)
         _say(f"planner: {'fits' if fit.fits else 'does NOT fit'} on the worker's CPU host class ({PLANNED_GPU}), "
-             f"{render.gib(fit.per_gpu.total_bytes)} a rank; {estimate.total_steps} steps of "
-             f"{estimate.step_time_s * 1000:.1f} ms, about {estimate.duration_s:.0f} s with its start-up")
+             f"{render.gib(fit.per_gpu.total_bytes)} a rank, {estimate.step_time_s * 1000:.1f} ms a step after a "
+             f"start-up of {estimate.duration_s - estimate.total_steps * estimate.step_time_s:.0f} s")
 
         with ExecutorClient(executor_address) as client:
             submitted = client.submit(plan)

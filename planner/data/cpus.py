@@ -15,11 +15,12 @@ GFLOPS = 1e9
 GB_PER_S = 1e9
 
 # This project's CI machine kind (../.library/env/machines: 2 cores, 24 GiB, x86-64 with AMX, so bf16 matmuls run
-# ~4x fp32; fp16 has no fast path), measured 2026-11-28 by make bench-cpu (benchmarks/results/cpu_class_figures.csv).
+# ~4x fp32; fp16 has no fast path: 2.7 GFLOP/s at 512 x 512, 0.3 at 2048 x 2048), measured 2026-11-28 by make
+# bench-cpu (benchmarks/results/cpu_class_figures.csv).
 REFERENCE_CPU = "make bench-cpu on the CI machine kind (2 cores, 24 GiB), 2026-11-28"
 CPU_HOST = GpuSpec(
     name="cpu", display_name="CPU host (2 cores, 24 GiB)", vendor="cpu", architecture="cpu",
-    memory_bytes=24 * GiB, bf16_flops_per_s=946 * GFLOPS, fp16_flops_per_s=0.3 * GFLOPS,
+    memory_bytes=24 * GiB, bf16_flops_per_s=946 * GFLOPS, fp16_flops_per_s=2.7 * GFLOPS,  # fp16: 512 x 512
     fp32_flops_per_s=216 * GFLOPS, memory_bandwidth_bytes_per_s=78 * GB_PER_S,
     interconnect=Interconnect.PCIE, interconnect_bandwidth_bytes_per_s=78 * GB_PER_S / 2,  # gloo over shared memory
     supports_bf16=True, spec_source=REFERENCE_CPU, host_memory_per_gpu_bytes=24 * GiB, aliases=("cpu-host",),

@@ -81,3 +81,17 @@ def test_a_cpu_host_class_adds_its_measured_shares_to_the_flops_and_starts_in_se
 def test_the_cpu_class_is_answered_by_name_and_never_offered_among_gpus() -> None:
     assert CATALOG.gpu("cpu") is CATALOG.gpu("CPU-host")
     assert all(g.name != "cpu" for g in CATALOG.gpus), "recommend, suggestions and moves look among GPUs only"
+
+
+def test_a_cpu_host_class_holds_the_live_tensors_only() -> None:
+    """The executor's preflight on a CPU counts live tensor bytes; a CPU has no CUDA context, cuBLAS workspace or
+    caching allocator's slack, so the plan's peak there is its allocated bytes (the demo's tiny Llama: 191.6 MiB
+    planned, 191.5 MiB measured by make run's preflight)."""
+    from planner.constants import CUBLAS_WORKSPACE_BYTES
+    from planner.memory import per_gpu_memory
+
+    model = CATALOG.model("meta-llama/Llama-3.2-1B")
+    t = TrainingSpec(method=Method.LORA, micro_batch_size=1, sequence_length=512)
+    on_cpu, on_gpu = per_gpu_memory(model, t, CPU), per_gpu_memory(model, t, H100)
+    assert on_cpu.total_bytes == on_cpu.allocated_bytes < on_gpu.total_bytes
+    assert on_cpu.allocated_bytes == on_gpu.allocated_bytes - CUBLAS_WORKSPACE_BYTES, "cuBLAS's workspace is a GPU's"
