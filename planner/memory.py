@@ -281,9 +281,8 @@ MEMORY_CACHE_ENTRIES = 8192
 
 
 def per_gpu_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> MemoryBreakdown:
-    """The per-GPU peak of a training step, term by term, computed once per architecture, training spec and rank count
-    (`gpu_memory`) for every GPU. A CPU host class (planner.data.cpus) holds the live tensors only: no CUDA context,
-    cuBLAS workspace or caching allocator's slack (its executor's preflight counts the same live bytes)."""
+    """The per-GPU peak of a training step, term by term (`gpu_memory`, once per shape and rank count); on a CPU host
+    class (planner.data.cpus) the live tensors only, with no CUDA context, cuBLAS workspace or allocator slack."""
     peak = gpu_memory(model.architecture, t, hw.world_size)
     return replace(peak, cuda_context_bytes=0, cuda_workspace_bytes=0, allocator_bytes=0) if hw.gpu.cores else peak
 
