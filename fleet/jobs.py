@@ -31,7 +31,7 @@ from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from common.bounds import parse_count
 from common.identity import UNAUTHENTICATED_ADMIN
-from contract.errors import PlanError
+from contract.errors import LeaseLostError, PlanError
 from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
 
@@ -140,6 +140,14 @@ def job_label(job_id: str, team: str, viewer_team: str | None) -> str:
     return f"job {within_team(job_id, team)}"
 
 
+# A holder's write to its job's record: HSET only while the record's fence is the holder's (ARGV[1]); 1 when written.
+_HOLDER_WRITE = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+
 @dataclass(frozen=True)
 class StopRequests:
     cancel_reason: str | None  # None: no Cancel; '' Cancel without a reason
@@ -209,8 +217,12 @@ class JobStore:
         return StopRequests((reason or b"").decode() if cancel == b"1" else None, yields_to, int(deadline_ms or 0),
                             (budget_stop or b"").decode(), (kind or PREEMPTION.encode()).decode())
 
-    def update(self, job_id: str, **fields: str | int | bytes) -> None:
-        self.redis.hset(job_key(job_id), mapping=fields)
+    def update_as_holder(self, job_id: str, fence: int, **fields: str | int | bytes) -> None:
+        """Write fields of the job's record as the holder of `fence`, in one step with the fence check (fleet.leases'
+        promise): LeaseLostError, writing nothing, when another host holds the job now."""
+        flat = [x for pair in fields.items() for x in pair]
+        if not self.redis.eval(_HOLDER_WRITE, 1, job_key(job_id), fence, *flat):
+            raise LeaseLostError(f"job {job_id} moved on from fence {fence}: this host's write was refused")
 
     def page(self, after: PageCursor | None, batch: int) -> list[tuple[str, int]]:
         """Up to `batch` (job id, submit ms) pairs, newest first, past the cursor: the index read from the cursor's

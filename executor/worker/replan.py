@@ -71,7 +71,8 @@ def _set_aside(out: Path, replans: int) -> str:
     return f"; its checkpoints (another ZeRO layout) moved to {aside}, the run starts again from step 0"
 
 
-def after_out_of_memory(store: JobStore, job_id: str, plan_path: Path, out: Path, work_dir: Path) -> Outcome | None:
+def after_out_of_memory(store: JobStore, job_id: str, fence: int, plan_path: Path, out: Path,
+                        work_dir: Path) -> Outcome | None:
     """The outcome of a run that ended with an out-of-memory report; None when it did not."""
     report = oom.take_report(out)
     if report is None:
@@ -94,7 +95,8 @@ def after_out_of_memory(store: JobStore, job_id: str, plan_path: Path, out: Path
                        f"{what}; no change on_oom allows is predicted to fit{tried}. Allow more moves in on_oom.moves "
                        "(OOM_MOVE_SHORTER_SEQUENCES, OOM_MOVE_QLORA change the training), or plan bigger GPUs")
     new = replanned(run.plan, found.training, run.world_size, found.predicted_bytes)
-    store.update(job_id, plan=new.SerializeToString(), **{REPLANS_FIELD: done + 1})
+    # as the holder of `fence` (LeaseLostError when the job moved on): a stale holder neither re-plans nor sets aside
+    store.update_as_holder(job_id, fence, plan=new.SerializeToString(), **{REPLANS_FIELD: done + 1})
     aside = "" if oom.keeps_checkpoints(run.training, found.training) else _set_aside(out, done + 1)
     message = (f"{what}; re-planned ({done + 1} of at most {policy.max_replans}): "
                f"{oom.changes(run.training, found.training)}; predicted {size(found.predicted_bytes)}"

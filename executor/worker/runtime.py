@@ -162,7 +162,7 @@ class WorkerRuntime:
         held.publisher.adopt()
         plan_path = out / "plan.json"
         plan_path.write_text(json_format.MessageToJson(plan))
-        self.store.update(job_id, output_dir=str(out), log_path=str(out / "logs" / "train.log"))
+        self.store.update_as_holder(job_id, held.fence, output_dir=str(out), log_path=str(out / "logs" / "train.log"))
         try:
             held.publisher.emit(progress_pb2.ProgressEvent(
                 phase=progress_pb2.PHASE_LOADING,
@@ -216,7 +216,8 @@ class WorkerRuntime:
             return reason
         if lead:
             return lead.settle(lambda: self.control.keep_lease(held))
-        if (replanned := after_out_of_memory(self.store, held.job_id, plan_path, out, self.place.work_dir)) is not None:
+        if (replanned := after_out_of_memory(self.store, held.job_id, held.fence, plan_path, out,
+                                             self.place.work_dir)) is not None:
             return replanned
         log_path = launcher_log_path(out, 0)
         return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
@@ -365,7 +366,7 @@ class WorkerRuntime:
                 failed.job_id, failed.sequence = held.job_id, last.sequence + 1
                 failed.time.GetCurrentTime()
                 self.events.publish(failed, fence=held.fence)
-            self.store.update(held.job_id, error=message)
+            self.store.update_as_holder(held.job_id, held.fence, error=message)
             self._release(held)
         except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("job.fail_record_failed", error=str(e))
@@ -404,7 +405,7 @@ class WorkerRuntime:
             last = held.events.emit(progress_pb2.ProgressEvent(
                 phase=outcome.phase, step=last.step, total_steps=last.total_steps, message=outcome.message))
         if outcome.phase == progress_pb2.PHASE_FAILED:
-            self.store.update(job_id, error=outcome.message)
+            self.store.update_as_holder(job_id, held.fence, error=outcome.message)
         self._release(held)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last

@@ -92,12 +92,20 @@ def test_a_claim_fences_out_the_previous_holder_everywhere_it_writes(fleet, exec
     assert not requeue_held(fleet, "job-f", first, "drained")
     assert not leases.release("job-f", "host-a", first)
     assert all(e.step != 9 for e in _events(fleet, "job-f"))
+    store, before = JobStore(fleet), fleet.hgetall(job_key("job-f"))
+    for fields in ({"output_dir": "/stale/out", "log_path": "/stale/log"}, {"error": "the stale holder's error"},
+                   {"plan": b"a stale re-plan", "oom_replans": 1}):  # the worker's record writes (issue 51)
+        with pytest.raises(LeaseLostError):
+            store.update_as_holder("job-f", first, **fields)
+    assert fleet.hgetall(job_key("job-f")) == before, "none of the stale holder's record writes landed"
 
     # the job, requeued after its backoff, is claimed anew with a newer fence
     Sweeper(fleet).sweep(now=now_ms() + 3_600_000)
     second = _take(fleet, leases, "job-f", "host-b")
     assert second > first
     FenceGuard(fleet, "job-f", second).confirm()
+    store.update_as_holder("job-f", second, output_dir="/new/out")
+    assert fleet.hget(job_key("job-f"), "output_dir") == b"/new/out", "the holder of the newer fence writes"
     assert events.publish(new_event("job-f", events.last_sequence("job-f") + 1, progress_pb2.PHASE_TRAINING,
                                     step=10), fence=second)
 
