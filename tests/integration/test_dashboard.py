@@ -266,5 +266,5 @@ def test_jobs_loads_in_under_a_second_with_2000_jobs_in_redis(browser, fleet, re
     assert alice.locator("#jobs tbody tr").count() == 50
     assert min(timings) < PAGE_LOAD_GOAL_S, f"Jobs took {timings} s with 2,000 jobs"
     alice.click('a[rel="next"]')
-    wait_for(lambda: "page=" in alice.url, "the next page")
-    assert alice.locator("#jobs tbody tr").count() == 50
+    # the address changes as the next page is asked for; its rows come once it has loaded
+    wait_for(lambda: "page=" in alice.url and alice.locator("#jobs tbody tr").count() == 50, "the next page's 50 rows")
