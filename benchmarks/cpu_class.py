@@ -30,6 +30,7 @@ from devtools.tiny import build_model, make_plan, write_plan
 WARMUP_STEPS = 3
 STEPS = 16
 MATMUL_N = 2048
+FP16_MATMUL_N = MATMUL_N // 4  # fp16 has no fast path on most CPUs: a smaller square takes seconds, not minutes
 # (hidden size, decoder layers): from the tests' tiny model up to one whose steps are mostly arithmetic
 SHAPES = ((64, 2), (256, 4), (512, 6))
 SEQUENCES = (32, 128)
@@ -38,11 +39,11 @@ METHODS = (("lora", training_pb2.METHOD_LORA), ("full", training_pb2.METHOD_FULL
 
 def matmul_flops_per_s(dtype_name: str) -> float:
     """torch.mm's FLOP/s on every core; fp16, which has no fast path on most CPUs (0.3 GFLOP/s here at 2048 x 2048),
-    on a smaller square (512) so that it takes seconds, not minutes."""
+    on FP16_MATMUL_N's smaller square."""
     import torch
 
     dtype = getattr(torch, dtype_name)
-    n = MATMUL_N if dtype_name != "float16" else MATMUL_N // 4
+    n = MATMUL_N if dtype_name != "float16" else FP16_MATMUL_N
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     for _ in range(2):
         torch.mm(a, b)
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from contract import training as training_spec
     from planner import convert
     from planner.catalog import default_catalog
-    from planner.estimate import estimate
+    from planner.estimate import startup_s
     from planner.parameters import parameter_split
     from planner.throughput import flops_per_token, step_time
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     peaks = {name: matmul_flops_per_s(name) for name in ("float32", "bfloat16", "float16")}
     bandwidth = copy_bytes_per_s()
     catalog = default_catalog()
-    cpu = catalog.gpu("cpu")
+    hw = convert.hardware_from_proto(hardware_pb2.HardwareSpec(gpu="cpu"), catalog)
     rows: list[list[object]] = []
     fit_rows: list[tuple[float, ...]] = []
     errors: list[float] = []  # |planner / measured - 1| per run
@@ -115,16 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         for hidden, layers in SHAPES:
             model_dir = build_model(root / f"model-{hidden}x{layers}", hidden_size=hidden, layers=layers)
-            config_json = (model_dir / "config.json").read_text()
+            model = convert.model_from_proto(model_pb2.ModelRef(config_json=(model_dir / "config.json").read_text()),
+                                             catalog)
             for seq in SEQUENCES:
                 data = filled_text(root / f"data-{seq}.jsonl", records=4 * STEPS, words=seq)  # every sample fills seq
                 for name, method in METHODS:
                     tag = f"{hidden}x{layers}-{name}-{seq}"
                     plan = make_plan(model_dir, data, root / tag, method=method, max_steps=STEPS,
                                      sequence_length=seq, plan_id=tag, target_modules=("all-linear",))
-                    measured_s, startup_s = run(write_plan(plan, root / f"{tag}.json"), root / tag)
-                    model = convert.model_from_proto(model_pb2.ModelRef(config_json=config_json), catalog)
-                    hw = convert.hardware_from_proto(hardware_pb2.HardwareSpec(gpu="cpu"), catalog)
+                    measured_s, started_s = run(write_plan(plan, root / f"{tag}.json"), root / tag)
                     t = training_spec.training_from_proto(plan.training, 1)
                     tokens = t.micro_batch_size * seq * t.gradient_accumulation_steps
                     flops_per_step = flops_per_token(model, t) * tokens
@@ -134,12 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                     fit_rows.append((model.architecture.num_layers * 3, flops_per_step / peaks["float32"],
                                      split.trainable, measured_s))
                     errors.append(abs(planned / measured_s - 1))
-                    startups.append(startup_s)
-                    whole = estimate(model, t, hw, convert.workload_from_proto(plan.workload))
+                    startups.append(started_s)
                     rows.append([tag, f"{model.architecture.num_layers}", f"{flops_per_step / 1e9:.2f}",
                                  f"{measured_s * 1000:.1f}", f"{planned * 1000:.1f}",
-                                 f"{planned / measured_s - 1:+.1%}", f"{startup_s:.1f}",
-                                 f"{whole.duration_s - whole.total_steps * planned:.1f}"])
+                                 f"{planned / measured_s - 1:+.1%}", f"{started_s:.1f}",
+                                 f"{startup_s(hw):.1f}"])
     x = np.array([r[:3] for r in fit_rows])
     y = np.array([r[3] for r in fit_rows])
     (per_layer_pass_s, inverse_mfu, per_trainable_s), *_ = np.linalg.lstsq(x, y, rcond=None)
@@ -149,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
                 rows)
     print(f"\nmedian |planner error| {statistics.median(errors):.1%}, worst {max(errors):.1%}")
     print(f"\nmeasured: fp32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bfloat16'] / 1e9:.1f} GFLOP/s, fp16 "
-          f"{peaks['float16'] / 1e9:.1f} GFLOP/s (torch.mm {MATMUL_N}^2 on {cores} cores); copy "
+          f"{peaks['float16'] / 1e9:.1f} GFLOP/s (torch.mm {MATMUL_N}^2, fp16 {FP16_MATMUL_N}^2, on {cores} cores); "
+          f"copy "
           f"{bandwidth / 1e9:.1f} GB/s")
     print(f"fitted step: {per_layer_pass_s * 1000:.3f} ms a decoder-layer pass + {per_trainable_s * 1e9:.2f} ns a "
           f"trainable parameter + FLOPs at {1 / inverse_mfu:.1%} of the fp32 peak (catalog now: fp32 "
-          f"{cpu.fp32_flops_per_s / 1e9:.1f} GFLOP/s)")
+          f"{hw.gpu.fp32_flops_per_s / 1e9:.1f} GFLOP/s)")
     figures: list[list[object]] = [
         ["fp32 matmul (GFLOP/s)", f"{peaks['float32'] / 1e9:.2f}"],
         ["bf16 matmul (GFLOP/s)", f"{peaks['bfloat16'] / 1e9:.2f}"],

@@ -175,12 +175,12 @@ class _Replay:
                 continue
             order = sorted(ranked, key=lambda st: ranked[st])  # type: ignore[arg-type,return-value]
             if all(s.free_s > now_s for s in self.slots):
-                served = next((st for st in order if (v := self._victim(self._head(st).waiter, now_s)) is not None
-                               and self._ask(v, now_s, takes_s)), None)
+                served = next(((st, v) for st in order if (v := self._victim(self._head(st).waiter, now_s))), None)
                 if served is None:  # no one gives way: on to the next host free
                     now_s = min(s.free_s for s in self.slots)
                     continue
-                stream = served
+                stream = served[0]
+                self._ask(*served[1], now_s, takes_s)
             else:
                 stream = order[0]
             q = self._take(stream)
@@ -243,40 +243,36 @@ class _Replay:
                 self.held[slot.team] = self.held.get(slot.team, 0) - slot.gpus
                 slot.gpus = 0
 
-    def _victim(self, w: Waiter, now_s: float) -> _Slot | None:
-        """The host whose job the sweep would ask to yield to `w` (fleet.recovery: preemption, then reclaim), if any:
-        (1) a running job of a lower tier, its own team's or a borrower's, the lowest tier first; else (2), for a
-        waiter within its team's quota, another team's job that borrows; (3) never one younger than the policy's
-        minimum runtime, (4) among equals the latest started (the least work since a checkpoint), (5) then the first
-        host."""
+    def _victim(self, w: Waiter, now_s: float) -> tuple[_Slot, _Queued] | None:
+        """The host whose job the sweep would ask to yield to `w` (fleet.recovery: preemption, then reclaim), and that
+        job, if any: (1) a running job of a lower tier, its own team's or a borrower's, the lowest tier first; else
+        (2), for a waiter within its team's quota, another team's job that borrows; (3) never one younger than the
+        policy's minimum runtime, (4) among equals the latest started (the least work since a checkpoint), (5) then
+        the first host."""
         if w.nodes != 1:
             return None
         rules, q = self.yielding, self.quotas
-        old = [s for s in self.slots if s.victim is not None and s.free_s > now_s
+        old = [(s, s.victim) for s in self.slots if s.victim is not None and s.free_s > now_s
                and now_s - s.since_s >= rules.min_runtime_s]
 
         def borrows(team: str) -> bool:
             return q is not None and self.held.get(team, 0) > q.quota(team)
 
         if rules.preemption:
-            lower = [s for s in old if s.victim and s.victim.waiter.tier > w.tier
+            lower = [(s, v) for s, v in old if v.waiter.tier > w.tier
                      and (q is None or s.team == w.team or borrows(s.team))]
             if lower:
-                return max(lower, key=lambda s: (s.victim.waiter.tier if s.victim else 0, s.since_s))
+                return max(lower, key=lambda sv: (sv[1].waiter.tier, sv[0].since_s))
         if rules.reclaim and q is not None and self.held.get(w.team, 0) + w.gpus <= q.quota(w.team):
-            borrowed = [s for s in old if s.team != w.team and borrows(s.team)]
+            borrowed = [(s, v) for s, v in old if s.team != w.team and borrows(s.team)]
             if borrowed:
-                return max(borrowed, key=lambda s: s.since_s)
+                return max(borrowed, key=lambda sv: sv[0].since_s)
         return None
 
-    def _ask(self, slot: _Slot, now_s: float, takes_s: float) -> bool:
+    def _ask(self, slot: _Slot, victim: _Queued, now_s: float, takes_s: float) -> None:
         """The victim yields: its GPUs go back now (as the sweep counts them), its host is free `takes_s` later (the
         next start waits for it), and it waits again for the rest of its run and a new start-up."""
-        victim = slot.victim
-        if victim is None:
-            return False
         freed_s = min(slot.free_s, now_s + takes_s)
         self._requeue(_Queued(victim.waiter, -1, max(0.0, slot.free_s - freed_s) + self.hold.start_s))
         self.held[slot.team] = self.held.get(slot.team, 0) - slot.gpus
         slot.gpus, slot.free_s, slot.victim = 0, freed_s, None
-        return True

@@ -194,6 +194,7 @@ class JobStore:
 
     def __init__(self, connection: redis.Redis) -> None:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
+        self._holder_write = connection.register_script(_HOLDER_WRITE)
 
     def raw(self, job_id: str) -> dict[bytes, bytes]:
         record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))
@@ -221,7 +222,7 @@ class JobStore:
         """Write fields of the job's record as the holder of `fence`, in one step with the fence check (fleet.leases'
         promise): LeaseLostError, writing nothing, when another host holds the job now."""
         flat = [x for pair in fields.items() for x in pair]
-        if not self.redis.eval(_HOLDER_WRITE, 1, job_key(job_id), fence, *flat):
+        if not self._holder_write(keys=[job_key(job_id)], args=[fence, *flat]):
             raise LeaseLostError(f"job {job_id} moved on from fence {fence}: this host's write was refused")
 
     def page(self, after: PageCursor | None, batch: int) -> list[tuple[str, int]]:

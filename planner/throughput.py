@@ -73,13 +73,14 @@ def host_s(a: Architecture, t: TrainingSpec, gpu: GpuSpec) -> float:
     adapted = sum(layer.count for layer in lora_targets(a, t.lora.target_modules, "training.lora.target_modules")) \
         if t.method.uses_adapters else 0
     passes = 4 if t.gradient_checkpointing else 3
-    per_layer_s = k.HOST_S_PER_LAYER_PASS if recipes.runs_deepspeed(t) else k.TRAINER_HOST_S_PER_LAYER_PASS
-    seconds = (a.num_layers * per_layer_s + adapted * k.HOST_S_PER_ADAPTER_PASS) * passes
     once_s = 0.0
     if gpu.cores:  # a CPU host class: its own measured shares beside the FLOPs
-        split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
         seconds = a.num_layers * gpu.host_s_per_layer_pass * passes
+        split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
         once_s = split.trainable * gpu.host_s_per_trainable_param
+    else:
+        per_layer_s = k.HOST_S_PER_LAYER_PASS if recipes.runs_deepspeed(t) else k.TRAINER_HOST_S_PER_LAYER_PASS
+        seconds = (a.num_layers * per_layer_s + adapted * k.HOST_S_PER_ADAPTER_PASS) * passes
     if t.zero_stage == 3:
         tensors = sum(layer.count * (2 if layer.bias else 1) for layer in linear_layers(a)) + \
             a.num_layers * norms_per_layer(a) + 2 * adapted + 1

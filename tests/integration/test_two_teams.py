@@ -20,7 +20,7 @@ from clients.errors import FailedPrecondition
 from clients.executor_client import ExecutorClient
 from executor.service.scoping import fleet_id
 from fleet.recovery import FleetPolicy
-from tests.integration.fleet_helpers import events_at_end, fleet_plan, identities, wait_for
+from tests.integration.fleet_helpers import events_at_end, fleet_plan, identities, wait_for, watch_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PEOPLE = [("alice", "nlp", "submitter"), ("vic", "vision", "submitter"), ("root", "ops", "admin")]
@@ -99,8 +99,9 @@ def test_two_teams_quotas_reclaim_budget_override_and_preemption_end_to_end(star
             f"started {started}, shown at submit {earliest}..{latest}"
         reclaimed = next(j for j in VISION[:2] if vic.get(j).phase == progress_pb2.PHASE_QUEUED)
         kept = next(j for j in VISION[:2] if j != reclaimed)
-        yield_event = next(e for e in all_events_so_far(vic, reclaimed) if e.phase == progress_pb2.PHASE_QUEUED
-                           and e.sequence > 1)
+        newest = vic.get(reclaimed).last_event.sequence  # its events up to now, through Watch's replay
+        so_far = watch_until(vic, reclaimed, lambda e: e.sequence >= newest)
+        yield_event = next(e for e in so_far if e.phase == progress_pb2.PHASE_QUEUED and e.sequence > 1)
         assert yield_event.message.startswith("reclaimed for a job of team nlp, within its team's quota"), \
             yield_event.message
         assert "nlp-short" not in yield_event.message, \
@@ -160,16 +161,3 @@ def test_two_teams_quotas_reclaim_budget_override_and_preemption_end_to_end(star
             assert usage.total.gpu_seconds == pytest.approx(sum(j.gpu_seconds for j in jobs), rel=1e-6)
             assert usage.total.cost_usd == pytest.approx(sum(j.spent_usd for j in jobs), rel=1e-6)
         assert alice.usage().month_spent_usd == pytest.approx(alice.get("nlp-short").spent_usd, rel=1e-6)
-
-
-def all_events_so_far(client: ExecutorClient, job_id: str) -> list[progress_pb2.ProgressEvent]:
-    """The job's events up to now (Watch's replay, stopping at the newest sequence Get reports)."""
-    newest = client.get(job_id).last_event.sequence
-    seen = []
-    for response in client.watch(job_id):
-        if response.HasField("event"):
-            seen.append(response.event)
-            if response.event.sequence >= newest:
-                break
-    return seen
-
