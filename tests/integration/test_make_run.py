@@ -20,7 +20,7 @@ _VOLATILE = [(re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:PORT"),
              (re.compile(r"demo-\d{8}-\d{6}"), "demo-JOB"),
              (re.compile(r"demo-[\w.-]+?-\d+\b"), "demo-HOST"),
              (re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"), "TIME")]
-_NUMBER = re.compile(r"\d[\d,]*(\.\d+)?")
+_NUMBER = re.compile(r"[+-]?\d[\d,]*(\.\d+)?")  # signed too: a measured error is +N % one run, -N % the next
 
 
 def _masked(line: str) -> str:
