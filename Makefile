@@ -113,8 +113,8 @@ test-fast: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chr
 	$(PY) -m pytest -q -m "not training and not install"
 
 lint: $(STAMP) ## ruff and mypy
-	$(VENV)/bin/ruff check common contract planner fleet clients executor dashboard devtools tests benchmarks
-	$(VENV)/bin/mypy common contract planner fleet clients executor dashboard devtools
+	$(VENV)/bin/ruff check launch common contract planner fleet clients executor dashboard devtools tests benchmarks
+	$(VENV)/bin/mypy launch common contract planner fleet clients executor dashboard devtools
 
 protos: $(STAMP) ## regenerate Python code from protos/
 	cd protos && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. tunefleet/v1/*.proto

@@ -47,7 +47,7 @@ def _s(ts: timestamp_pb2.Timestamp) -> float:
 def submit_to_first_step(address: str, redis_url: str, work: Path, runs: int) -> list[list[object]]:
     model = build_model(work / "model")
     data = counting_text(work / "data.jsonl", records=64)
-    worker = subprocess.Popen([sys.executable, "-m", "clients.cli", "worker", "--redis", redis_url, "--gpu-class",
+    worker = subprocess.Popen([sys.executable, "-m", "launch", "worker", "--redis", redis_url, "--gpu-class",
                                "cpu", "--work-dir", str(work / "runs"), "--data-root", str(work),
                                "--progress-interval-s", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

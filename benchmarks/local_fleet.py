@@ -41,7 +41,7 @@ class Fleet:
 
     def start_worker(self, host_id: str, *extra: str) -> None:
         self.workers[host_id] = subprocess.Popen(
-            [sys.executable, "-m", "clients.cli", "worker", "--redis", self.url, "--gpu-class", "cpu", "--host-id",
+            [sys.executable, "-m", "launch", "worker", "--redis", self.url, "--gpu-class", "cpu", "--host-id",
              host_id, "--work-dir", str(self.work / "shared"), "--work-dir-shared", "--data-root", str(self.data_root),
              "--progress-interval-s", "0", *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

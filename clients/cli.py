@@ -30,15 +30,8 @@ from clients.planning_args import (
     training_spec,
     workload_spec,
 )
+from common import exit_status
 
-# Exit status, for scripts: `tunefleet fit ... && rent-the-gpu`.
-EXIT_OK = 0  # done; for fit and estimate: the job fits
-EXIT_ERROR = 1  # the planner answered with an error that is not the request's fault
-EXIT_BAD_INPUT = 2  # a flag or file is wrong; the message names it
-EXIT_DOES_NOT_FIT = 3  # fit / estimate: the job does not fit (the table says by how much and what to change)
-EXIT_UNAVAILABLE = 4  # the planner at --address could not be reached
-EXIT_STATUS = (f"exit status: {EXIT_OK} fits (or done), {EXIT_DOES_NOT_FIT} does not fit (fit, estimate), "
-               f"{EXIT_BAD_INPUT} bad input,\n  {EXIT_UNAVAILABLE} planner unreachable, {EXIT_ERROR} other error\n")
 EXAMPLES = """examples:
   tunefleet fit --model meta-llama/Llama-3.1-8B --method qlora --gpu rtx-4090 --micro-batch 1 --seq-len 2048
   tunefleet fit --model ./my-model/config.json --method full --gpu a100-80gb --gpus 4 --zero 3 --json
@@ -68,11 +61,11 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunefleet", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=EXIT_STATUS + EXAMPLES)
+                                     epilog=exit_status.HELP + EXAMPLES)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fit = sub.add_parser("fit", help="will it fit: per-GPU and host memory, term by term",
                          description="Predict peak memory per GPU and per node, the largest micro-batch that fits, "
-                                     "and what to change when it does not fit.", epilog=EXIT_STATUS + EXAMPLES,
+                                     "and what to change when it does not fit.", epilog=exit_status.HELP + EXAMPLES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_args(fit)
     add_margin_arg(fit)
@@ -82,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_args(fit)
     est = sub.add_parser("estimate", help="how long and how much money",
                          description="Fit, plus step time, wall time, GPU-hours and cost as a range.",
-                         epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
+                         epilog=exit_status.HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_args(est)
     add_margin_arg(est)
     add_workload_args(est)
@@ -137,14 +130,14 @@ def run(a: argparse.Namespace, client: PlannerClient) -> tuple[str, int]:
     if a.command == "fit":
         fit_resp = client.fit(fit_request(a))
         text = render.dumps(fit_resp.result) if a.json else render.fit_text(fit_resp.result)
-        return text, EXIT_OK if fit_resp.result.fits else EXIT_DOES_NOT_FIT
+        return text, exit_status.OK if fit_resp.result.fits else exit_status.DOES_NOT_FIT
     if a.command == "estimate":
         est = client.estimate(planner_pb2.EstimateRequest(model=model_ref(a.model), training=training_spec(a),
                                                           hardware=hardware_spec(a), workload=workload_spec(a),
                                                           margin_fraction=a.margin))
         return (render.dumps(est) if a.json else render.estimate_text(est)), \
-            EXIT_OK if est.fit.fits else EXIT_DOES_NOT_FIT
-    return _listing(a, client), EXIT_OK
+            exit_status.OK if est.fit.fits else exit_status.DOES_NOT_FIT
+    return _listing(a, client), exit_status.OK
 
 
 def _listing(a: argparse.Namespace, client: PlannerClient) -> str:
@@ -165,47 +158,18 @@ def _listing(a: argparse.Namespace, client: PlannerClient) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `tunefleet` entry point. Output piped into a reader that stops early (`tunefleet hardware | head`) ends
-    quietly with the command's status: the reader has what it wanted."""
-    try:
-        status = _main(argv)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
-        return EXIT_OK
-    return status
-
-
-def _main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    # every option after 'worker' or 'train' is that command's own, --help included; each imports what it needs
-    if argv[:1] == ["worker"]:
-        from executor.worker.main import main as worker_main
-        return worker_main(argv[1:])
-    if argv[:1] == ["train"]:
-        from executor.training.command import main as train_main
-        return train_main(argv[1:], prog="tunefleet train")
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """The client commands of `tunefleet` (launch.command hands it every command but worker, train and serve)."""
+    args = build_parser().parse_args(argv)
     try:
         return _run_command(args)
     except BadInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exit_status.BAD_INPUT
 
 
 def _run_command(args: argparse.Namespace) -> int:
     if args.command == "health":
         return health.run(args)
-    if args.command == "serve" and args.service == "dashboard":
-        from dashboard.serve import main as serve_dashboard
-        return serve_dashboard(args.rest)
-    if args.command == "serve" and args.service == "executor":
-        from executor.service.__main__ import serve as serve_executor
-        return serve_executor(args.rest)
-    if args.command == "serve":
-        from planner.serve import serve
-        return serve(args.rest)
     if args.command in fleet_cli.COMMANDS:
         return fleet_cli.main(args, recommended_plan)
     try:
@@ -217,16 +181,13 @@ def _run_command(args: argparse.Namespace) -> int:
             print(f"error: {v.field}: {v.description}", file=sys.stderr)
         if not exc.violations:
             print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exit_status.BAD_INPUT
     except Unavailable as exc:
         print(f"error: planner at {args.address} is unavailable ({exc}); start it with 'tunefleet serve planner' "
               "or drop --address to plan in-process", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return exit_status.UNAVAILABLE
     except TunefleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return exit_status.FAILED
     return status
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

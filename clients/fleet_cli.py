@@ -23,6 +23,7 @@ from clients.errors import (
     Unavailable,
 )
 from clients.executor_client import ExecutorClient
+from common import exit_status
 
 DEFAULT_EXECUTOR = "127.0.0.1:50052"
 PRIORITIES = {"high": executor_pb2.PRIORITY_HIGH, "normal": executor_pb2.PRIORITY_NORMAL,
@@ -31,16 +32,8 @@ PHASES = {fleet_render.phase_name(v): v for v in progress_pb2.Phase.values() if 
 COMMANDS = ("submit", "watch", "jobs", "cancel", "fleet", "host", "audit", "usage", "move", "calibrate")
 USAGE_GROUPS = {"job": executor_pb2.USAGE_GROUPING_JOB, "team": executor_pb2.USAGE_GROUPING_TEAM,
                 "class": executor_pb2.USAGE_GROUPING_GPU_CLASS, "day": executor_pb2.USAGE_GROUPING_DAY}
-# Exit status of the fleet commands, for scripts: watch ends with the job's outcome.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_CANCELLED, EXIT_DENIED, EXIT_REFUSED, \
-    EXIT_UNAUTHENTICATED = range(9)
-_OUTCOME = {progress_pb2.PHASE_DONE: EXIT_OK, progress_pb2.PHASE_FAILED: EXIT_FAILED,
-            progress_pb2.PHASE_CANCELLED: EXIT_CANCELLED}
-EXIT_HELP = """exit status: 0 ok (watch: the job is done), 1 the job failed, 2 bad request (the message names the
-field), 3 executor unreachable, 4 no such job (host clear: the host is not quarantined), 5 the job was cancelled,
-6 your role does not allow it (the message names the role needed), 7 refused as things stand (over the team's
-budget: the message says by how much), 8 no token, or one the executor does not know (--token, TUNEFLEET_TOKEN or
---token-file)."""
+_OUTCOME = {progress_pb2.PHASE_DONE: exit_status.OK, progress_pb2.PHASE_FAILED: exit_status.FAILED,
+            progress_pb2.PHASE_CANCELLED: exit_status.CANCELLED}
 
 
 def days(text: str) -> int:
@@ -61,7 +54,7 @@ def _add_executor_args(p: argparse.ArgumentParser) -> None:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
-    s = sub.add_parser("submit", help="queue a plan on the fleet", formatter_class=fmt, epilog=EXIT_HELP,
+    s = sub.add_parser("submit", help="queue a plan on the fleet", formatter_class=fmt, epilog=exit_status.HELP,
                        description="Queue a plan (from 'tunefleet recommend --save-plan FILE') on the queue of its "
                                    "GPU class. The job id is the plan id: submitting the same plan again returns "
                                    "the same job.")
@@ -78,14 +71,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="instead of a plan file: submit the best option of 'tunefleet recommend RECOMMEND-OPTIONS' "
                         "(last on the line, e.g. --from-recommend --model M --method lora --tokens 5M --dataset "
                         "d.jsonl)")
-    w = sub.add_parser("watch", help="follow a job's progress live", formatter_class=fmt, epilog=EXIT_HELP,
+    w = sub.add_parser("watch", help="follow a job's progress live", formatter_class=fmt, epilog=exit_status.HELP,
                        description="Replay a job's events, then follow them live to the end with a progress bar "
                                    "(one line per event when not on a terminal). A dropped connection is resumed "
                                    "from the last event seen.")
     w.add_argument("job_id")
     w.add_argument("--after", type=int, default=0, help="only events after this sequence number")
     _add_executor_args(w)
-    j = sub.add_parser("jobs", help="list the fleet's jobs, newest first", formatter_class=fmt, epilog=EXIT_HELP)
+    j = sub.add_parser("jobs", help="list the fleet's jobs, newest first", formatter_class=fmt, epilog=exit_status.HELP)
     j.add_argument("--phase", action="append", choices=PHASES, default=[], help="only these phases (repeatable)")
     j.add_argument("--gpu-class", default="", help="only jobs for this GPU class")
     j.add_argument("--limit", type=int, default=50, help="at most this many (0: all; default %(default)s)")
@@ -93,16 +86,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="finished jobs' measured vs predicted memory and speed (with --json: for calibration)")
     _add_executor_args(j)
     c = sub.add_parser("cancel", help="cancel a queued or running job (checkpoints are kept)", formatter_class=fmt,
-                       epilog=EXIT_HELP)
+                       epilog=exit_status.HELP)
     c.add_argument("job_id")
     c.add_argument("--reason", default="", help="recorded with the job")
     _add_executor_args(c)
     f = sub.add_parser("fleet", help="hosts, queue depths and why pending jobs wait", formatter_class=fmt,
-                       epilog=EXIT_HELP)
+                       epilog=exit_status.HELP)
     f.add_argument("--gpu-class", default="")
     _add_executor_args(f)
     h = sub.add_parser("host", help="a host's quarantine: 'tunefleet host clear HOST' lets it take work again",
-                       formatter_class=fmt, epilog=EXIT_HELP,
+                       formatter_class=fmt, epilog=exit_status.HELP,
                        description="A worker that finds its GPUs sick (a critical XID, uncorrectable ECC errors, "
                                    "retired pages pending, a GPU lost) quarantines its host: it takes no new job, "
                                    "and its running job checkpoints and is requeued. 'tunefleet fleet' shows why. "
@@ -111,12 +104,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     h.add_argument("host_id", help="the host's id, as 'tunefleet fleet' lists it")
     _add_executor_args(h)
     a = sub.add_parser("audit", help="who submitted, cancelled and cleared what (admins)", formatter_class=fmt,
-                       epilog=EXIT_HELP, description="The fleet's audit log, newest last: every Submit, Cancel and "
-                                                     "ClearHost with the principal, its team and role.")
+                       epilog=exit_status.HELP,
+                       description="The fleet's audit log, newest last: every Submit, Cancel and ClearHost with the "
+                                   "principal, its team and role.")
     a.add_argument("--limit", type=int, default=100, help="the newest this many entries (default %(default)s)")
     _add_executor_args(a)
     k = sub.add_parser("calibrate", help="the planner's error on this fleet's GPUs, from its finished runs",
-                       formatter_class=fmt, epilog=EXIT_HELP,
+                       formatter_class=fmt, epilog=exit_status.HELP,
                        description="Read every finished job's Feedback (predicted vs measured peak memory and step "
                                    "time) and write, per GPU class, what the planner cannot simulate: how far the "
                                    "allocated peak landed from the prediction, the allocator's slack, the step time "
@@ -126,7 +120,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--out", type=Path, required=True, help="the calibration file to write")
     _add_executor_args(k)
     m = sub.add_parser("move", help="where a queued job would start now, and re-plan it for that GPU class",
-                       formatter_class=fmt, epilog=EXIT_HELP,
+                       formatter_class=fmt, epilog=exit_status.HELP,
                        description="Without --gpu-class: when the job is expected to start on its own class, and "
                                    "the planner's answer on each class with an idle host now (it would start at "
                                    "once). With --gpu-class: re-plan it for that class (the planner's cheapest fit "
@@ -136,7 +130,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--gpu-class", default="", help="the class to move it to")
     _add_executor_args(m)
     u = sub.add_parser("usage", help="measured GPU time and what it cost, by job, team, class or day",
-                       formatter_class=fmt, epilog=EXIT_HELP,
+                       formatter_class=fmt, epilog=exit_status.HELP,
                        description="Every hold of a host by a job is charged when it ends: GPU-seconds x the job's "
                                    "price per GPU-hour, split into useful and lost (a failed run; steps run again "
                                    "after a lost host or a hand-back). Your team's, or with --team any team's "
@@ -170,7 +164,7 @@ def _watch(client: ExecutorClient, job_id: str, after: int, as_json: bool) -> in
         last = fleet_render.follow(client.watch(job_id, after), predicted)
     if not as_json and last.phase != progress_pb2.PHASE_DONE:
         print(f"job {job_id} {fleet_render.phase_name(last.phase)}: {last.message}", file=sys.stderr)
-    return _OUTCOME.get(last.phase, EXIT_FAILED)
+    return _OUTCOME.get(last.phase, exit_status.FAILED)
 
 
 PlanSource = Callable[[list[str]], plan_pb2.Plan]
@@ -203,7 +197,7 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         elif not a.json:
             print(f"{'queued' if r.created else 'already submitted'}: job {r.job.job_id} on {r.job.queue} "
                   f"({fleet_render.phase_name(r.job.phase)}); follow it with: tunefleet watch {r.job.job_id}")
-        return _watch(client, r.job.job_id, 0, a.json) if a.watch else EXIT_OK
+        return _watch(client, r.job.job_id, 0, a.json) if a.watch else exit_status.OK
     if a.command == "watch":
         return _watch(client, a.job_id, a.after, a.json)
     if a.command == "jobs":
@@ -219,14 +213,14 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         else:
             print(json.dumps([render.to_dict(j) for j in jobs], indent=1) if a.json
                   else fleet_render.jobs_text(jobs))
-        return EXIT_OK
+        return exit_status.OK
     if a.command == "cancel":
         job = client.cancel(a.job_id, a.reason)
         print(render.dumps(job) if a.json else
               f"job {job.job_id}: {fleet_render.phase_name(job.phase)}"
               + ("" if job.phase == progress_pb2.PHASE_CANCELLED else " (cancel requested; the worker stops it "
                                                                        "within a second)"))
-        return EXIT_OK
+        return exit_status.OK
     if a.command == "calibrate":
         from planner import calibration  # the CLI's in-process planner is a dependency already
 
@@ -240,33 +234,33 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         calibration.save(calibrations, a.out)
         print(json.dumps({c: len(cal.runs) for c, cal in calibrations.items()}) if a.json
               else fleet_render.calibration_text(calibrations, a.out))
-        return EXIT_OK
+        return exit_status.OK
     if a.command == "move":
         if a.gpu_class:
             moved = client.move(a.job_id, a.gpu_class)
             print(render.dumps(moved) if a.json else f"job {moved.job_id} on {moved.queue}: {moved.last_event.message}")
-            return EXIT_OK
+            return exit_status.OK
         job = client.get(a.job_id)
         print(render.dumps(job) if a.json else fleet_render.alternatives_text(job))
-        return EXIT_OK
+        return exit_status.OK
     if a.command == "usage":
         report = client.usage(a.team, a.since, USAGE_GROUPS[a.by])
         print(render.dumps(report) if a.json else fleet_render.usage_csv(report, a.by) if a.csv
               else fleet_render.usage_text(report, a.by))
-        return EXIT_OK
+        return exit_status.OK
     if a.command == "audit":
         entries = client.audit(a.limit)
         print(json.dumps([render.to_dict(e) for e in entries], indent=1) if a.json
               else fleet_render.audit_text(entries))
-        return EXIT_OK
+        return exit_status.OK
     if a.command == "host":
         reason = client.clear_host(a.host_id)
         print(json.dumps({"host_id": a.host_id, "cleared": reason}) if a.json else
               f"host {a.host_id} cleared (it was quarantined: {reason}); it takes work again at its next heartbeat")
-        return EXIT_OK
+        return exit_status.OK
     fleet = client.fleet(a.gpu_class)
     print(render.dumps(fleet) if a.json else fleet_render.fleet_text(fleet))
-    return EXIT_OK
+    return exit_status.OK
 
 
 def main(a: argparse.Namespace, recommended: PlanSource) -> int:
@@ -280,33 +274,33 @@ def main(a: argparse.Namespace, recommended: PlanSource) -> int:
             print(f"error: {v.field}: {v.description}", file=sys.stderr)
         if not exc.violations:
             print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_REQUEST
+        return exit_status.BAD_INPUT
     except NotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return exit_status.NOT_FOUND
     except FailedPrecondition as exc:  # over the team's budget, a host that cannot run it
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return exit_status.REFUSED
     except PermissionDenied as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_DENIED
+        return exit_status.DENIED
     except Unauthenticated:
         print(f"error: the executor at {a.executor} does not know this caller: "
               f"{'no token was given' if not c.token else 'it does not accept the token given'}; pass your token "
               "with --token, the TUNEFLEET_TOKEN environment variable or --token-file FILE (an admin issues it)",
               file=sys.stderr)
-        return EXIT_UNAUTHENTICATED
+        return exit_status.UNAUTHENTICATED
     except Unavailable as exc:
         print(f"error: executor at {a.executor} is unavailable ({exc}); start it with 'tunefleet serve executor' "
               "or pass --executor host:port", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return exit_status.UNAVAILABLE
     except TunefleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exit_status.FAILED
     except KeyboardInterrupt:
-        return 130
+        return exit_status.INTERRUPTED_BY_USER
     except SystemExit as exc:  # a message about the command line: what to change
         if not isinstance(exc.code, str):
             raise
         print(exc.code, file=sys.stderr)
-        return EXIT_BAD_REQUEST
+        return exit_status.BAD_INPUT

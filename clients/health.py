@@ -14,15 +14,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from clients import connection
+from common import exit_status
 
-EXIT_SERVING = 0
-EXIT_NOT_SERVING = 1
-EXIT_UNREACHABLE = 3
 DEFAULT_TIMEOUT_S = 5.0
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    h = sub.add_parser("health", help="check a service's gRPC health (exit 0 serving, 1 not serving, 3 unreachable)",
+    h = sub.add_parser("health", help=f"check a service's gRPC health (exit {exit_status.OK} serving, "
+                                      f"{exit_status.FAILED} not serving, {exit_status.UNAVAILABLE} unreachable, "
+                                      f"{exit_status.NOT_FOUND} no such service)",
                        description="Ask the gRPC health service of a tunefleet service (planner or executor) whether "
                                    "it serves; for container HEALTHCHECKs and Kubernetes exec probes.")
     h.add_argument("address", help="host:port of the service, e.g. 127.0.0.1:50051, or the dashboard's health URL, "
@@ -43,9 +43,9 @@ def _http(args: argparse.Namespace) -> int:
         status = e.code
     except (urllib.error.URLError, OSError) as e:
         print(f"tunefleet health: {args.address}: unreachable: {getattr(e, 'reason', e)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return exit_status.UNAVAILABLE
     print(f"{args.address}: {'SERVING' if status == 200 else f'NOT_SERVING (HTTP {status})'}")
-    return EXIT_SERVING if status == 200 else EXIT_NOT_SERVING
+    return exit_status.OK if status == 200 else exit_status.FAILED
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                                                                timeout=args.timeout_s)
         except grpc.RpcError as e:
             print(f"tunefleet health: {args.address}: {e.code().name}: {e.details()}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+            return exit_status.NOT_FOUND if e.code() == grpc.StatusCode.NOT_FOUND else exit_status.UNAVAILABLE
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     print(f"{args.address}: {status}")
-    return EXIT_SERVING if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_NOT_SERVING
+    return exit_status.OK if reply.status == health_pb2.HealthCheckResponse.SERVING else exit_status.FAILED

@@ -26,10 +26,11 @@ import structlog
 from grpc_health.v1 import health, health_pb2
 from prometheus_client import multiprocess
 
+from common import exit_status
 from common.log import configure_logging
 from common.metrics import metrics_endpoint
 from common.rpc import ServerOptions, health_server
-from common.serve import EXIT_CANNOT_SERVE, EXIT_FORCED, SHUTDOWN_GRACE_S
+from common.serve import SHUTDOWN_GRACE_S
 
 # prometheus-client reads this in every process that imports it: set before a worker starts.
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -129,7 +130,7 @@ def serve_processes(name: str, workers: int, target: WorkerMain, address: str, o
             running = [_start(context, target, bound) for _ in range(workers)]
             if not all(_wait_ready(w) for w in running):
                 log.error(f"{name}.worker_failed_to_start", workers=workers)
-                return EXIT_CANNOT_SERVE
+                return exit_status.UNAVAILABLE
             probes, probe_port = health_server(health_address, statuses, options) if health_address else (None, 0)
             statuses.set("", health_pb2.HealthCheckResponse.SERVING)
             log.info(f"{name}.serving", port=port, workers=workers, tls=bool(options.tls_cert_chain),
@@ -153,7 +154,7 @@ def serve_processes(name: str, workers: int, target: WorkerMain, address: str, o
                             os.kill(worker.process.pid, signal.SIGKILL)
                 sys.stdout.flush()
                 sys.stderr.flush()
-                os._exit(EXIT_FORCED)
+                os._exit(exit_status.FAILED)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, force)
             log.info(f"{name}.draining", workers=len(running), drain_delay_s=drain_delay_s, grace_s=SHUTDOWN_GRACE_S)
@@ -163,7 +164,7 @@ def serve_processes(name: str, workers: int, target: WorkerMain, address: str, o
                 probes.stop(0)
     except OSError as e:  # the address could not be bound
         log.error(f"{name}.cannot_serve", error=str(e))
-        return EXIT_CANNOT_SERVE
+        return exit_status.UNAVAILABLE
     finally:
         for worker in running:
             if worker.process.is_alive():

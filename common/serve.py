@@ -15,6 +15,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health
 
+from common import exit_status
 from common.identity import Identities, IdentitiesError
 from common.log import configure_logging
 from common.metrics import SERVING_PROCESSES, metrics_endpoint
@@ -27,8 +28,6 @@ MAX_DRAIN_DELAY_S = 60.0
 # How long a computing thread keeps the GIL while another waits (CPython's default is 5 ms): shorter, so that a
 # health check or a cheap call waiting behind a long search gets its turn sooner, at a little throughput.
 GIL_SWITCH_INTERVAL_S = 0.001
-EXIT_FORCED = 1
-EXIT_CANNOT_SERVE = 3  # the address could not be bound (taken, or not this host's)
 TOKEN_ENV = "TUNEFLEET_TOKEN"
 
 
@@ -114,7 +113,7 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
             server, port, health_servicer = start()
         except OSError as e:  # the address could not be bound (common.rpc._bind)
             log.error(f"{name}.cannot_serve", error=str(e))
-            return EXIT_CANNOT_SERVE
+            return exit_status.UNAVAILABLE
         server.start()
         probes, probe_port = health_server(health_address, health_servicer, options) if health_address else (None, 0)
         log.info(f"{name}.serving", port=port, tls=bool(options.tls_cert_chain), auth=options.accepted() is not None,
@@ -127,7 +126,7 @@ def run_until_signalled(name: str, start: Callable[[], tuple[grpc.Server, int, h
             log.warning(f"{name}.forced_stop", signal=signal.Signals(signum).name)
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(EXIT_FORCED)
+            os._exit(exit_status.FAILED)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, force)  # a second signal ends the process now
         log.info(f"{name}.draining", drain_delay_s=drain_delay_s, grace_s=SHUTDOWN_GRACE_S)

@@ -8,6 +8,7 @@ Defaults: both are the current directory, or for a fleet worker its --work-dir. 
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +37,22 @@ class Roots:
     def from_environment(cls, environ: Mapping[str, str] = os.environ, default: Path | None = None) -> Roots:
         base = default or Path.cwd()
         return cls(_roots(environ.get(DATA_ROOTS_ENV, ""), base), _roots(environ.get(OUTPUT_ROOTS_ENV, ""), base))
+
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        """--data-root and --output-root, as `tunefleet train` and `tunefleet worker` take them."""
+        p.add_argument("--data-root", type=Path, action="append", default=[],
+                       help=f"datasets and local model folders are read only under these (repeat; env "
+                            f"{DATA_ROOTS_ENV}; default the current directory, or a worker's --work-dir)")
+        p.add_argument("--output-root", type=Path, action="append", default=[],
+                       help=f"runs write only under these (repeat; env {OUTPUT_ROOTS_ENV}; default as --data-root)")
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace, default: Path | None = None) -> Roots:
+        """The flags of add_arguments, else the environment, else `default` (the current directory)."""
+        env = cls.from_environment(default=default)
+        return cls(tuple(p.resolve() for p in args.data_root) or env.data,
+                   tuple(p.resolve() for p in args.output_root) or env.output)
 
     def of_team(self, team: str) -> Roots:
         """The roots a job of `team` may use: <root>/teams/<team> of each (a team name is a plain name: common.identity

@@ -266,6 +266,18 @@ class TrainingSpec:
         return 2 if self.objective is Objective.DPO else 1
 
     @property
+    def upcasts_when_loading(self) -> bool:
+        """Whether PEFT's prepare_model_for_kbit_training casts a quantised model's dense parameters to fp32 as it
+        loads: a Trainer's script does (LLaMA-Factory, PEFT's examples; not under FSDP, planner.recipes.fsdp), TRL's
+        trainers do not, and tunefleet's executor only for an fp32 step (executor.training.model.prepare_model: under
+        mixed precision DeepSpeed casts the model back to bf16 or fp16). The planner sizes what the executor does."""
+        if not self.method.quantises or self.sharding is Sharding.FSDP:
+            return False
+        if self.recipe is Recipe.TUNEFLEET:
+            return self.precision is Precision.FP32
+        return self.recipe is Recipe.HF_TRAINER
+
+    @property
     def sequences_per_micro_batch(self) -> int:
         """The rows of one micro-batch: DPO's chosen and rejected sequences, two per example."""
         return self.micro_batch_size * self.sequences_per_example

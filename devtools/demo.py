@@ -139,7 +139,7 @@ def run(steps: int, keep_serving: bool = False, state_dir: Path = DEFAULT_STATE_
     transformers_logging.disable_progress_bar()  # saving the tiny model is instant: no bar for it
 
     logs = (state_dir / "logs").resolve()
-    cli = [sys.executable, "-m", "clients.cli"]
+    cli = [sys.executable, "-m", "launch"]
     with ExitStack() as stack:
         redis_url = _redis(stack, logs, state_dir)
         planner_address, executor_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"

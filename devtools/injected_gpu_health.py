@@ -47,7 +47,7 @@ def write_readings(path: Path, *devices: dict[str, object]) -> None:
 def main(argv: list[str]) -> int:
     readings = Path(argv[0])
     gpu_health.source = lambda: FileReadings(readings)
-    from clients.cli import main as tunefleet
+    from launch.command import main as tunefleet
 
     return tunefleet(argv[1:])
 

@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clients import cli
 from executor.worker import main as worker_main
 from executor.worker.runtime import WorkerRuntime
 from fleet.hosts import HostGpus
+from launch import command
 
 SIM_GPU_MEMORY_BYTES = 80 * 1024**3
 ROOT = Path(__file__).resolve().parents[1]  # devtools is not installed: the runs find it here
@@ -33,7 +33,7 @@ def main() -> int:
     gpus = int(sys.argv[1])
     worker_main.detect_gpus = lambda catalog: HostGpus("sim", gpus, SIM_GPU_MEMORY_BYTES)  # type: ignore[assignment]
     WorkerRuntime._launch = _launch  # type: ignore[method-assign,assignment]
-    return cli.main(sys.argv[2:])
+    return command.main(sys.argv[2:])
 
 
 if __name__ == "__main__":

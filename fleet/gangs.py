@@ -3,7 +3,7 @@
 The worker that claims a job with hardware.nodes = N > 1 (its lease, fleet.leases) leads the gang as node 0:
 it forms the gang record, picks the rendezvous endpoint on its own host, and puts N-1 member tickets at the
 front of the job's queue. Idle workers of the class take the tickets and join as nodes 1..N-1; once all have
-joined the leader starts the gang and every node launches torchrun against the endpoint (executor.training.rendezvous).
+joined the leader starts the gang and every node launches torchrun against the endpoint (contract.rendezvous).
 
 Redis keys (the table: fleet.keys):
 

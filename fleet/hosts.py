@@ -1,10 +1,10 @@
-"""Worker hosts: what GPUs a host has (NVML, never CUDA), which catalog class they are, and the host registry
-in Redis (a hash per host that expires unless its worker heartbeats)."""
+"""Worker hosts: the host registry in Redis (a hash per host that expires unless its worker heartbeats). What GPUs a
+host has is its worker's to find (executor.worker.gpus), and which catalog class they are the planner's
+(planner.classify)."""
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass
@@ -13,14 +13,11 @@ from typing import Any
 
 import redis
 from google.protobuf import timestamp_pb2
-from tunefleet.v1 import executor_pb2, hardware_pb2
+from tunefleet.v1 import executor_pb2
 
-from contract.errors import InvalidFieldError, PlanError
 from fleet.errors import HostNotQuarantinedError
 from fleet.keys import HOSTS_INDEX, host_key, quarantine_key
-from planner.catalog import Catalog, normalise_gpu_name
 
-CPU_CLASS = "cpu"  # a host without GPUs: CPU ranks with gloo (laptops, CI)
 # A worker refreshes its record every HEARTBEAT_INTERVAL_S; the record expires HOST_TTL_S after the last
 # refresh, so a host that died silently drops out of Fleet within HOST_TTL_S.
 HEARTBEAT_INTERVAL_S = 5.0
@@ -38,71 +35,8 @@ class HostGpus:
     device_name: str = ""
 
 
-_NAMED_VARIANTS = frozenset({"pcie", "nvl"})
-
-
-def gpu_class_for(device_name: str, memory_bytes: int, catalog: Catalog) -> str:
-    """The catalog class of an NVML device: 'NVIDIA A100-SXM4-80GB' (79.2 GiB) -> 'a100-80gb'.
-
-    Exact names and aliases first; otherwise the catalog entries whose model number appears in the device name,
-    the one with the nearest memory size."""
-    try:
-        return catalog.gpu(device_name).name
-    except InvalidFieldError:
-        pass
-    key = normalise_gpu_name(device_name)
-    words = set(key.split("-"))
-    candidates = []
-    for gpu in catalog.gpus:
-        model = gpu.name.split("-")[0] if not gpu.name.startswith("rtx") else "-".join(gpu.name.split("-")[:2])
-        if re.search(rf"(^|-){re.escape(model)}($|-)", key):
-            # NVML names SXM parts without saying so ("NVIDIA H100 80GB HBM3"), but PCIe and NVL parts by name
-            other_variant = bool(set(gpu.name.split("-")) & _NAMED_VARIANTS - words)
-            candidates.append((other_variant, abs(gpu.memory_bytes - memory_bytes), gpu.name))
-    if not candidates:
-        return key
-    return min(candidates)[2]
-
-
-def detect_gpus(catalog: Catalog) -> HostGpus:
-    """GPUs through NVML (nvidia-ml-py) without initialising CUDA in this process; no driver means class cpu."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library, no driver or no device: a CPU host
-        return HostGpus(CPU_CLASS, 0, 0)
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
-            return HostGpus(CPU_CLASS, 0, 0)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        name = name.decode() if isinstance(name, bytes) else name
-        memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-        return HostGpus(gpu_class_for(name, memory, catalog), count, memory, name)
-    finally:
-        pynvml.nvmlShutdown()
-
-
 def default_host_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def plan_gpu_class(hardware: hardware_pb2.HardwareSpec, catalog: Catalog) -> str:
-    """The queue class a plan asks for: its GPU (through its flavor if it names one), or cpu."""
-    if normalise_gpu_name(hardware.gpu) == CPU_CLASS and not hardware.flavor:
-        return CPU_CLASS
-    try:
-        if hardware.flavor:
-            flavor = catalog.flavor(hardware.flavor)
-            return catalog.gpu(flavor.gpu).name if flavor.gpu_count else CPU_CLASS
-        if not hardware.gpu:
-            raise PlanError("hardware.gpu", "is empty; name the GPU class the plan runs on (e.g. a100-80gb), "
-                                            f"or '{CPU_CLASS}' for CPU workers")
-        return catalog.gpu(hardware.gpu).name
-    except InvalidFieldError as e:
-        raise PlanError(e.field, e.description) from e
 
 
 class HostRegistry:

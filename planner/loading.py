@@ -41,14 +41,14 @@ def loading_bytes(a: Architecture, split: ParameterSplit, t: TrainingSpec) -> in
     """The peak of loading a quantised model (0 for a dense one, whose loading the step's own peak covers, and under
     FSDP, which shards a quantised model unit by unit as it places it): the model whole as stored and the adapters
     PEFT adds (fp32, whatever casts them later: TRL to bf16, DeepSpeed to the step's dtype). Where PEFT's
-    prepare_model_for_kbit_training runs (`recipes.upcasts_when_loading`), every dense parameter upcast to fp32 too,
+    prepare_model_for_kbit_training runs (`t.upcasts_when_loading`), every dense parameter upcast to fp32 too,
     and the bf16 copy of the largest beside its fp32 one as DeepSpeed casts it back (without DeepSpeed, its bf16 source
     beside its fp32 copy as PEFT casts it: the same bytes). Simulated: Llama-3.2-1B QLoRA under ZeRO-3 on 2 ranks
     with the upcast, 2,123,472,576 bytes at DeepSpeed's cast of the tied embedding, 122,560 more than these terms."""
     if not split.quantised or recipes.fsdp(t):
         return 0
     stored = int(weight_storage_bytes(split, t)) + split.adapter * recipes.FP32_BYTES
-    if not recipes.upcasts_when_loading(t):
+    if not t.upcasts_when_loading:
         return stored
     # as weight_storage_bytes stores a dense parameter
     element = recipes.FP32_BYTES if t.precision is Precision.FP32 else BF16_BYTES

@@ -340,18 +340,6 @@ def fp32_stream(t: TrainingSpec) -> bool:
     return t.recipe is Recipe.HF_TRAINER and t.method is Method.QLORA and not runs_deepspeed(t) and not fsdp(t)
 
 
-def upcasts_when_loading(t: TrainingSpec) -> bool:
-    """Whether PEFT's prepare_model_for_kbit_training casts a quantised model's dense parameters to fp32 as it loads:
-    a Trainer's script does (LLaMA-Factory, PEFT's examples; not under FSDP: `fsdp`), TRL's trainers do not, and
-    tunefleet's executor only for an fp32 step (executor.training.model.prepare_model: under mixed precision
-    DeepSpeed casts the model back to bf16 or fp16)."""
-    if not t.method.quantises or fsdp(t):
-        return False
-    if t.recipe is Recipe.TUNEFLEET:
-        return t.precision is Precision.FP32
-    return t.recipe is Recipe.HF_TRAINER
-
-
 def zero_step_bytes_per_element(t: TrainingSpec) -> int:
     """What DeepSpeed's ZeRO 1-3 step allocates per element of the rank's gradient partition (or ZeRO-3 sub-group):
     the flattened bf16 gradients and their fp32 copy (planner.constants.ZERO_STEP_GRAD_BYTES), and under a Trainer

@@ -10,23 +10,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("common", "contract", "planner", "fleet", "executor", "clients", "dashboard")
+PRODUCT = ("common", "contract", "planner", "fleet", "executor", "clients", "dashboard", "launch")
 MAX_MODULE_LINES = 450
 # What each layer may not import (a prefix names a package and everything under it).
 FORBIDDEN = {
     "contract": ("planner", "fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
     "planner": ("fleet", "executor", "clients", "devtools", "torch", "redis", "rq"),
-    "fleet": ("executor", "clients", "devtools", "torch"),
+    # The fleet is state: what a GPU class is and what a plan needs is the planner's, asked above it.
+    "fleet": ("planner", "executor", "clients", "devtools", "torch"),
     "executor.service": ("executor.worker", "executor.training", "clients", "devtools", "torch"),
-    "executor.worker": ("executor.service", "clients", "devtools", "torch"),
-    "executor.training": ("fleet", "executor.service", "executor.worker", "clients", "devtools", "redis", "rq"),
-    "clients": ("fleet", "dashboard", "devtools", "torch", "redis", "rq"),
+    # The worker starts training as a process; what both speak (the run's command line, rendezvous, exit statuses,
+    # the holder and liveness files) is in contract/, so that the worker's process never imports the training stack.
+    "executor.worker": ("executor.service", "executor.training", "clients", "devtools", "torch"),
+    # A run follows its plan's recipe rules from contract/, never the planner's model of them.
+    "executor.training": ("planner", "fleet", "executor.service", "executor.worker", "clients", "devtools", "redis",
+                          "rq"),
+    "clients": ("fleet", "executor", "dashboard", "devtools", "torch", "redis", "rq"),
     # The dashboard is an HTTP client of both services: it reaches them through clients/ only.
     "dashboard": ("planner", "fleet", "executor", "devtools", "torch", "redis", "rq"),
     "common": ("contract", "planner", "fleet", "executor", "clients", "dashboard", "devtools"),
 }
-# The CLI is every command's entry point: it alone may start the executor's commands (inside the subcommand).
-ENTRY_POINT_IMPORTS = {"clients.cli": ("executor", "dashboard")}
+# The process's entry point (`tunefleet`, launch/) is above every layer: no layer imports it.
+FORBIDDEN = {layer: (*forbidden, "launch") for layer, forbidden in FORBIDDEN.items()}
 
 
 def _module_name(path: Path) -> str:
@@ -112,10 +117,9 @@ def test_imports_only_go_down_the_layers(layer: str) -> None:
     for module, path in _sources().items():
         if not _under(module, layer):
             continue
-        allowed = ENTRY_POINT_IMPORTS.get(module, ())
-        for name, at_top in _imports(path, module):
+        for name, _ in _imports(path, module):
             for forbidden in FORBIDDEN[layer]:
-                if _under(name, forbidden) and not (not at_top and any(_under(name, a) for a in allowed)):
+                if _under(name, forbidden):
                     wrong.append(f"{module} imports {name}")
     assert not wrong, "\n".join(sorted(set(wrong)))
 

@@ -20,6 +20,7 @@ COPY planner planner
 COPY fleet fleet
 COPY executor executor
 COPY clients clients
+COPY launch launch
 COPY dashboard dashboard
 
 # Wheels only: grpcio and protobuf ship manylinux wheels, so no compiler is needed in any stage. pip and

@@ -22,6 +22,7 @@ COPY planner planner
 COPY fleet fleet
 COPY executor executor
 COPY clients clients
+COPY launch launch
 # A100 (8.0), A10/L4/RTX 30-40 (8.6, 8.9), H100/H200 (9.0): the GPU classes of planner/data/gpus.py.
 ARG TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0"
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}

@@ -37,7 +37,7 @@ from fleet.eta import Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
 from fleet.fairshare import FairShare, TeamShare
-from fleet.hosts import HostRegistry, plan_gpu_class
+from fleet.hosts import HostRegistry
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
     SUMMARY_FIELDS,
@@ -55,6 +55,7 @@ from fleet.lifecycle import Lifecycle
 from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from fleet.retention import Quotas
 from planner.catalog import Catalog
+from planner.classify import plan_gpu_class
 
 log = structlog.get_logger("executor.service.servicer")
 DEFAULT_PAGE_SIZE = 50

@@ -7,20 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+from common import exit_status
 from contract.errors import ExecutorError
-from contract.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV, Roots
-from contract.progress import describe, event_to_json
-from executor.training.rendezvous import Rendezvous
+from contract.paths import Roots
+from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, describe, event_to_json
+from contract.rendezvous import Rendezvous
 
 # The training stack (torch, DeepSpeed) is imported only when a run starts, so that `tunefleet --help`
 # and the planner commands work on an install without the 'train' extra.
-DEFAULT_PROGRESS_INTERVAL_S = 10.0
 
-EXIT_FAILED = 1
-EXIT_REFUSED = 2
-EXIT_INTERRUPTED = 4
-
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Run a plan on this host with DeepSpeed (one rank per GPU; CPU ranks with gloo where there is no GPU).
 
 The plan is the JSON that `tunefleet recommend --save-plan plan.json` writes (or binary protobuf). The run
@@ -38,8 +34,9 @@ The run reads its dataset and a local model folder only under --data-root and wr
 SIGTERM or Ctrl-C cancels the run (the checkpoints stay); SIGUSR1 stops it without ending it, as a fleet
 worker does when it shuts down.
 
-exit status: 0 done, 1 training failed or cancelled (see logs/train.log), 2 the plan cannot run here (the
-message says why), 4 interrupted by SIGUSR1 (run the plan again to resume)."""
+exit status: {exit_status.OK} done, {exit_status.FAILED} training failed or cancelled (see logs/train.log), \
+{exit_status.BAD_INPUT} the plan cannot run here
+(the message says why), {exit_status.INTERRUPTED} interrupted by SIGUSR1 (run the plan again to resume)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval-s", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                    help="seconds between training progress events (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
-    add_root_arguments(p)
+    Roots.add_arguments(p)
     p.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # a fleet worker's run: dies with it
     Rendezvous.add_arguments(p)  # one node of a fleet gang's multi-node run
     p.add_argument("--check", action="store_true",
@@ -56,62 +53,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "train nothing")
 
 
-def add_root_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-root", type=Path, action="append", default=[],
-                   help=f"datasets and local model folders are read only under these (repeat; env {DATA_ROOTS_ENV}; "
-                        "default the current directory, or a worker's --work-dir)")
-    p.add_argument("--output-root", type=Path, action="append", default=[],
-                   help=f"runs write only under these (repeat; env {OUTPUT_ROOTS_ENV}; default as --data-root)")
-
-
-def roots_from_arguments(args: argparse.Namespace, default: Path | None = None) -> Roots:
-    """The flags, else the environment, else `default` (the current directory)."""
-    env = Roots.from_environment(default=default)
-    return Roots(tuple(p.resolve() for p in args.data_root) or env.data,
-                 tuple(p.resolve() for p in args.output_root) or env.output)
-
-
 def run(args: argparse.Namespace) -> int:
     if not args.plan.is_file():
         print(f"tunefleet train: plan file {args.plan} does not exist", file=sys.stderr)
-        return EXIT_REFUSED
+        return exit_status.BAD_INPUT
 
     try:
         from executor.training.launcher import check_plan, train
     except ImportError as e:
         print(f"tunefleet train: the training stack is not installed ({e.name} is missing); "
               "install it with: pip install 'tunefleet[train]'", file=sys.stderr)
-        return EXIT_REFUSED
+        return exit_status.BAD_INPUT
 
     def show(event: object) -> None:
         print(event_to_json(event) if args.json else describe(event), flush=True)
 
     try:
         if args.check:
-            r = check_plan(args.plan, args.output, roots_from_arguments(args))
+            r = check_plan(args.plan, args.output, Roots.from_arguments(args))
             t = r.config.training
             where = f"{r.gpus} GPU(s)" if r.gpus else "the CPU (gloo)"
             print(f"plan {r.config.plan_id} can run here: {r.examples:,} examples ({r.trained_tokens:,} tokens to "
                   f"learn), {r.total_steps:,} steps of {t.micro_batch_size} x {r.config.world_size} rank(s) x "
                   f"{t.gradient_accumulation_steps} micro-batches, on {where}; output {r.config.output_dir}")
-            return 0
+            return exit_status.OK
         result = train(args.plan, args.output, args.progress_interval_s, on_event=show,
-                       supervised=args.supervised, roots=roots_from_arguments(args),
+                       supervised=args.supervised, roots=Roots.from_arguments(args),
                        rendezvous=Rendezvous.from_arguments(args))
     except ExecutorError as e:
         print(f"tunefleet train: {e}", file=sys.stderr)
-        return EXIT_REFUSED
+        return exit_status.BAD_INPUT
     if result.succeeded:
         if not args.json:
             summary = json.loads(result.config.summary_path.read_text())
             print(f"done: {summary['final_dir']} (summary {result.config.summary_path})")
-        return 0
+        return exit_status.OK
     if result.interrupted:
         print(f"tunefleet train: interrupted at step {result.last_event.step}; run the plan again to resume",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status.INTERRUPTED
     print(f"tunefleet train: {result.last_event.message}", file=sys.stderr)
-    return EXIT_REFUSED if result.refused else EXIT_FAILED
+    return exit_status.BAD_INPUT if result.refused else exit_status.FAILED
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m executor.training") -> int:

@@ -30,10 +30,10 @@ from contract.progress import (
     ProgressTail,
     log_tail,
 )
+from contract.rendezvous import Rendezvous
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
 from executor.training import WITHOUT_BITSANDBYTES_ENV, corpus, data, determinism, native
 from executor.training.model import check_host, check_model, detect_host
-from executor.training.rendezvous import Rendezvous
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3

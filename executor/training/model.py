@@ -12,7 +12,6 @@ from contract.errors import HostError, PlanError
 from contract.run_config import RunConfig
 from contract.schema import Attention, LoadDtype, Method, Objective, Precision, TrainingSpec
 from executor.training.peft_config import lora_config, lora_targets
-from planner.recipes import upcasts_when_loading
 
 _ATTENTION = {Attention.EAGER: "eager", Attention.SDPA: "sdpa", Attention.FLASH: "flash_attention_2"}
 _DTYPE = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
@@ -194,7 +193,7 @@ def prepare_model(model: Any, t: TrainingSpec, quantized: bool = False) -> Any:
     from peft import get_peft_model, prepare_model_for_kbit_training
 
     checkpointing = {"use_reentrant": reentrant_checkpointing(t)}
-    if quantized and upcasts_when_loading(t):
+    if quantized and t.upcasts_when_loading:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=t.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs=checkpointing)
     elif t.gradient_checkpointing:

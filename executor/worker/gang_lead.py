@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tunefleet.v1 import progress_pb2
 
-from executor.training.rendezvous import Rendezvous
+from contract.rendezvous import Rendezvous
 from executor.worker.supervision import SUPERVISE_POLL_S, Outcome, node_log_tail
 from fleet.gangs import MEMBER_TTL_S, Gang, GangView
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import structlog
 
+from common import exit_status
 from contract.errors import PlanError
 from contract.ownership import check_output
 from contract.paths import Roots
-from executor.training.command import EXIT_REFUSED
-from executor.training.rendezvous import Rendezvous
+from contract.rendezvous import Rendezvous
 from executor.worker.supervision import STOP_GRACE_S, SUPERVISE_POLL_S, kill_group, while_running
 from executor.worker.watchdog import ask_for_stacks
 from fleet.gangs import DUMPING, GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
@@ -41,8 +41,8 @@ class Member:
         """This node's exit status, reported to the leader (None when the gang ended before it started)."""
         refused = self._refusal(out)
         if refused:
-            self.gang.report_end(self.node_rank, EXIT_REFUSED, refused)
-            return EXIT_REFUSED
+            self.gang.report_end(self.node_rank, exit_status.BAD_INPUT, refused)
+            return exit_status.BAD_INPUT
         started = self._await_start()
         if started is None:
             return None

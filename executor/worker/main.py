@@ -14,16 +14,17 @@ import structlog
 
 from common.log import configure_logging
 from common.net import route_address
+from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
-from executor.training.command import add_root_arguments, roots_from_arguments
 from executor.worker import gpu_health
 from executor.worker import runtime as worker_runtime
+from executor.worker.gpus import detect_gpus
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
 from executor.worker.watchdog import DEFAULT_HANG_FACTOR, DEFAULT_HANG_FLOOR_S, HangPolicy
 from fleet import queues
 from fleet.fairshare import FairShare
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S
-from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id, detect_gpus
+from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id
 from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S
 from planner.catalog import default_catalog
 
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "%(default)s)")
     p.add_argument("--hang-factor", type=float, default=DEFAULT_HANG_FACTOR,
                    help="see --hang-after-s (default %(default)s)")
-    add_root_arguments(p)
+    Roots.add_arguments(p)
     p.add_argument("--team-roots", action="store_true",
                    help="for a fleet of several teams: each team's jobs read only under <data-root>/teams/<team> and "
                         "write only under <output-root>/teams/<team> (a relative output lands in "
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         address = args.address or _address_towards(args.redis)
     except OSError as e:
         p.error(f"cannot tell this host's address on the route to {args.redis} ({e}); pass --address")
-    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, roots_from_arguments(args, work_dir),
+    runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, Roots.from_arguments(args, work_dir),
                             team_roots=args.team_roots, progress_interval_s=args.progress_interval_s,
                             lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, address=address,

@@ -33,11 +33,12 @@ from tunefleet.v1 import plan_pb2, progress_pb2
 
 from common.net import free_port
 from contract.errors import LeaseLostError, PlanError
+from contract.gpu_class import CPU_CLASS
 from contract.liveness import heartbeat_path
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
+from contract.rendezvous import Rendezvous
 from contract.run_config import launcher_log_path, stop_path
-from executor.training.rendezvous import Rendezvous
 from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead, wait_for_gang
@@ -57,7 +58,7 @@ from fleet import queues
 from fleet.connection import HOLDER_RETRY, connect
 from fleet.events import EventLog
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, ticket_id
-from fleet.hosts import CPU_CLASS, HostGpus, HostRegistry
+from fleet.hosts import HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
 from fleet.ledger import charge_ended

@@ -9,6 +9,7 @@ among GPUs only (planner.catalog.Catalog.hosts)."""
 from __future__ import annotations
 
 from common.units import GiB
+from contract.gpu_class import CPU_CLASS
 from contract.schema import GpuSpec, Interconnect
 
 GFLOPS = 1e9
@@ -19,7 +20,7 @@ GB_PER_S = 1e9
 # bench-cpu (benchmarks/results/cpu_class_figures.csv).
 REFERENCE_CPU = "make bench-cpu on the CI machine kind (2 cores, 24 GiB), 2026-11-28"
 CPU_HOST = GpuSpec(
-    name="cpu", display_name="CPU host (2 cores, 24 GiB)", vendor="cpu", architecture="cpu",
+    name=CPU_CLASS, display_name="CPU host (2 cores, 24 GiB)", vendor="cpu", architecture="cpu",
     memory_bytes=24 * GiB, bf16_flops_per_s=946 * GFLOPS, fp16_flops_per_s=2.7 * GFLOPS,  # fp16: 512 x 512
     fp32_flops_per_s=216 * GFLOPS, memory_bandwidth_bytes_per_s=78 * GB_PER_S,
     interconnect=Interconnect.PCIE, interconnect_bandwidth_bytes_per_s=78 * GB_PER_S / 2,  # gloo over shared memory

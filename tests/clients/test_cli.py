@@ -16,7 +16,7 @@ STABLE_FIT_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activ
 
 def tunefleet(*args: str, address: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TUNEFLEET_PLANNER": address}
-    return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "launch", *args], capture_output=True, text=True, env=env,
                           timeout=120, check=False)
 
 
@@ -188,7 +188,7 @@ def test_cost_is_free_at_price_zero_and_unknown_without_a_price() -> None:
 
 
 def test_a_table_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
-    reader = subprocess.Popen([sys.executable, "-m", "clients.cli", "hardware"], stdout=subprocess.PIPE,
+    reader = subprocess.Popen([sys.executable, "-m", "launch", "hardware"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env={**os.environ, "TUNEFLEET_PLANNER": ""})
     assert reader.stdout is not None
     reader.stdout.close()  # the reader is gone before the table is written, like `| head -0`
@@ -204,7 +204,7 @@ def test_a_missing_model_folder_is_named_and_a_saved_plan_keeps_the_absolute_pat
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(
         {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
          "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 512}))
-    out = subprocess.run([sys.executable, "-m", "clients.cli", "recommend", "--model", "./tiny", "--method", "lora",
+    out = subprocess.run([sys.executable, "-m", "launch", "recommend", "--model", "./tiny", "--method", "lora",
                           "--seq-len", "256", "--tokens", "1M", "--json"], capture_output=True, text=True,
                          cwd=tmp_path, env={**os.environ, "TUNEFLEET_PLANNER": "",
                                             "PYTHONPATH": str(Path(__file__).parents[2])}, timeout=120, check=False)

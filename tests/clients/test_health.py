@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from common import exit_status
 from common.rpc import ServerOptions, shutdown
 from planner.server import create_server
 
@@ -20,7 +21,7 @@ SERVICE_NAME = "planner.tunefleet.svc"
 
 
 def health(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clients.cli", "health", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "launch", "health", *args], capture_output=True, text=True,
                           timeout=60, check=False)
 
 
@@ -42,11 +43,11 @@ def test_health_says_serving_then_unreachable_once_the_server_stops() -> None:
         up = health(f"127.0.0.1:{port}")
         assert up.returncode == 0 and "SERVING" in up.stdout, up.stderr
         unknown = health(f"127.0.0.1:{port}", "--service", "no.such.Service")
-        assert unknown.returncode == 3 and "NOT_FOUND" in unknown.stderr
+        assert unknown.returncode == exit_status.NOT_FOUND and "NOT_FOUND" in unknown.stderr
     finally:
         shutdown(server, health_servicer, 0.5)
     down = health(f"127.0.0.1:{port}", "--timeout-s", "2")
-    assert down.returncode == 3 and "UNAVAILABLE" in down.stderr
+    assert down.returncode == exit_status.UNAVAILABLE and "UNAVAILABLE" in down.stderr
 
 
 def test_health_over_tls_checks_the_certificate_against_the_service_name(tmp_path: Path) -> None:
@@ -58,15 +59,15 @@ def test_health_over_tls_checks_the_certificate_against_the_service_name(tmp_pat
         ok = health(f"127.0.0.1:{port}", "--tls-ca", str(cert), "--tls-server-name", SERVICE_NAME)
         assert ok.returncode == 0 and "SERVING" in ok.stdout, ok.stderr
         wrong_name = health(f"127.0.0.1:{port}", "--tls-ca", str(cert), "--timeout-s", "2")
-        assert wrong_name.returncode == 3, "a certificate for another name must not pass"
+        assert wrong_name.returncode == exit_status.UNAVAILABLE, "a certificate for another name must not pass"
         plaintext = health(f"127.0.0.1:{port}", "--timeout-s", "2")
-        assert plaintext.returncode == 3
+        assert plaintext.returncode == exit_status.UNAVAILABLE
     finally:
         shutdown(server, health_servicer, 0.5)
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "launch", *args], capture_output=True, text=True, timeout=60,
                           check=False, env=env)
 
 

@@ -45,7 +45,7 @@ def test_the_readme_shows_samples() -> None:
 @pytest.mark.parametrize(("command", "shown"), SAMPLES, ids=[c for c, _ in SAMPLES])
 def test_a_readme_sample_is_what_the_command_prints(command: str, shown: list[str]) -> None:
     argv = shlex.split(command)[1:]
-    out = subprocess.run([sys.executable, "-m", "clients.cli", *argv], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "launch", *argv], capture_output=True, text=True, timeout=120)
     printed = out.stdout.rstrip("\n").splitlines()
     if "..." in shown:
         cut = shown.index("...")

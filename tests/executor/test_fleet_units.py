@@ -13,9 +13,9 @@ from contract.errors import PlanError
 from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
 from executor.worker.control import what_is_kept
 from fleet import queues
-from fleet.hosts import gpu_class_for, plan_gpu_class
 from fleet.jobs import PageCursor, decode_page_token, encode_page_token
 from planner.catalog import default_catalog
+from planner.classify import gpu_class_for, plan_gpu_class
 
 
 @pytest.mark.parametrize(("predicted_s", "expected_s"), [

@@ -13,10 +13,10 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 
 from common.wait import wait_until
 from contract.errors import PlanError
+from contract.rendezvous import Rendezvous, interface_of
 from contract.run_config import run_config_from_plan
 from devtools.tiny import make_plan
 from executor.service.servicer import Executor
-from executor.training.rendezvous import Rendezvous, interface_of
 from fleet import queues
 from fleet.events import EventLog
 from fleet.gangs import FORMING, RUNNING, STOPPING, Gang, queued_job_id, ticket_id

@@ -57,7 +57,7 @@ def test_a_huge_single_line_is_refused_while_reading(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "launch", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_fit_refuses_config_files_it_cannot_read_with_exit_2(tmp_path: Path) -> None:

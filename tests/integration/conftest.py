@@ -112,7 +112,7 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
 
     def start(host_id: str = "host-a", gpu_class: str = "cpu", shared_dir: Path | None = None, url: str = "",
               extra: tuple[str, ...] = (), wrap: tuple[str, ...] = (),
-              entry: tuple[str, ...] = ("-m", "clients.cli")) -> Worker:
+              entry: tuple[str, ...] = ("-m", "launch")) -> Worker:
         """A worker with its own --work-dir, or with shared_dir as its --work-dir-shared (storage all see); wrap
         prefixes its command (`ip netns exec NS`, which execs it: the process is still the worker); entry is what
         Python runs in place of `tunefleet` (devtools.injected_gpu_health: NVML readings from a file)."""

@@ -209,7 +209,7 @@ def test_refused_attempts_are_audited_with_their_reason_and_details_are_never_cu
     assert "needs the admin role" in denied[("vic", "denied:submit", "nlp-own")]
     assert denied[("(unauthenticated)", "denied:call", "/tunefleet.v1.ExecutorService/Get")] == \
         "a token the fleet does not know"
-    shown = subprocess.run([sys.executable, "-m", "clients.cli", "audit", "--executor", service.address, "--token",
+    shown = subprocess.run([sys.executable, "-m", "launch", "audit", "--executor", service.address, "--token",
                             "root-token"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "for team nlp; admin override of team nlp's $5.00 budget" in shown.stdout, "the detail is shown whole"

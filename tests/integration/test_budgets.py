@@ -99,7 +99,7 @@ def test_a_team_is_held_to_its_budget_and_charged_what_its_jobs_measured(start_s
         by_team = {r.key: r for r in root.usage(group_by=executor_pb2.USAGE_GROUPING_TEAM).rows}
         assert by_team["vision"].cost_usd == pytest.approx(done.spent_usd)
 
-    out = subprocess.run([sys.executable, "-m", "clients.cli", "usage", "--by", "team", "--csv", "--executor",
+    out = subprocess.run([sys.executable, "-m", "launch", "usage", "--by", "team", "--csv", "--executor",
                           service.address, "--token", "alice-token"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
@@ -108,7 +108,7 @@ def test_a_team_is_held_to_its_budget_and_charged_what_its_jobs_measured(start_s
 
     # issue 25, item 5: the real run's Feedback calibrates its class (a CPU run: its step time, no GPU memory)
     cal_file = tmp_path / "calibration.json"
-    calibrated = subprocess.run([sys.executable, "-m", "clients.cli", "calibrate", "--out", str(cal_file),
+    calibrated = subprocess.run([sys.executable, "-m", "launch", "calibrate", "--out", str(cal_file),
                                  "--executor", service.address, "--token", "root-token"],
                                 capture_output=True, text=True, timeout=60)
     assert calibrated.returncode == 0 and "cpu" in calibrated.stdout, calibrated.stderr

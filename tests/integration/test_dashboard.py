@@ -95,7 +95,7 @@ def _login(browser: object, url: str, principal: str, shots: Path | None = None)
 
 
 def _cli(*args: str, principal: str = "alice", executor: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "clients.cli", *args, "--executor", executor,
+    return subprocess.Popen([sys.executable, "-m", "launch", *args, "--executor", executor,
                              "--token", _token(principal)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -210,7 +210,7 @@ def test_the_plan_page_draws_what_tunefleet_fit_prints_recommends_and_submits(br
     alice.wait_for_selector("#breakdown")
     shown = {row.get_attribute("data-term"): int(row.get_attribute("data-bytes"))
              for row in alice.query_selector_all("#breakdown tr[data-term]")}
-    cli = subprocess.run([sys.executable, "-m", "clients.cli", "fit", "--model", "meta-llama/Llama-3.1-8B", "--method",
+    cli = subprocess.run([sys.executable, "-m", "launch", "fit", "--model", "meta-llama/Llama-3.1-8B", "--method",
                           "qlora", "--gpu", "rtx-4090-24gb", "--micro-batch", "2", "--seq-len", "1024", "--json",
                           "--address", planner_address], capture_output=True, text=True, timeout=60)
     per_gpu = json.loads(cli.stdout)["per_gpu"]

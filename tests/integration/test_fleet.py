@@ -98,13 +98,13 @@ def test_submit_watch_to_done_every_event_once_in_order(executor_service, start_
         assert local == [e.sequence for e in events]
         assert client.submit(plan).job.phase == progress_pb2.PHASE_DONE  # still one job
 
-    cli = subprocess.run([sys.executable, "-m", "clients.cli", "jobs", "--feedback", "--json", "--executor",
+    cli = subprocess.run([sys.executable, "-m", "launch", "jobs", "--feedback", "--json", "--executor",
                           executor_service.address], capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
     exported = json.loads(cli.stdout)
     assert [row["job_id"] for row in exported] == ["fleet-done"]
     assert exported[0]["feedback"]["measured_step_time_s"] == pytest.approx(job.feedback.measured_step_time_s)
-    watch = subprocess.run([sys.executable, "-m", "clients.cli", "watch", "fleet-done", "--executor",
+    watch = subprocess.run([sys.executable, "-m", "launch", "watch", "fleet-done", "--executor",
                             executor_service.address], capture_output=True, text=True, timeout=60)
     assert watch.returncode == 0 and watch.stdout.splitlines()[-1].startswith("[done]"), watch.stderr
 
@@ -367,7 +367,7 @@ def test_the_watch_client_reconnects_across_a_service_restart_and_misses_nothing
 
 def test_submit_from_recommend_queues_the_cheapest_option_on_its_gpu_class(executor_service, tiny_model,
                                                                            counting_data):
-    cli = [sys.executable, "-m", "clients.cli", "submit", "--executor", executor_service.address, "--json"]
+    cli = [sys.executable, "-m", "launch", "submit", "--executor", executor_service.address, "--json"]
     proc = subprocess.run([*cli, "--from-recommend", "--model", str(tiny_model), "--method", "lora", "--seq-len", "256",
                            "--tokens", "100k", "--dataset", str(counting_data)], capture_output=True, text=True,
                           timeout=120)

@@ -154,7 +154,7 @@ def test_watch_json_prints_one_response_a_line(executor_service, tiny_model, cou
     with ExecutorClient(executor_service.address) as client:
         client.submit(_plan(tiny_model, counting_data, "jsonl-watch"))
         client.cancel("jsonl-watch")
-    proc = subprocess.run([sys.executable, "-m", "clients.cli", "watch", "jsonl-watch", "--json", "--executor",
+    proc = subprocess.run([sys.executable, "-m", "launch", "watch", "jsonl-watch", "--json", "--executor",
                            executor_service.address], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 5, proc.stderr  # cancelled
     lines = proc.stdout.splitlines()

@@ -15,7 +15,7 @@ from google.protobuf import text_format
 
 from clients.errors import InvalidArgument
 from clients.executor_client import ExecutorClient
-from clients.fleet_cli import EXIT_UNAUTHENTICATED
+from common.exit_status import UNAUTHENTICATED
 from common.identity import Identities
 from common.units import GiB
 from executor.service.scoping import fleet_id
@@ -71,7 +71,7 @@ def test_another_teams_jobs_are_shown_by_their_team_only(start_service, redis_ur
                 break
         assert listed == ["nlp-2", "nlp-1", "nlp-0"], "every page of nlp's own jobs, newest first"
 
-        shown = subprocess.run([sys.executable, "-m", "clients.cli", "fleet", "--executor", service.address,
+        shown = subprocess.run([sys.executable, "-m", "launch", "fleet", "--executor", service.address,
                                 "--token", "nora-token"], capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         assert "a job of team vision" in shown.stdout and SECRET not in shown.stdout
@@ -95,10 +95,10 @@ def test_bad_tokens_and_names_are_the_callers_mistake(start_service, tiny_model,
                 nora.submit(plan)
             assert parent.value.violations[0].field == "output_uri" and "no job may claim it" in str(parent.value)
 
-    nobody = subprocess.run([sys.executable, "-m", "clients.cli", "jobs", "--executor", service.address],
+    nobody = subprocess.run([sys.executable, "-m", "launch", "jobs", "--executor", service.address],
                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
-    assert nobody.returncode == EXIT_UNAUTHENTICATED, nobody.stderr
+    assert nobody.returncode == UNAUTHENTICATED, nobody.stderr
     assert "no token was given" in nobody.stderr and "--token, the TUNEFLEET_TOKEN" in nobody.stderr
-    wrong = subprocess.run([sys.executable, "-m", "clients.cli", "jobs", "--executor", service.address, "--token",
+    wrong = subprocess.run([sys.executable, "-m", "launch", "jobs", "--executor", service.address, "--token",
                             "guess"], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
-    assert wrong.returncode == EXIT_UNAUTHENTICATED and "does not accept the token given" in wrong.stderr
+    assert wrong.returncode == UNAUTHENTICATED and "does not accept the token given" in wrong.stderr

@@ -286,6 +286,6 @@ def test_train_check_exits_2_without_a_traceback_on_mutated_plan_files(tmp_path:
     for i, data in enumerate(files):
         path = tmp_path / f"plan-{i}.json"
         path.write_bytes(data)
-        proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", "--check", str(path)],
+        proc = subprocess.run([sys.executable, "-m", "launch", "train", "--check", str(path)],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (data[:200], proc.stderr)

@@ -51,7 +51,7 @@ def test_a_queued_job_hears_what_would_start_it_now_and_moves_there(start_servic
         assert l4.gpus_per_node == 1 and l4.duration_s > job.plan.prediction.estimate.duration_s > 0
         assert l4.cost_usd > 0, "priced at the catalog's L4 price"
 
-        shown = subprocess.run([sys.executable, "-m", "clients.cli", "move", "llama-qlora", "--executor",
+        shown = subprocess.run([sys.executable, "-m", "launch", "move", "llama-qlora", "--executor",
                                 service.address], capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         assert "waiting for a100-80gb: starts -" in shown.stdout, "no a100 host: no start to promise"

@@ -18,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tunefleet.v1 import hardware_pb2, model_pb2, planner_pb2, planner_pb2_grpc, training_pb2
 
+from common import exit_status
 from common.processes import available_cpus
 from common.wait import wait_until
 
@@ -106,7 +107,8 @@ def test_a_taken_port_fails_to_start_instead_of_sharing_it() -> None:
     try:
         second = subprocess.run([sys.executable, "-m", "planner", "--workers", "1", "--address",
                                  f"127.0.0.1:{serving['port']}"], capture_output=True, text=True, timeout=START_S)
-        assert second.returncode == 3 and "could not bind" in second.stderr and "Traceback" not in second.stderr
+        assert second.returncode == exit_status.UNAVAILABLE and "could not bind" in second.stderr
+        assert "Traceback" not in second.stderr
     finally:
         proc.kill()
         proc.wait()

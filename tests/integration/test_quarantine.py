@@ -17,6 +17,7 @@ import pytest
 from tunefleet.v1 import progress_pb2
 
 from clients.executor_client import ExecutorClient
+from common import exit_status
 from devtools.injected_gpu_health import write_readings
 from tests.integration.fleet_helpers import assert_once_in_order, events_at_end, fleet_plan, wait_for, watch_until
 
@@ -25,7 +26,7 @@ HEALTHY = ({"index": 0}, {"index": 1})
 
 
 def _tunefleet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "launch", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_a_gpu_that_falls_off_the_bus_quarantines_its_host_until_an_admin_clears_it(
@@ -64,7 +65,8 @@ def test_a_gpu_that_falls_off_the_bus_quarantines_its_host_until_an_admin_clears
         cleared = _tunefleet("host", "clear", "host-a", "--executor", service.address)
         assert cleared.returncode == 0 and "XID 79" in cleared.stdout, cleared.stderr
         again = _tunefleet("host", "clear", "host-a", "--executor", service.address)
-        assert again.returncode == 4 and "host 'host-a' is not quarantined" in again.stderr, again.stderr
+        assert again.returncode == exit_status.NOT_FOUND, again.stderr
+        assert "host 'host-a' is not quarantined" in again.stderr, again.stderr
 
         events = events_at_end(client, "on-a-sick-host")
         assert not [h.host_id for h in client.fleet().hosts if h.quarantine_reason]

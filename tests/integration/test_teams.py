@@ -41,7 +41,7 @@ def _plan(tiny_model: Path, data: Path, job_id: str):  # noqa: ANN202 - a Plan
 
 
 def _tunefleet(address: str, principal: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clients.cli", *args, "--executor", address, "--token",
+    return subprocess.run([sys.executable, "-m", "launch", *args, "--executor", address, "--token",
                            _token(principal)], capture_output=True, text=True, timeout=60)
 
 

@@ -234,7 +234,7 @@ def test_bad_plans_fail_before_training(tiny_model: Path, counting_data: Path, t
 def test_cli_check_says_what_the_run_would_be_and_trains_nothing(tiny_model: Path, counting_data: Path,
                                                                   tmp_path: Path) -> None:
     plan = make_plan(tiny_model, counting_data, tmp_path / "run", ranks=2, max_steps=5, grad_accum=2)
-    proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", "--check",
+    proc = subprocess.run([sys.executable, "-m", "launch", "train", "--check",
                            str(write_plan(plan, tmp_path / "p.json"))], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "plan tiny-plan can run here: 64 examples" in proc.stdout
@@ -244,7 +244,7 @@ def test_cli_check_says_what_the_run_would_be_and_trains_nothing(tiny_model: Pat
 
 def test_cli_reports_a_bad_plan_and_exits_2(tiny_model: Path, counting_data: Path, tmp_path: Path) -> None:
     plan = make_plan(tiny_model, counting_data, tmp_path / "run", target_modules=("gate",))
-    proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", str(write_plan(plan, tmp_path / "p.json"))],
+    proc = subprocess.run([sys.executable, "-m", "launch", "train", str(write_plan(plan, tmp_path / "p.json"))],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "training.lora.target_modules: gate not in this model" in proc.stderr
@@ -339,7 +339,7 @@ def test_cli_check_refuses_broken_plan_files_with_exit_2_and_no_traceback(tmp_pa
     """Issue 9, item 8: these died with DecodeError / RecursionError tracebacks (exit 1)."""
     plan = tmp_path / "plan.json"
     plan.write_bytes(content)
-    proc = subprocess.run([sys.executable, "-m", "clients.cli", "train", "--check", str(plan)],
+    proc = subprocess.run([sys.executable, "-m", "launch", "train", "--check", str(plan)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("tunefleet train: ") and "Traceback" not in proc.stderr

@@ -10,7 +10,6 @@ import pytest
 
 from contract.schema import Attention, Hardware, LoraSpec, Method, Precision, Recipe, Sharding, TrainingSpec
 from planner import constants as k
-from planner import recipes
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.loading import largest_unquantised_params, loading_bytes
@@ -57,8 +56,8 @@ def test_the_executor_loads_a_mixture_of_experts_without_upcasting_its_dense_exp
     t = replace(QLORA_Z3, zero_stage=2)
     lora = gpu_memory(a, replace(t, method=Method.LORA), 2)
     assert 0 < gpu_memory(a, t, 2).loading_bytes < lora.weights_bytes
-    assert not recipes.upcasts_when_loading(t) and recipes.upcasts_when_loading(replace(t, precision=Precision.FP32))
-    assert recipes.upcasts_when_loading(replace(t, recipe=Recipe.HF_TRAINER))
+    assert not t.upcasts_when_loading and replace(t, precision=Precision.FP32).upcasts_when_loading
+    assert replace(t, recipe=Recipe.HF_TRAINER).upcasts_when_loading
 
 
 def test_more_gpus_lower_a_step_but_not_loading() -> None:

@@ -1,0 +1,3 @@
+from launch.command import main
+
+raise SystemExit(main())
