@@ -55,8 +55,7 @@ def fill(redis_url: str, jobs: int) -> int:
     for i in range(jobs):
         plan = plan_pb2.Plan.FromString(template)
         plan.plan_id = f"fill-{i}"
-        lifecycle.submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL,
-                                queue=queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL), gpu_class="cpu",
+        lifecycle.submit(NewJob(plan=plan, queue=queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL),
                                 gpus=1, timeout_s=3600, submitter="bench"))
         if i and i % 2000 == 0:
             print(f"  {i:,} jobs queued", file=sys.stderr)

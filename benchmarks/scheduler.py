@@ -265,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
             d = float(j["duration_s"])  # type: ignore[arg-type]
             plan.prediction.estimate.duration_s, plan.prediction.estimate.duration_s_low = d, d * 0.8
             plan.prediction.estimate.duration_s_high = d * 1.3
-            lifecycle.submit(NewJob(plan=plan, priority=int(j["priority"]),  # type: ignore[call-overload]
-                                    queue=queues.queue_name(str(j["gpu_class"]), int(j["priority"])),  # type: ignore
-                                    gpu_class=str(j["gpu_class"]), gpus=1, timeout_s=24 * 3600, team=str(j["team"]),
+            lifecycle.submit(NewJob(plan=plan,
+                                    queue=queues.QueueRef(str(j["gpu_class"]), int(j["priority"])),  # type: ignore
+                                    gpus=1, timeout_s=24 * 3600, team=str(j["team"]),
                                     submitter=str(j["team"]), predicted_s=(d * args.scale, d * 0.8 * args.scale,
                                                                            d * 1.3 * args.scale)))
 
@@ -390,13 +390,12 @@ def report(trace_jobs: list[dict[str, object]], arrivals: list[dict[str, object]
     rows.append(["yields by the yielding job's team", "all", ", ".join(f"{t} {yielded[t]}" for t in TEAMS), "",
                  "borrowers are reclaimed first"])
     fair = FairShare(connection)
-    queue = queues.queue_name("bench-overhead", executor_pb2.PRIORITY_NORMAL)
+    queue = queues.QueueRef("bench-overhead", executor_pb2.PRIORITY_NORMAL)
     lifecycle = Lifecycle(connection)
     template = jobs[0]
     for i in range(500):
         plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(f"o-{i}"), plan_id=f"overhead-{i}")
-        lifecycle.submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL, queue=queue,
-                                gpu_class="bench-overhead", gpus=1, timeout_s=60,
+        lifecycle.submit(NewJob(plan=plan, queue=queue, gpus=1, timeout_s=60,
                                 team=list(TEAMS)[i % len(TEAMS)], submitter=str(template["team"])))
     fair.save_shares({name: TeamShare(w, q) for name, (w, q) in TEAMS.items()})
     timings = time_calls(lambda: fair.arrange("bench-overhead"), 50, warmup=5)

@@ -207,7 +207,7 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         jobs = list(client.jobs(phases, a.gpu_class, a.limit))
         if a.feedback:
             jobs = [j for j in jobs if j.HasField("feedback")]
-            print(json.dumps([{"job_id": j.job_id, "gpu_class": fleet_render.gpu_class_of(j),
+            print(json.dumps([{"job_id": j.job_id, "gpu_class": j.gpu_class,
                                       "feedback": render.to_dict(j.feedback)} for j in jobs], indent=1)
                   if a.json else fleet_render.feedback_text(jobs))
         else:
@@ -225,7 +225,7 @@ def _run(a: argparse.Namespace, client: ExecutorClient, recommended: PlanSource)
         from planner import calibration  # the CLI's in-process planner is a dependency already
 
         done = list(client.jobs([progress_pb2.PHASE_DONE]))
-        samples = [(fleet_render.gpu_class_of(j), calibration.run_of(
+        samples = [(j.gpu_class, calibration.run_of(
             j.feedback.predicted_peak_gpu_memory_bytes, j.feedback.measured_peak_gpu_memory_bytes,
             j.feedback.measured_peak_gpu_reserved_bytes, j.feedback.predicted_step_time_s,
             j.feedback.measured_step_time_s, j.feedback.predicted_allocated_gpu_memory_bytes))

@@ -25,11 +25,6 @@ def priority_name(priority: int) -> str:
     return executor_pb2.Priority.Name(priority).removeprefix("PRIORITY_").lower()
 
 
-def gpu_class_of(job: executor_pb2.Job) -> str:
-    """'tunefleet.a100-80gb.normal' -> 'a100-80gb' (the queue itself when it is not a fleet queue's name)."""
-    return job.queue.split(".")[1] if job.queue.count(".") >= 2 else job.queue
-
-
 def _ago(job: executor_pb2.Job) -> str:
     return job.submitted_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") if job.HasField("submitted_at") else ""
 
@@ -124,7 +119,7 @@ def alternatives_text(job: executor_pb2.Job) -> str:
     """'waiting for a100-80gb: starts in 40 min, then ~1.2 h, ~$7.10' and each class that would start it now."""
     if job.phase != progress_pb2.PHASE_QUEUED:
         return f"job {job.job_id} is {phase_name(job.phase)}: only a queued job moves"
-    gpu_class = gpu_class_of(job)
+    gpu_class = job.gpu_class
     e = job.plan.prediction.estimate
     own = f"~{e.duration_s / 3600:.1f} h, ~${e.cost_usd:,.2f}" if e.duration_s else "no prediction"
     lines = [f"waiting for {gpu_class}: starts {expected_start(job)}, then {own}"]

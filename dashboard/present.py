@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from google.protobuf.timestamp_pb2 import Timestamp
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2, training_pb2
 
-from clients.fleet_render import expected_start, gpu_class_of, phase_name, priority_name
+from clients.fleet_render import expected_start, phase_name, priority_name
 from clients.render import loading_peaks
 from common.units import size
 
@@ -77,7 +77,7 @@ def job_row(job: executor_pb2.Job) -> JobRow:
         eta = "-"
     spent = (job.spent_usd or 0.0) + job.open_hold_usd  # charged holds and the one running now
     cost = f"{usd(spent)} of ≤{usd(job.cost_high_usd)}" if job.cost_high_usd else (usd(spent) if spent else "-")
-    return JobRow(job.job_id, phase_name(job.phase), job.team or "-", gpu_class_of(job), priority_name(job.priority),
+    return JobRow(job.job_id, phase_name(job.phase), job.team or "-", job.gpu_class, priority_name(job.priority),
                   f"{e.step}/{e.total_steps}" if e.total_steps else "-", f"{e.loss:.4f}" if has_metrics(e) else "-",
                   f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "-", eta, cost, stamp(job.submitted_at))
 

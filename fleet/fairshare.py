@@ -21,7 +21,7 @@ import redis
 
 from fleet import queues
 from fleet.keys import RUNNING_SET, TEAM_SHARES, USAGE, job_key
-from fleet.queues import JobQueues, parse_queue_name
+from fleet.queues import JobQueues, QueueRef
 
 # How fast usage is forgotten: Slurm's default PriorityDecayHalfLife (slurm.conf(5): "PriorityDecayHalfLife ...
 # default is 7-0", seven days).
@@ -176,8 +176,8 @@ def fair_order(waiters: list[Waiter], usage_s: Mapping[str, float], weights: Map
 
 def queue_class(queue: str) -> str:
     """The GPU class of one of the fleet's queue names ("" for another queue)."""
-    parsed = parse_queue_name(queue)
-    return parsed[0] if parsed else ""
+    ref = QueueRef.parse(queue)
+    return ref.gpu_class if ref else ""
 
 
 def _waiter(job_id: str, record: Mapping[bytes, bytes], tier: int) -> Waiter:
@@ -318,7 +318,7 @@ class FairShare:
         fifo: list[str] = []
         tickets: list[str] = []
         waiters: list[Waiter] = []
-        for tier, queue in enumerate(queues.class_queue_names(gpu_class)):
+        for tier, queue in enumerate([q.name for q in queues.QueueRef.of_class(gpu_class)]):
             ids, queue_tickets, queue_waiters = self.waiters(queue, tier)
             queue_of.update(dict.fromkeys(ids, queue))
             fifo += ids

@@ -34,6 +34,7 @@ from common.identity import UNAUTHENTICATED_ADMIN
 from contract.errors import LeaseLostError, PlanError
 from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
+from fleet.queues import QueueRef
 
 JOB_SCHEMA_VERSION = "1"
 # Events kept per job stream (oldest trimmed first; the job record keeps the last event whatever is trimmed).
@@ -73,9 +74,7 @@ class NewJob:
     """What Submit stores for a validated plan."""
 
     plan: plan_pb2.Plan
-    priority: int
-    queue: str
-    gpu_class: str
+    queue: QueueRef  # its GPU class and tier
     gpus: int
     timeout_s: int
     events_max_len: int = DEFAULT_EVENTS_MAX_LEN
@@ -93,8 +92,8 @@ class NewJob:
 
     def fields(self, submitted_ms: int) -> dict[str, bytes | str | int]:
         """The new record; its first event (QUEUED) is published after it, which sets phase and last event."""
-        return {"schema": JOB_SCHEMA_VERSION, "plan": self.plan.SerializeToString(), "priority": self.priority,
-                "queue": self.queue, "gpu_class": self.gpu_class, "gpus": self.gpus,
+        return {"schema": JOB_SCHEMA_VERSION, "plan": self.plan.SerializeToString(), "priority": self.queue.priority,
+                "queue": self.queue.name, "gpu_class": self.queue.gpu_class, "gpus": self.gpus,
                 "phase": progress_pb2.PHASE_QUEUED, "submitted_at_ms": submitted_ms, "started_at_ms": 0,
                 "finished_at_ms": 0, "host_id": "", "error": "", "log_path": "", "output_dir": "",
                 "last_event": b"", "last_sequence": 0, "cancel_requested": 0, "fence": 0,
@@ -170,7 +169,7 @@ def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool 
                                          f"executor reads schema {JOB_SCHEMA_VERSION}")
     job = executor_pb2.Job(
         job_id=job_id, phase=_int(record, "phase"), priority=_int(record, "priority"),
-        queue=_text(record, "queue"), host_id=_text(record, "host_id"),
+        queue=_text(record, "queue"), gpu_class=_text(record, "gpu_class"), host_id=_text(record, "host_id"),
         submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
         log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"),
         infra_failures=_int(record, "infra_failures"), team=_text(record, "team"),

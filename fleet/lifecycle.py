@@ -89,10 +89,10 @@ class Lifecycle:
                     pipe.sadd(team_jobs_key(new.team), job_id)
                     retention.record_stored(pipe, new.team, job_id, stored_bytes)
                     if audit is not None and who is not None:
-                        audit.record(who, "submit", job_id, f"on {new.queue}{note}", pipeline=pipe)
+                        audit.record(who, "submit", job_id, f"on {new.queue.name}{note}", pipeline=pipe)
                     self.events.publish(new_event(job_id, 1, progress_pb2.PHASE_QUEUED,
-                                                  message=f"queued on {new.queue}"), pipeline=pipe)
-                    self.queues.enqueue(job_id, new.queue, new.timeout_s, pipeline=pipe)
+                                                  message=f"queued on {new.queue.name}"), pipeline=pipe)
+                    self.queues.enqueue(job_id, new.queue.name, new.timeout_s, pipeline=pipe)
                     pipe.execute()
                     return self.store.get(job_id), True
                 except redis.WatchError:
@@ -121,7 +121,7 @@ class Lifecycle:
                     pipe.hset(key, mapping={k: fields[k] for k in MOVED_FIELDS})
                     self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_QUEUED,
                                                   message=message), pipeline=pipe)
-                    self.queues.enqueue(job_id, moved.queue, moved.timeout_s, pipeline=pipe)
+                    self.queues.enqueue(job_id, moved.queue.name, moved.timeout_s, pipeline=pipe)
                     audit.record(who, "move", job_id, message, pipeline=pipe)
                     pipe.execute()
                     return self.store.get(job_id)

@@ -18,6 +18,7 @@ import math
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -57,23 +58,37 @@ def job_timeout_s(predicted_duration_s: float) -> int:
     return min(int(predicted_duration_s * JOB_TIMEOUT_MARGIN) + JOB_TIMEOUT_STARTUP_S, 365 * 24 * 3600)
 
 
-def queue_name(gpu_class: str, priority: int) -> str:
-    return f"{QUEUE_PREFIX}{gpu_class}.{TIERS[priority]}"
+@dataclass(frozen=True)
+class QueueRef:
+    """One of the fleet's queues: a GPU class and a priority tier (executor_pb2.Priority); rq knows it by `name`,
+    'tunefleet.<gpu_class>.<tier>', which only this class writes and reads back."""
 
+    gpu_class: str
+    priority: int
 
-def class_queue_names(gpu_class: str) -> list[str]:
-    """A worker's queues, highest tier first."""
-    return [queue_name(gpu_class, p) for p in TIERS]
+    @property
+    def name(self) -> str:
+        return f"{QUEUE_PREFIX}{self.gpu_class}.{TIERS[self.priority]}"
 
+    @property
+    def tier(self) -> int:
+        """Its place among the tiers, 0 the highest (a worker takes a lower place first)."""
+        return list(TIERS).index(self.priority)
 
-def parse_queue_name(name: str) -> tuple[str, int] | None:
-    """'tunefleet.a100-80gb.high' -> ('a100-80gb', PRIORITY_HIGH); None for a queue that is not ours."""
-    if not name.startswith(QUEUE_PREFIX):
-        return None
-    gpu_class, _, tier = name.removeprefix(QUEUE_PREFIX).rpartition(".")
-    if not gpu_class or tier not in TIER_PRIORITY:
-        return None
-    return gpu_class, TIER_PRIORITY[tier]
+    @classmethod
+    def of_class(cls, gpu_class: str) -> list[QueueRef]:
+        """A class's queues, highest tier first: the order its workers listen in."""
+        return [cls(gpu_class, priority) for priority in TIERS]
+
+    @classmethod
+    def parse(cls, name: str) -> QueueRef | None:
+        """'tunefleet.a100-80gb.high' -> QueueRef('a100-80gb', PRIORITY_HIGH); None for a queue that is not ours."""
+        if not name.startswith(QUEUE_PREFIX):
+            return None
+        gpu_class, _, tier = name.removeprefix(QUEUE_PREFIX).rpartition(".")
+        if not gpu_class or tier not in TIER_PRIORITY:
+            return None
+        return cls(gpu_class, TIER_PRIORITY[tier])
 
 
 # Remove each job id from a queue's list and, only if it was there, push it at the front (LPUSH: rq's at_front);
@@ -153,7 +168,7 @@ class JobQueues:
     def depths(self) -> dict[str, int]:
         """Jobs waiting in each of the fleet's queues."""
         fleet_queues = sorted((q for q in Queue.all(connection=self.redis, serializer=JSONSerializer)
-                               if parse_queue_name(q.name)), key=lambda q: q.name)
+                               if QueueRef.parse(q.name)), key=lambda q: q.name)
         return {q.name: q.count for q in fleet_queues}
 
     def depth(self, queue: str) -> int:

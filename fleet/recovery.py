@@ -168,7 +168,7 @@ class Sweeper:
             held = dict(quotas.held_gpus) if quotas else {}
             young_ms = now - int(policy.preempt_min_runtime_s * 1000)
             for tier, priority in enumerate((executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL)):
-                ids, _, waiters = fair.waiters(queues.queue_name(gpu_class, priority), tier)
+                ids, _, waiters = fair.waiters(queues.QueueRef(gpu_class, priority).name, tier)
                 teams = {w.job_id: w.team for w in waiters}
                 yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
                 for waiter in [queued_job_id(w) for w in ids][len(yielding):]:
@@ -203,7 +203,7 @@ class Sweeper:
             freeing = [r for r in running if r["preempt_requested"]]
             young_ms = now - int(policy.preempt_min_runtime_s * 1000)
             for tier in queues.TIERS:
-                for waiter in fair.waiters(queues.queue_name(gpu_class, tier))[2]:
+                for waiter in fair.waiters(queues.QueueRef(gpu_class, tier).name)[2]:
                     if held.get(waiter.team, 0) + waiter.gpus > quotas.quota(waiter.team):
                         continue  # it would borrow: no reclaim for it
                     if freeing:  # a job already yielding makes room for it

@@ -182,7 +182,7 @@ class Executor:
         and timeout (executor.service.pricing); and what the audit says of that prediction."""
         gpus_total = (plan.hardware.gpus_per_node or 1) * (plan.hardware.nodes or 1)
         price = self.accounts.job_price(plan, gpu_class, gpus_total)
-        return NewJob(plan=plan, priority=priority, queue=queues.queue_name(gpu_class, priority), gpu_class=gpu_class,
+        return NewJob(plan=plan, queue=queues.QueueRef(gpu_class, priority),
                       gpus=plan.hardware.gpus_per_node or 1, timeout_s=price.timeout_s,
                       events_max_len=self.config.events_max_len, submitter=who.principal, team=team,
                       predicted_s=price.predicted_s, nodes=plan.hardware.nodes or 1,
@@ -315,13 +315,13 @@ class Executor:
             preemption=policy.preemption, retry_limit=policy.retry_limit, retry_backoff_s=policy.retry_backoff_s,
             preempt_min_runtime_s=policy.preempt_min_runtime_s, preempt_checkpoint_s=policy.preempt_checkpoint_s))
         for name, depth in depths.items():
-            parsed = queues.parse_queue_name(name)
-            if parsed is None or (request.gpu_class and parsed[0] != request.gpu_class):
+            ref = queues.QueueRef.parse(name)
+            if ref is None or (request.gpu_class and ref.gpu_class != request.gpu_class):
                 continue
-            gpu_class, priority = parsed
-            response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=gpu_class,
-                                                           priority=priority, depth=depth))  # type: ignore[arg-type]
-        response.queues.sort(key=lambda q: (q.gpu_class, list(queues.TIERS).index(q.priority)))  # the workers' order
+            response.queues.append(executor_pb2.QueueDepth(queue=name, gpu_class=ref.gpu_class,
+                                                           priority=ref.priority, depth=depth))  # type: ignore[arg-type]
+        # the workers' order: by class, highest tier first
+        response.queues.sort(key=lambda q: (q.gpu_class, queues.QueueRef(q.gpu_class, q.priority).tier))
         # (job id, its place in its class's start order): retries first (in no queue yet), then each class's jobs
         # in its start order (fleet.fairshare: within quota first, then tier by tier), at most MAX_PAGE_SIZE a class
         waiting: list[tuple[str, int | None]] = [
@@ -379,7 +379,7 @@ class Executor:
         new, _ = self._new_job(moves.moved(plan, best), request.gpu_class, int(record[b"priority"]), who, team)
         rule, _ = self.accounts.budget_rule(who, team, new.cost_high_usd, override=False)
         e = best.estimate
-        message = (f"moved to {new.queue} by {who.principal}: {best.fit.hardware.gpus_per_node}x "
+        message = (f"moved to {new.queue.name} by {who.principal}: {best.fit.hardware.gpus_per_node}x "
                    f"{request.gpu_class}, ~{e.duration_s / 3600:.1f} h, ~${e.cost_usd:,.2f}")
         moved = self.lifecycle.move(job_id, new, message, self.audit_log, who, budget=rule)
         return executor_pb2.MoveResponse(job=scoping.show_job(moved, who))

@@ -123,13 +123,13 @@ class WaitingLine:
                            f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
                            f"{wait_s:.0f} s", 0)
         queue = record[b"queue"].decode()
-        parsed = queues.parse_queue_name(queue)
+        ref = queues.QueueRef.parse(queue)
         if index is None:
             index = self.index_of(queue, job_id)
-        if parsed is None or index is None:
+        if ref is None or index is None:
             return Waiting("being handed to a worker", 0)
         limited = self.limit_reason(queue, job_id, record.get(b"team", b"").decode())
-        return Waiting(limited or self._reason(job_id, parsed[0], index), index + 1)
+        return Waiting(limited or self._reason(job_id, ref.gpu_class, index), index + 1)
 
     def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:
         of_class = [h for h in self.hosts if h.gpu_class == gpu_class]
@@ -232,7 +232,7 @@ class OrderCache:
         position = self._fair.queues.position(job_id, queue)
         if position is None:
             return None
-        tiers = queues.class_queue_names(gpu_class)
+        tiers = [q.name for q in queues.QueueRef.of_class(gpu_class)]
         above = sum(tiers.index(line.queue_of[j]) <= tiers.index(queue) for j in self._index[gpu_class])
         own = self.line(queue)
         return above + position - len(own.order) - len(own.held_back)

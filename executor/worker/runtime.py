@@ -106,7 +106,7 @@ class WorkerRuntime:
         self.control = JobControl(self.store, self.leases, self.host_id, self.lease_ttl_s, self.stopping,
                                   lambda: self.health.reason)
         self.sweeper = Sweeper(self.redis)
-        self.queues = queues.class_queue_names(self.gpus.gpu_class)
+        self.queues = [q.name for q in queues.QueueRef.of_class(self.gpus.gpu_class)]
         self.job_queues = queues.JobQueues(self.redis)
 
     def heartbeat(self) -> None:

@@ -18,8 +18,7 @@ from fleet.lifecycle import Lifecycle
 
 def _queued(lifecycle: Lifecycle, tiny_model: Path, data: Path, job_id: str) -> None:
     plan = make_plan(tiny_model, data, Path(job_id), plan_id=job_id)
-    lifecycle.submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL,
-                            queue=queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL), gpu_class="cpu", gpus=1,
+    lifecycle.submit(NewJob(plan=plan, queue=queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL), gpus=1,
                             timeout_s=3600, team="nlp"))
 
 

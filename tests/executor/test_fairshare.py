@@ -100,11 +100,11 @@ def test_the_worker_arrangement_puts_the_fair_head_in_front_of_a_real_rq_queue(r
     from fleet.jobs import NewJob
     from fleet.lifecycle import Lifecycle
 
-    queue = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
+    queue = queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL).name
     lifecycle = Lifecycle(connection.connect(redis_url))
     for job_id, team in (("a0", "a"), ("a1", "a"), ("b0", "b")):
         plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(job_id), plan_id=job_id)
-        lifecycle.submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL, queue=queue, gpu_class="cpu",
+        lifecycle.submit(NewJob(plan=plan, queue=queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL),
                                 gpus=1, timeout_s=600, team=team))
     fair = FairShare(redis.Redis.from_url(redis_url))
     assert fair.order(queue) == ["a0", "b0", "a1"], "no usage yet: the teams alternate from the oldest job"
@@ -141,11 +141,10 @@ def test_the_worker_takes_first_from_the_queue_whose_front_the_class_order_puts_
                                    ("a-high", "a", executor_pb2.PRIORITY_HIGH),
                                    ("b-low", "b", executor_pb2.PRIORITY_LOW)):
         plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(job_id), plan_id=job_id)
-        lifecycle.submit(NewJob(plan=plan, priority=priority, queue=queues.queue_name("cpu", priority),
-                                gpu_class="cpu", gpus=1, timeout_s=600, team=team))
-    normal = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
+        lifecycle.submit(NewJob(plan=plan, queue=queues.QueueRef("cpu", priority), gpus=1, timeout_s=600, team=team))
+    normal = queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL).name
     Queue(normal, connection=fair.redis).remove("a-running")  # a worker took it: it runs, holding a's quota
     fair.redis.hset(job_key("a-running"), mapping={"started_at_ms": 1, "gpu_class": "cpu"})
     fair.redis.sadd(RUNNING_SET, "a-running")
-    assert fair.arrange("cpu") == [queues.queue_name("cpu", executor_pb2.PRIORITY_LOW),
-                                   queues.queue_name("cpu", executor_pb2.PRIORITY_HIGH)]
+    assert fair.arrange("cpu") == [queues.QueueRef("cpu", executor_pb2.PRIORITY_LOW).name,
+                                   queues.QueueRef("cpu", executor_pb2.PRIORITY_HIGH).name]

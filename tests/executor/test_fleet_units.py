@@ -29,13 +29,16 @@ def test_job_timeout_is_the_prediction_times_the_margin_plus_startup(predicted_s
 
 
 def test_queue_names_round_trip_and_a_worker_listens_highest_tier_first() -> None:
-    assert queues.queue_name("a100-80gb", executor_pb2.PRIORITY_HIGH) == "tunefleet.a100-80gb.high"
-    assert queues.class_queue_names("cpu") == ["tunefleet.cpu.high", "tunefleet.cpu.normal", "tunefleet.cpu.low"]
-    for priority in queues.TIERS:
-        assert queues.parse_queue_name(queues.queue_name("h100-sxm-80gb", priority)) == ("h100-sxm-80gb",
-                                                                                             priority)
-    assert queues.parse_queue_name("default") is None
-    assert queues.parse_queue_name("tunefleet.cpu.urgent") is None
+    assert queues.QueueRef("a100-80gb", executor_pb2.PRIORITY_HIGH).name == "tunefleet.a100-80gb.high"
+    assert [q.name for q in queues.QueueRef.of_class("cpu")] == ["tunefleet.cpu.high", "tunefleet.cpu.normal",
+                                                                  "tunefleet.cpu.low"]
+    assert [q.tier for q in queues.QueueRef.of_class("cpu")] == [0, 1, 2]
+    for ref in queues.QueueRef.of_class("h100-sxm-80gb"):
+        assert queues.QueueRef.parse(ref.name) == ref
+    assert queues.QueueRef.parse("tunefleet.rtx-4090-24gb.low") == queues.QueueRef("rtx-4090-24gb",
+                                                                                     executor_pb2.PRIORITY_LOW)
+    assert queues.QueueRef.parse("default") is None
+    assert queues.QueueRef.parse("tunefleet.cpu.urgent") is None
 
 
 @pytest.mark.parametrize(("nvml_name", "memory_gib", "gpu_class"), [

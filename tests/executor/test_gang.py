@@ -82,7 +82,7 @@ def test_a_member_that_stops_renewing_is_lost_and_a_dropped_gang_ends_every_memb
 
 def test_an_untaken_member_ticket_is_withdrawn_a_taken_one_is_left_alone(fleet):
     job_queues = queues.JobQueues(fleet)
-    queue = queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL)
+    queue = queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL).name
     job_queues.enqueue("other-job", queue, 60)
     first, second = ticket_id("job-g", 3, 1), ticket_id("job-g", 3, 2)
     job_queues.enqueue_member(first, "job-g", 3, 1, queue, 60)

@@ -26,6 +26,7 @@ from fleet.jobs import JobStore, NewJob, now_ms
 from fleet.keys import job_key
 from fleet.leases import FenceGuard, Leases
 from fleet.lifecycle import Lifecycle
+from fleet.queues import QueueRef
 
 QUEUED, LOADING, TRAINING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING, progress_pb2.PHASE_TRAINING
 
@@ -38,10 +39,9 @@ def fleet(redis_url: str) -> redis.Redis:
 def _claimed(fleet: redis.Redis, tiny_model: Path, data: Path, out: Path, job_id: str = "job-p") -> int:
     """Submit the job and claim it, as a worker that rq handed it to does; the new fence."""
     plan = make_plan(tiny_model, data, out, plan_id=job_id)
-    queue = "tunefleet.cpu.normal"
-    Lifecycle(fleet).submit(NewJob(plan=plan, priority=executor_pb2.PRIORITY_NORMAL, queue=queue, gpu_class="cpu",
-                                   gpus=1, timeout_s=600, events_max_len=100))
-    Queue(queue, connection=fleet).remove(job_id)
+    queue = QueueRef("cpu", executor_pb2.PRIORITY_NORMAL)
+    Lifecycle(fleet).submit(NewJob(plan=plan, queue=queue, gpus=1, timeout_s=600, events_max_len=100))
+    Queue(queue.name, connection=fleet).remove(job_id)
     fence = Leases(fleet).claim(job_id, "host-a", now_ms(), QUEUED, LOADING)
     assert isinstance(fence, int)
     return fence

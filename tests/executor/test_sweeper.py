@@ -248,7 +248,7 @@ def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_
     assert fleet.hget(job_key("speech-2"), "preempted_for") == b"vision-1"
     assert executor.get(executor_pb2.GetRequest(job_id="vision-1")).job.pending_reason == \
         "waiting for job speech-2 to checkpoint and yield its host (a reclaim: its team borrows beyond its quota)"
-    line = FairShare(fleet).line(queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL))
+    line = FairShare(fleet).line(queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL).name)
     assert line.order == ["vision-1"] and line.held_back == ["speech-3"]
     standings = {(t.team, t.gpu_class): (t.held_gpus, t.quota_gpus, t.limit_gpus)
                  for t in executor.fleet(executor_pb2.FleetRequest()).teams}

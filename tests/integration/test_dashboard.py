@@ -254,8 +254,7 @@ def test_jobs_loads_in_under_a_second_with_2000_jobs_in_redis(browser, fleet, re
     template = fleet_plan(Path("/srv/models/tiny"), Path("/srv/data/train.jsonl"), "fill-0")
     for i in range(2_000):
         template.plan_id = f"fill-{i}"
-        lifecycle.submit(NewJob(plan=template, priority=executor_pb2.PRIORITY_NORMAL,
-                                queue=queues.queue_name("cpu", executor_pb2.PRIORITY_NORMAL), gpu_class="cpu", gpus=1,
+        lifecycle.submit(NewJob(plan=template, queue=queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL), gpus=1,
                                 timeout_s=3600, submitter="alice", team="vision"))
     alice = _login(browser, fleet["url"], "alice")
     timings = []

@@ -37,7 +37,7 @@ USAGE_GROUPING_GPU_CLASS: UsageGrouping
 USAGE_GROUPING_DAY: UsageGrouping
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures", "team", "submitter", "expected_start", "expected_start_earliest", "expected_start_latest", "expected_start_is_lower_bound", "price_usd_per_gpu_hour", "cost_high_usd", "spent_usd", "gpu_seconds", "lost_gpu_seconds", "runs_now_instead", "open_hold_usd")
+    __slots__ = ("job_id", "plan", "phase", "priority", "queue", "host_id", "submitted_at", "started_at", "finished_at", "last_event", "error", "feedback", "log_path", "output_uri", "pending_reason", "queue_position", "infra_failures", "team", "submitter", "expected_start", "expected_start_earliest", "expected_start_latest", "expected_start_is_lower_bound", "price_usd_per_gpu_hour", "cost_high_usd", "spent_usd", "gpu_seconds", "lost_gpu_seconds", "runs_now_instead", "open_hold_usd", "gpu_class")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class Job(_message.Message):
     LOST_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RUNS_NOW_INSTEAD_FIELD_NUMBER: _ClassVar[int]
     OPEN_HOLD_USD_FIELD_NUMBER: _ClassVar[int]
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     plan: _plan_pb2.Plan
     phase: _progress_pb2.Phase
@@ -98,7 +99,8 @@ class Job(_message.Message):
     lost_gpu_seconds: float
     runs_now_instead: _containers.RepeatedCompositeFieldContainer[Alternative]
     open_hold_usd: float
-    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ..., team: _Optional[str] = ..., submitter: _Optional[str] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ..., price_usd_per_gpu_hour: _Optional[float] = ..., cost_high_usd: _Optional[float] = ..., spent_usd: _Optional[float] = ..., gpu_seconds: _Optional[float] = ..., lost_gpu_seconds: _Optional[float] = ..., runs_now_instead: _Optional[_Iterable[_Union[Alternative, _Mapping]]] = ..., open_hold_usd: _Optional[float] = ...) -> None: ...
+    gpu_class: str
+    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., phase: _Optional[_Union[_progress_pb2.Phase, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., queue: _Optional[str] = ..., host_id: _Optional[str] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event: _Optional[_Union[_progress_pb2.ProgressEvent, _Mapping]] = ..., error: _Optional[str] = ..., feedback: _Optional[_Union[_progress_pb2.Feedback, _Mapping]] = ..., log_path: _Optional[str] = ..., output_uri: _Optional[str] = ..., pending_reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., infra_failures: _Optional[int] = ..., team: _Optional[str] = ..., submitter: _Optional[str] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_earliest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_latest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_is_lower_bound: _Optional[bool] = ..., price_usd_per_gpu_hour: _Optional[float] = ..., cost_high_usd: _Optional[float] = ..., spent_usd: _Optional[float] = ..., gpu_seconds: _Optional[float] = ..., lost_gpu_seconds: _Optional[float] = ..., runs_now_instead: _Optional[_Iterable[_Union[Alternative, _Mapping]]] = ..., open_hold_usd: _Optional[float] = ..., gpu_class: _Optional[str] = ...) -> None: ...
 
 class Alternative(_message.Message):
     __slots__ = ("gpu_class", "gpus_per_node", "duration_s", "cost_usd")
