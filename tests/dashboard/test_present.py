@@ -68,7 +68,8 @@ def test_phase_names_round_trip_and_unknown_ones_are_none() -> None:
 
 def test_job_rows_show_progress_eta_or_expected_start_and_cost() -> None:
     running = executor_pb2.Job(job_id="j1", phase=progress_pb2.PHASE_TRAINING, queue="tunefleet.a100-80gb.high",
-                               gpu_class="a100-80gb", priority=executor_pb2.PRIORITY_HIGH, team="vision", cost_high_usd=12.5, spent_usd=3.25,
+                               gpu_class="a100-80gb", priority=executor_pb2.PRIORITY_HIGH, team="vision",
+                               cost_high_usd=12.5, spent_usd=3.25,
                                last_event=progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=40,
                                                                      total_steps=100, loss=1.23456,
                                                                      tokens_per_s=2345.6, eta_s=600))
