@@ -94,7 +94,8 @@ def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
     out = shared / "paused"
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
-        client.submit(fleet_plan(tiny_model, counting_data, "paused", max_steps=total, checkpoint_every=10))
+        submitted = fleet_plan(tiny_model, counting_data, "paused", max_steps=total, checkpoint_every=10)
+        client.submit(submitted)
         before = watch_until(client, "paused", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
         stale = _holder(client, "paused")
         fresh = ({"host-a", "host-b"} - {stale}).pop()
@@ -112,6 +113,10 @@ def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
         events = all_events(client, "paused")
         job = client.get("paused")
     assert job.phase == progress_pb2.PHASE_DONE and job.host_id == fresh and events[-1].step == total
+    # none of the stale holder's record writes landed (fleet.jobs.JobStore.update_as_holder): its error, its
+    # output dir and log, its plan
+    assert job.error == "" and job.output_uri == str(out) and job.log_path == str(out / "logs" / "train.log")
+    assert job.plan.plan_id == submitted.plan_id and job.plan.hyperparameters == submitted.hyperparameters
     assert_once_in_order(events)
     assert len([e for e in events if e.phase == progress_pb2.PHASE_DONE]) == 1
     in_file = [e.sequence for e in read_events(out / "progress.jsonl")]
