@@ -52,12 +52,13 @@ from executor.service.servicer import Executor, ExecutorConfig
 from executor.service.waiting import RUNNING_FIELDS, OrderCache
 from fleet import queues
 from fleet.events import EventLog
-from fleet.fairshare import FairShare, TeamShare
+from fleet.fairshare import FairShare
 from fleet.hosts import HostRegistry
 from fleet.jobs import JobStore, NewJob, now_ms
 from fleet.keys import job_key
 from fleet.ledger import GIVEN_BACK, Ledger, hold_models
 from fleet.lifecycle import Lifecycle
+from fleet.ordering import TeamShare
 from fleet.recovery import FleetPolicy
 
 HOSTS = {"a100-80gb": 32, "l40s-48gb": 24, "h100-sxm-80gb": 8}  # 64 simulated hosts, one GPU each

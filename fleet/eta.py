@@ -1,7 +1,7 @@
 """When will a queued job start? Pure arithmetic over what the fleet knows: each host of the class is free now or
 when its running job's remaining time has passed (its progress ETA, else its predicted duration less the time it
 has run), and the scheduling rules played forward: each time a host is free the waiter the start order
-(fleet.fairshare.rank) puts first takes it for its predicted duration, one host per node of a gang, and a job's end
+(fleet.ordering.rank) puts first takes it for its predicted duration, one host per node of a gang, and a job's end
 gives its GPUs back to its team's quota. When every host is busy, the waiter that the fleet's sweep (fleet.recovery)
 would let a running job yield to — preemption for a higher tier, reclaim for a team within its quota — takes the
 victim's host once it has checkpointed, and the victim waits again at the front of its queue for what it had left.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.fairshare import ClassQuotas, Waiter, rank, team_streams
 from fleet.ledger import AS_PREDICTED, HoldModel
+from fleet.ordering import PREEMPTION, RECLAIM, ClassQuotas, Running, Waiter, rank, team_streams, victim
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ _FLAVOURS = ("mid_s", "low_s", "high_s")  # Span's fields, in the order of Waite
 def replay(waiters: Sequence[Waiter], hosts: Sequence[Holder], usage_s: Mapping[str, float],
            weights: Mapping[str, float], quotas: ClassQuotas | None,
            hold: HoldModel = AS_PREDICTED, yielding: Yielding = NEVER) -> dict[str, Start]:
-    """When each waiter of a class starts: the scheduling rules (fleet.fairshare.rank: within quota first, then the
+    """When each waiter of a class starts: the scheduling rules (fleet.ordering.rank: within quota first, then the
     tier, then weighted fair share, FIFO within a team and tier) played forward over the class's hosts. Each time a
     host is free the best-ranked waiter starts — a gang when its last host is free — and holds it for its predicted
     duration; the hosts' running jobs end at their remaining time and give their GPUs back to their team's quota.
@@ -244,29 +244,18 @@ class _Replay:
                 slot.gpus = 0
 
     def _victim(self, w: Waiter, now_s: float) -> tuple[_Slot, _Queued] | None:
-        """The host whose job the sweep would ask to yield to `w` (fleet.recovery: preemption, then reclaim), and that
-        job, if any: (1) a running job of a lower tier, its own team's or a borrower's, the lowest tier first; else
-        (2), for a waiter within its team's quota, another team's job that borrows; (3) never one younger than the
-        policy's minimum runtime, (4) among equals the latest started (the least work since a checkpoint), (5) then
-        the first host."""
+        """The host whose job the sweep would ask to yield to `w` (fleet.recovery: fleet.ordering.victim for
+        preemption, then for reclaim), and that job, if any. The replay knows no job's work since its checkpoint: among
+        equals the latest started yields (fleet.ordering's V4)."""
         if w.nodes != 1:
             return None
-        rules, q = self.yielding, self.quotas
-        old = [(s, s.victim) for s in self.slots if s.victim is not None and s.free_s > now_s
-               and now_s - s.since_s >= rules.min_runtime_s]
-
-        def borrows(team: str) -> bool:
-            return q is not None and self.held.get(team, 0) > q.quota(team)
-
-        if rules.preemption:
-            lower = [(s, v) for s, v in old if v.waiter.tier > w.tier
-                     and (q is None or s.team == w.team or borrows(s.team))]
-            if lower:
-                return max(lower, key=lambda sv: (sv[1].waiter.tier, sv[0].since_s))
-        if rules.reclaim and q is not None and self.held.get(w.team, 0) + w.gpus <= q.quota(w.team):
-            borrowed = [(s, v) for s, v in old if s.team != w.team and borrows(s.team)]
-            if borrowed:
-                return max(borrowed, key=lambda sv: sv[0].since_s)
+        on = {Running(q.waiter.job_id, s.team, q.waiter.tier, s.since_s, s.gpus): (s, q)
+              for s in self.slots if (q := s.victim) is not None and s.free_s > now_s}
+        for kind, allowed in ((PREEMPTION, self.yielding.preemption), (RECLAIM, self.yielding.reclaim)):
+            chosen = victim(kind, w, list(on), self.held, self.quotas, now_s - self.yielding.min_runtime_s) \
+                if allowed else None
+            if chosen is not None:
+                return on[chosen]
         return None
 
     def _ask(self, slot: _Slot, victim: _Queued, now_s: float, takes_s: float) -> None:

@@ -34,6 +34,7 @@ from common.identity import UNAUTHENTICATED_ADMIN
 from contract.errors import LeaseLostError, PlanError
 from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
+from fleet.ordering import PREEMPTION
 from fleet.queues import QueueRef
 
 JOB_SCHEMA_VERSION = "1"
@@ -102,10 +103,6 @@ class NewJob:
                 "team": self.team, "predicted_s": self.predicted_s[0], "predicted_low_s": self.predicted_s[1],
                 "predicted_high_s": self.predicted_s[2], "nodes": self.nodes,
                 "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour, "cost_high_usd": self.cost_high_usd}
-
-
-# Why a running job was asked to yield (its record's preempt_kind): for a higher tier, or a reclaim of a borrowed GPU
-PREEMPTION, RECLAIM = "preemption", "reclaim"
 
 
 # The team of a fleet without identities (common.identity's UNAUTHENTICATED_ADMIN and TOKEN_FILE_ADMIN): its job ids

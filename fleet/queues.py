@@ -5,11 +5,25 @@ queues in tier order (high, normal, low), so a higher tier is always taken first
 serializer and carry only the job id: the plan itself is protobuf bytes in the job record (fleet.jobs),
 never a pickle. The rq job id is the plan id, so a plan is queued at most once.
 
-rq is used through its public API only (Queue, Job, the registries, SimpleWorker). What rq cannot do for the
-fleet, and so is done beside it rather than inside it: a queue's write inside another transaction (rq takes a
-caller's pipeline for enqueue and remove, which is how Submit and Cancel stay atomic with the job record), and
-job state beyond queued/started/finished (leases, fences, retries, gangs: fleet.leases, fleet.recovery), since
-rq's job record has no place for a fencing token and its own retry re-runs a job without a checkpoint.
+What rq does, through its public API (Queue, Job, StartedJobRegistry, SimpleWorker): the queues' lists and its job
+records, a queue's write inside a caller's transaction (rq takes a pipeline for enqueue and remove: Submit and Cancel
+stay atomic with the job record), the worker's loop, heartbeat, signals and its own maintenance.
+
+What the fleet adds, each in one named place of this module:
+- **Dequeue order** (FleetWorker): before each dequeue, the worker asks the fleet's start order (fleet.fairshare)
+  which of its class's queues may give a job now and in what order, and waits — as a suspended rq worker does, with
+  heartbeats — while none may or while its host is quarantined. rq 3 exposes dequeue order only through its Worker's
+  `reorder_queues` hook, which it calls after a dequeue and which its own RoundRobinWorker and RandomWorker implement by
+  setting the worker's `_ordered_queues`; FleetWorker sets that list the same way, before the dequeue instead of after
+  it (tests/executor/test_fleet_worker.py pins rq's behaviour: a dequeue takes from that list, in its order).
+- **The head of a queue** (JobQueues.move_to_front): the start order's head moved to the front of its rq list in one
+  conditional step (LREM then LPUSH, only of an id still there), the only write to rq's lists outside rq.
+- **A lost host's execution** (JobQueues.forget_execution): removed from rq's started registry through its public
+  remove_executions, in the sweep's transaction that requeues the job. The fleet, not rq, decides what becomes of a
+  lost host's job (back in its queue from its last checkpoint, after a backoff: fleet.recovery); rq's maintenance would
+  otherwise mark it failed while another host runs it.
+- Job state beyond queued/started/finished (leases, fences, retries, gangs: fleet.leases, fleet.recovery): rq's job
+  record has no place for a fencing token, and its own retry re-runs a job without a checkpoint.
 """
 
 from __future__ import annotations
@@ -58,6 +72,11 @@ def job_timeout_s(predicted_duration_s: float) -> int:
     return min(int(predicted_duration_s * JOB_TIMEOUT_MARGIN) + JOB_TIMEOUT_STARTUP_S, 365 * 24 * 3600)
 
 
+def tier_of(priority: int) -> int:
+    """A priority's place among the tiers (TIERS), 0 the highest; a priority of no tier counts as the lowest."""
+    return list(TIERS).index(priority) if priority in TIERS else len(TIERS) - 1
+
+
 @dataclass(frozen=True)
 class QueueRef:
     """One of the fleet's queues: a GPU class and a priority tier (executor_pb2.Priority); rq knows it by `name`,
@@ -73,7 +92,7 @@ class QueueRef:
     @property
     def tier(self) -> int:
         """Its place among the tiers, 0 the highest (a worker takes a lower place first)."""
-        return list(TIERS).index(self.priority)
+        return tier_of(self.priority)
 
     @classmethod
     def of_class(cls, gpu_class: str) -> list[QueueRef]:
@@ -191,49 +210,59 @@ class JobQueues:
         return int(self._move_to_front(keys=[self._queue(queue).key], args=list(reversed(job_ids))))
 
 
+class FleetWorker(SimpleWorker):
+    """rq's SimpleWorker (a job runs in the worker's process: it only supervises a training process tree) with the
+    fleet's dequeue (module docstring): `paused()` (a quarantined host) takes nothing; `before_dequeue()` returns the
+    queues a dequeue may take from now, in the order to try them (None: all, in their order; []: none for now).
+    SIGTERM/SIGINT call `on_shutdown`, so the running job can stop its tree and requeue; rq then exits after it."""
+
+    def __init__(self, queues: list[Queue], name: str, connection: redis.Redis, on_shutdown: Callable[[], None],
+                 paused: Callable[[], bool], before_dequeue: Callable[[], list[str] | None], burst: bool) -> None:
+        super().__init__(queues, name=name, connection=connection, serializer=JSONSerializer)
+        self.shutdown = threading.Event()
+        self.on_shutdown, self.paused, self.before_dequeue = on_shutdown, paused, before_dequeue
+        self.burst = burst  # as work() is told: a burst worker stops when it may take nothing
+
+    def handle_warm_shutdown_request(self) -> None:
+        super().handle_warm_shutdown_request()
+        self.shutdown.set()
+        self.on_shutdown()
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        self._order(self._wait_for_takeable())
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    def _wait_for_takeable(self) -> list[str] | None:
+        """The queues the next dequeue may take from, once there are any; StopRequested on shutdown, or at once in a
+        burst (as rq's suspension ends a burst worker)."""
+        while not self.shutdown.is_set():
+            if not self.paused():
+                takeable = self.before_dequeue()
+                if takeable is None or takeable:
+                    return takeable
+            if self.burst:
+                break
+            before = self.get_state()
+            self.set_state(WorkerStatus.SUSPENDED)
+            self.shutdown.wait(PAUSED_POLL_S)
+            self.heartbeat()
+            self.set_state(before)
+        raise StopRequested
+
+    def _order(self, takeable: list[str] | None) -> None:
+        """The dequeue's queues, as rq's own dequeue strategies set them (module docstring)."""
+        by_name = {q.name: q for q in self.queues}
+        self._ordered_queues = list(self.queues) if takeable is None else \
+            [by_name[name] for name in takeable if name in by_name]
+
+
 def work(connection: redis.Redis, queues: list[str], name: str, on_shutdown: Callable[[], None],
          paused: Callable[[], bool] = lambda: False, burst: bool = False,
          before_dequeue: Callable[[], list[str] | None] = lambda: None) -> None:
-    """Run an rq worker on `queues` (in order) in this process until it is told to stop.
-
-    Jobs run in this process (rq's SimpleWorker: no fork — the job only supervises a training process tree).
-    SIGTERM/SIGINT call on_shutdown, so the running job can stop its tree and requeue; rq then exits after it.
-    While `paused()` (a quarantined host) the worker takes nothing, as rq's own suspension does for every worker.
-    `before_dequeue` runs before each dequeue (rq's check_for_suspension hook): the fair-share arrangement of the
-    class's queues (fleet.fairshare). It returns the queues the dequeue may take from now, in the order to try them
-    (None: all, in order); with none, the worker waits as a paused one does and asks again.
-    """
-
-    shutdown = threading.Event()
-
-    class FleetWorker(SimpleWorker):
-        def handle_warm_shutdown_request(self) -> None:
-            super().handle_warm_shutdown_request()
-            shutdown.set()
-            on_shutdown()
-
-        def check_for_suspension(self, burst: bool) -> None:
-            super().check_for_suspension(burst)
-            while not shutdown.is_set():
-                if not paused():
-                    takeable = before_dequeue()
-                    if takeable is None or takeable:
-                        # rq's dequeue order (what its own dequeue strategies set): the queues with a job that may
-                        # start now, in the order before_dequeue gives
-                        by_name = {q.name: q for q in self.queues}
-                        self._ordered_queues = list(self.queues) if takeable is None else \
-                            [by_name[name] for name in takeable if name in by_name]
-                        return
-                if burst:
-                    raise StopRequested  # as rq's own suspension ends a burst worker
-                before = self.get_state()
-                self.set_state(WorkerStatus.SUSPENDED)
-                shutdown.wait(PAUSED_POLL_S)
-                self.heartbeat()
-                self.set_state(before)
-
+    """Run a FleetWorker on `queues` (in order) in this process until it is told to stop (burst: until nothing is
+    left that it may take)."""
     # rq refuses a name whose previous worker has not expired (up to 420 s): a container restarted after a crash
     # keeps its host id, so rq's name gets a per-process suffix.
     worker = FleetWorker([Queue(q, connection=connection, serializer=JSONSerializer) for q in queues],
-                         name=f"{name}.{secrets.token_hex(4)}", connection=connection, serializer=JSONSerializer)
+                         f"{name}.{secrets.token_hex(4)}", connection, on_shutdown, paused, before_dequeue, burst)
     worker.work(burst=burst, logging_level="WARNING")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -19,13 +19,14 @@ import structlog
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from contract.progress import TERMINAL_PHASES, new_event
-from fleet import ledger, queues
+from fleet import ledger, ordering, queues
 from fleet.events import EventLog
 from fleet.fairshare import FairShare
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
-from fleet.jobs import PREEMPTION, RECLAIM, RUNNING_PHASES, now_ms
+from fleet.jobs import RUNNING_PHASES, now_ms
 from fleet.keys import POLICY, RETRYING, RUNNING_SET, job_key, lease_key
+from fleet.ordering import PREEMPTION, RECLAIM, Running, Waiter
 
 log = structlog.get_logger("fleet.recovery")
 SWEEP_INTERVAL_S = 5.0
@@ -151,12 +152,8 @@ class Sweeper:
                 return False
 
     def _preempt(self, policy: FleetPolicy, now: int) -> list[str]:
-        """Per GPU class with no idle host: for each job waiting in a tier above some running job's, ask one of the
-        lowest-priority running jobs to checkpoint and yield (one per waiter): the one that loses the least work
-        (the GPU-seconds it ran since its last checkpoint, which it runs again), never one that has held its host for
-        less than the policy's minimum runtime. On a class with quotas a job within its team's quota is never a
-        victim of another team's: the victim is the waiter's own team's or a borrower's (reclaim, below, serves a
-        waiter within its quota)."""
+        """Per GPU class with no idle host: for each job waiting in a tier above some running job's, ask the victim
+        fleet.ordering.victim names (PREEMPTION) to checkpoint and yield, one per waiter."""
         preempted = []
         fair = FairShare(self.redis, self.queues)
         snapshot = fair.snapshot(now / 1000)
@@ -166,31 +163,28 @@ class Sweeper:
             running = self._running([h.running_job_id for h in hosts], now)
             quotas = snapshot.quotas(gpu_class)
             held = dict(quotas.held_gpus) if quotas else {}
-            young_ms = now - int(policy.preempt_min_runtime_s * 1000)
-            for tier, priority in enumerate((executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL)):
+            for priority in (executor_pb2.PRIORITY_HIGH, executor_pb2.PRIORITY_NORMAL):
+                tier = queues.tier_of(priority)
                 ids, _, waiters = fair.waiters(queues.QueueRef(gpu_class, priority).name, tier)
                 teams = {w.job_id: w.team for w in waiters}
-                yielding = [r for r in running if r["preempt_requested"] and r["preempted_for_priority"] <= priority]
+                yielding = [r for r in running if r.yields_to_tier is not None and r.yields_to_tier <= tier]
                 for waiter in [queued_job_id(w) for w in ids][len(yielding):]:
                     team = teams.get(waiter) or (self.redis.hget(job_key(waiter), "team") or b"").decode()
-                    victims = [r for r in running if not r["preempt_requested"] and r["priority"] > priority
-                               and r["started_at_ms"] <= young_ms
-                               and (quotas is None or r["team"] == team
-                                    or held.get(r["team"], 0) > quotas.quota(r["team"]))]
-                    if not victims:
+                    chosen = ordering.victim(PREEMPTION, Waiter(waiter, team, 0.0, tier=tier), running, held, quotas,
+                                             self._min_start_s(policy, now))
+                    if chosen is None:
                         break
-                    victim = min(victims, key=lambda r: (-r["priority"], r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter, team,
+                    if self._ask_to_yield(chosen.job_id, waiter, team,
                                           now + int(policy.preempt_checkpoint_s * 1000), PREEMPTION):
-                        victim.update(preempt_requested=True, preempted_for_priority=priority)
-                        held[victim["team"]] = held.get(victim["team"], 0) - victim["gpus"]
-                        preempted.append(victim["job_id"])
+                        running[running.index(chosen)] = replace(chosen, yields_to_tier=tier)
+                        held[chosen.team] = held.get(chosen.team, 0) - chosen.gpus
+                        preempted.append(chosen.job_id)
         return preempted
 
     def _reclaim(self, policy: FleetPolicy, now: int) -> list[str]:
         """Per GPU class with quotas and no idle host: for each job waiting whose team would still be within its
-        quota, ask a job of a team holding more than its quota (a borrower) to checkpoint and yield — the one that
-        loses the least work, never one younger than the policy's minimum runtime (one per waiter)."""
+        quota, ask the victim fleet.ordering.victim names (RECLAIM: a job of a team holding more than its quota) to
+        checkpoint and yield, one per waiter; a job already yielding makes room for one waiter."""
         fair = FairShare(self.redis, self.queues)
         snapshot = fair.snapshot(now / 1000)
         reclaimed = []
@@ -200,28 +194,30 @@ class Sweeper:
                 continue
             running = self._running([h.running_job_id for h in hosts], now)
             held = dict(quotas.held_gpus)
-            freeing = [r for r in running if r["preempt_requested"]]
-            young_ms = now - int(policy.preempt_min_runtime_s * 1000)
-            for tier in queues.TIERS:
-                for waiter in fair.waiters(queues.QueueRef(gpu_class, tier).name)[2]:
+            freeing = [r for r in running if r.yielding]
+            for priority in queues.TIERS:
+                for waiter in fair.waiters(queues.QueueRef(gpu_class, priority).name)[2]:
                     if held.get(waiter.team, 0) + waiter.gpus > quotas.quota(waiter.team):
                         continue  # it would borrow: no reclaim for it
                     if freeing:  # a job already yielding makes room for it
                         freeing.pop()
                         held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
                         continue
-                    victims = [r for r in running if not r["preempt_requested"] and r["team"] != waiter.team
-                               and held.get(r["team"], 0) > quotas.quota(r["team"]) and r["started_at_ms"] <= young_ms]
-                    if not victims:
-                        break
-                    victim = min(victims, key=lambda r: (r["lost_gpu_s"], -r["started_at_ms"]))
-                    if self._ask_to_yield(victim["job_id"], waiter.job_id, waiter.team,
+                    chosen = ordering.victim(RECLAIM, waiter, running, held, quotas, self._min_start_s(policy, now))
+                    if chosen is None:
+                        continue
+                    if self._ask_to_yield(chosen.job_id, waiter.job_id, waiter.team,
                                           now + int(policy.preempt_checkpoint_s * 1000), RECLAIM):
-                        victim["preempt_requested"] = True
-                        held[victim["team"]] -= victim["gpus"]
+                        running[running.index(chosen)] = replace(chosen, yields_to_tier=waiter.tier)
+                        held[chosen.team] -= chosen.gpus
                         held[waiter.team] = held.get(waiter.team, 0) + waiter.gpus
-                        reclaimed.append(victim["job_id"])
+                        reclaimed.append(chosen.job_id)
         return reclaimed
+
+    @staticmethod
+    def _min_start_s(policy: FleetPolicy, now: int) -> float:
+        """A job started after this (s) has run less than the policy's minimum runtime: it is never a victim."""
+        return now / 1000 - policy.preempt_min_runtime_s
 
     def _hosts_by_class(self) -> list[tuple[str, list[executor_pb2.Host]]]:
         by_class: dict[str, list[executor_pb2.Host]] = defaultdict(list)
@@ -229,7 +225,8 @@ class Sweeper:
             by_class[host.gpu_class].append(host)
         return sorted(by_class.items())
 
-    def _running(self, job_ids: list[str], now: int) -> list[dict[str, Any]]:
+    def _running(self, job_ids: list[str], now: int) -> list[Running]:
+        """The running jobs among `job_ids`, as the victim order sees them."""
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hmget(job_key(job_id), list(_RUNNING_FIELDS))
@@ -239,13 +236,14 @@ class Sweeper:
             if b"phase" not in record or int(record[b"phase"]) not in RUNNING_PHASES:
                 continue
             lost = ledger.charge_of(record, now, ledger.GIVEN_BACK)  # what a yield now would run again
-            rows.append({"job_id": job_id, "priority": int(record.get(b"priority") or 0),
-                         "started_at_ms": int(record.get(b"started_at_ms") or 0),
-                         "preempt_requested": record.get(b"preempt_requested") == b"1",
-                         "preempted_for_priority": self._priority_of(record.get(b"preempted_for", b"").decode()),
-                         "lost_gpu_s": lost.lost_gpu_seconds if lost else 0.0,
-                         "team": record.get(b"team", b"").decode(),
-                         "gpus": max(1, int(record.get(b"gpus") or 1)) * max(1, int(record.get(b"nodes") or 1))})
+            # the tier of the waiter it yields to (a waiter gone since: any tier's)
+            yields_to = self._priority_of(record.get(b"preempted_for", b"").decode())
+            rows.append(Running(
+                job_id, record.get(b"team", b"").decode(), queues.tier_of(int(record.get(b"priority") or 0)),
+                int(record.get(b"started_at_ms") or 0) / 1000,
+                max(1, int(record.get(b"gpus") or 1)) * max(1, int(record.get(b"nodes") or 1)),
+                lost.lost_gpu_seconds if lost else 0.0,
+                (queues.tier_of(yields_to) if yields_to else 0) if record.get(b"preempt_requested") == b"1" else None))
         return rows
 
     def _priority_of(self, job_id: str) -> int:

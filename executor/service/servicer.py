@@ -36,7 +36,7 @@ from fleet.errors import no_such_job
 from fleet.eta import Start
 from fleet.event_hub import StreamHub
 from fleet.events import EventLog
-from fleet.fairshare import FairShare, TeamShare
+from fleet.fairshare import FairShare
 from fleet.hosts import HostRegistry
 from fleet.jobs import (
     DEFAULT_EVENTS_MAX_LEN,
@@ -52,6 +52,7 @@ from fleet.jobs import (
 )
 from fleet.ledger import Ledger
 from fleet.lifecycle import Lifecycle
+from fleet.ordering import TeamShare
 from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from fleet.retention import Quotas
 from planner.catalog import Catalog

@@ -14,9 +14,10 @@ from tunefleet.v1 import executor_pb2, progress_pb2
 
 from fleet import queues
 from fleet.eta import NEVER, NOW, Holder, Span, Start, Yielding, remaining, replay
-from fleet.fairshare import ClassLine, FairShare, Line, Snapshot, TeamShare, queue_class
-from fleet.jobs import RECLAIM, now_ms
+from fleet.fairshare import ClassLine, FairShare, queue_class
+from fleet.jobs import now_ms
 from fleet.ledger import AS_PREDICTED, HoldModel, hold_models
+from fleet.ordering import RECLAIM, Line, Snapshot, TeamShare
 from fleet.recovery import GANG_WAIT, SWEEP_INTERVAL_S, FleetPolicy
 
 # What a queued job's place and expected start read of its record (the queue first: every record has it).

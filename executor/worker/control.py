@@ -17,8 +17,9 @@ from tunefleet.v1 import progress_pb2
 from executor.worker.publisher import Publisher
 from executor.worker.supervision import Outcome
 from fleet import queues
-from fleet.jobs import RECLAIM, JobStore, now_ms
+from fleet.jobs import JobStore, now_ms
 from fleet.leases import RENEW_INTERVAL_S, Leases, self_fence_after_s
+from fleet.ordering import RECLAIM
 
 log = structlog.get_logger("executor.worker.control")
 

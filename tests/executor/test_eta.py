@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fleet.eta import NOW, Holder, Span, Yielding, remaining, replay
-from fleet.fairshare import ClassQuotas, TeamShare, Waiter
 from fleet.ledger import AS_PREDICTED, HoldModel
+from fleet.ordering import ClassQuotas, TeamShare, Waiter
 
 H = 3600.0
 

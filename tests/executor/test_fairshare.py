@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.fairshare import (
+from fleet.ordering import (
     USAGE_HALF_LIFE_S,
     ClassQuotas,
     Line,

@@ -217,7 +217,8 @@ def test_the_victim_is_the_job_that_loses_the_least_work_and_never_one_younger_t
 
 def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_its_limit_is_told_why(
         fleet, executor, tiny_model, counting_data):
-    from fleet.fairshare import FairShare, TeamShare
+    from fleet.fairshare import FairShare
+    from fleet.ordering import TeamShare
 
     registry, leases = HostRegistry(fleet), Leases(fleet)
     FairShare(fleet).save_shares({"vision": TeamShare(quota_gpus={"cpu": 2}),
@@ -257,7 +258,8 @@ def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_
 
 def test_with_quotas_a_higher_tier_preempts_only_its_own_team_or_a_borrower(fleet, executor, tiny_model,
                                                                               counting_data):
-    from fleet.fairshare import FairShare, TeamShare
+    from fleet.fairshare import FairShare
+    from fleet.ordering import TeamShare
 
     registry, leases = HostRegistry(fleet), Leases(fleet)
     FairShare(fleet).save_shares({"vision": TeamShare(quota_gpus={"cpu": 1}),
@@ -354,7 +356,8 @@ def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_th
     borrow 1) runs vis-1 and waits with vis-3, submitted first. nlp-1 ends first: nlp is back within its quota, so
     nlp-2 takes that host ahead of vis-3, which would borrow. Its place says so, and its reason counts what holds nlp
     at its limit now."""
-    from fleet.fairshare import FairShare, TeamShare
+    from fleet.fairshare import FairShare
+    from fleet.ordering import TeamShare
 
     registry, leases = HostRegistry(fleet), Leases(fleet)
     FairShare(fleet).save_shares({"nlp": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 0}),
@@ -381,7 +384,8 @@ def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_th
 def test_a_job_held_back_behind_its_own_teams_jobs_is_told_so(fleet, executor, tiny_model, counting_data):
     """Issue 50 item 4: nlp holds nothing and waits with nlp-a and nlp-b; nlp-a will take its quota of 1, so nlp-b
     waits for it — not 'over quota' while the team holds 0."""
-    from fleet.fairshare import FairShare, TeamShare
+    from fleet.fairshare import FairShare
+    from fleet.ordering import TeamShare
 
     registry, leases = HostRegistry(fleet), Leases(fleet)
     FairShare(fleet).save_shares({"nlp": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 0})})
