@@ -15,7 +15,7 @@ import structlog
 from tunefleet.v1 import progress_pb2
 
 from executor.worker.publisher import Publisher
-from executor.worker.supervision import Outcome
+from executor.worker.supervision import Finished, LeaseLost, Outcome, Requeue, Stop
 from fleet import queues
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import RENEW_INTERVAL_S, Leases, self_fence_after_s
@@ -48,8 +48,8 @@ class JobControl:
     stopping: threading.Event  # this worker is shutting down
     quarantined: Callable[[], str | None] = lambda: None  # why this host takes no work (its GPUs' health)
 
-    def keep_lease(self, held: Held) -> Outcome | None:
-        """Renew the lease when due. An Outcome (lease_lost) when the job is no longer this worker's to run:
+    def keep_lease(self, held: Held) -> LeaseLost | None:
+        """Renew the lease when due. LeaseLost when the job is no longer this worker's to run:
         another host holds it, or Redis could not be reached for so long that the lease may have expired."""
         now = time.monotonic()
         if now - held.renewed_at < RENEW_INTERVAL_S:
@@ -66,9 +66,16 @@ class JobControl:
             why = (f"it could not renew its lease for {now - held.renewed_at:.0f} s ({e}); the lease may expire "
                    "and the job move")
         log.warning("job.lease_lost", why=why)
-        return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} stopped the run: {why}", lease_lost=True)
+        return LeaseLost(f"host {self.host_id} stopped the run: {why}")
 
-    def stop_reason(self, job_id: str, deadline: float, timeout_s: int, out: Path) -> Outcome | None:
+    def held_back(self, held: Held, deadline: float, timeout_s: int, out: Path) -> Outcome | None:
+        """What ends a held job that runs nothing yet (a gang forming): its lease lost, else a stop's outcome."""
+        if (lost := self.keep_lease(held)) is not None:
+            return lost
+        stop = self.stop_reason(held.job_id, deadline, timeout_s, out)
+        return stop.outcome if stop else None
+
+    def stop_reason(self, job_id: str, deadline: float, timeout_s: int, out: Path) -> Stop | None:
         try:
             asked = self.store.stop_requests(job_id)
         except redis.RedisError as e:
@@ -76,29 +83,28 @@ class JobControl:
             return None
         if asked.cancel_reason is not None:
             why = asked.cancel_reason
-            return Outcome(progress_pb2.PHASE_CANCELLED,
-                           f"cancelled{': ' + why if why else ''}; {what_is_kept(out)}")
+            return Stop(Finished(progress_pb2.PHASE_CANCELLED,
+                                 f"cancelled{': ' + why if why else ''}; {what_is_kept(out)}"))
         if asked.budget_stop:
-            return Outcome(progress_pb2.PHASE_CANCELLED, asked.budget_stop, checkpoint_first=True)
+            return Stop(Finished(progress_pb2.PHASE_CANCELLED, asked.budget_stop), checkpoint_first=True)
         if (sick := self.quarantined()) is not None:
-            return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is quarantined ({sick}); requeued to "
-                                                      "resume from its last checkpoint on a healthy host", requeue=True,
-                           checkpoint_first=True)
+            return Stop(Requeue(f"host {self.host_id} is quarantined ({sick}); requeued to resume from its last "
+                                "checkpoint on a healthy host"), checkpoint_first=True)
         if self.stopping.is_set():
-            return Outcome(progress_pb2.PHASE_QUEUED, f"host {self.host_id} is shutting down; requeued to resume from "
-                                                      "its last checkpoint", requeue=True, checkpoint_first=True)
+            return Stop(Requeue(f"host {self.host_id} is shutting down; requeued to resume from its last checkpoint"),
+                        checkpoint_first=True)
         if asked.preempted_for is not None:
             within_s = max(0.0, (asked.preempt_deadline_ms - now_ms()) / 1000) if asked.preempt_deadline_ms else None
             by = f" within {within_s:.0f} s" if within_s is not None else ""
             why = f"reclaimed for {asked.preempted_for}, within its team's quota (this job's team borrows beyond " \
                   "its own)" if asked.yield_kind == RECLAIM else f"preempted for {asked.preempted_for}"
-            return Outcome(progress_pb2.PHASE_QUEUED, f"{why}: asked to checkpoint now{by}; requeued to resume from "
-                                                      "its checkpoint",
-                           requeue=True, checkpoint_first=True, checkpoint_within_s=within_s)
+            return Stop(Requeue(f"{why}: asked to checkpoint now{by}; requeued to resume from its checkpoint"),
+                        checkpoint_first=True, checkpoint_within_s=within_s)
         if time.monotonic() > deadline:
-            return Outcome(progress_pb2.PHASE_FAILED, f"ran past its timeout of {timeout_s} s (predicted duration × "
-                                                      f"{queues.JOB_TIMEOUT_MARGIN:g} + "
-                                                      f"{queues.JOB_TIMEOUT_STARTUP_S} s); {what_is_kept(out)}")
+            return Stop(Finished(progress_pb2.PHASE_FAILED,
+                                 f"ran past its timeout of {timeout_s} s (predicted duration × "
+                                 f"{queues.JOB_TIMEOUT_MARGIN:g} + {queues.JOB_TIMEOUT_STARTUP_S} s); "
+                                 f"{what_is_kept(out)}"))
         return None
 
 

@@ -24,7 +24,7 @@ from executor.worker.watchdog import ask_for_stacks
 from fleet.gangs import DUMPING, GANG_MARKER, MEMBER_RENEW_INTERVAL_S, RUNNING, STOPPING, Gang, GangView
 
 log = structlog.get_logger("executor.worker.gang_member")
-Launch = Callable[[Path, Path, Rendezvous], "subprocess.Popen[bytes]"]
+StartNode = Callable[[Path, Path, Rendezvous], "subprocess.Popen[bytes]"]  # plan, output, rendezvous
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Member:
     address: str  # where the other nodes reach this host
     roots: Roots
     stopping: threading.Event  # this worker is shutting down
-    launch: Launch  # the worker's launcher start: plan, output, rendezvous
+    launch: StartNode  # the worker's start of a run (WorkerRuntime._launch)
 
     def run(self, out: Path) -> int | None:
         """This node's exit status, reported to the leader (None when the gang ended before it started)."""

@@ -7,11 +7,13 @@ import os
 import sys
 import threading
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
 import structlog
 
+from common import exit_status
 from common.log import configure_logging
 from common.net import route_address
 from contract.paths import Roots
@@ -19,6 +21,7 @@ from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
 from executor.worker import gpu_health
 from executor.worker import runtime as worker_runtime
 from executor.worker.gpus import detect_gpus
+from executor.worker.launching import Launcher, start_training
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
 from executor.worker.watchdog import DEFAULT_HANG_FACTOR, DEFAULT_HANG_FLOOR_S, HangPolicy
 from fleet import queues
@@ -26,7 +29,7 @@ from fleet.fairshare import FairShare
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S
 from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id
 from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S
-from planner.catalog import default_catalog
+from planner.catalog import Catalog, default_catalog
 
 log = structlog.get_logger("executor.worker")
 
@@ -131,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, detect: Callable[[Catalog], HostGpus] = detect_gpus,
+         launcher: Launcher = start_training) -> int:
+    """`tunefleet worker`; `detect` reads this host's GPUs and `launcher` starts a run (a simulated host passes its own:
+    devtools.sim_worker)."""
     p = build_parser()
     args = p.parse_args(argv)
     if args.lease_ttl_s < 2 * RENEW_INTERVAL_S or args.drain_grace_s < 0:
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hang_after_s < 0 or not args.hang_factor > 0:
         p.error("--hang-after-s must be >= 0 (0: off) and --hang-factor positive")
     configure_logging()
-    gpus = detect_gpus(default_catalog())
+    gpus = detect(default_catalog())
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
     work_dir = args.work_dir.resolve()
@@ -154,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
                             lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, address=address,
                             gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s),
-                            gpu_health=gpu_health.source())
+                            gpu_health=gpu_health.source(), launcher=launcher)
     try:
         runtime.health.check()
         runtime.heartbeat()
     except redis.RedisError as e:
         print(f"tunefleet worker: cannot reach Redis at {args.redis} ({e}); start redis-server or pass --redis URL",
               file=sys.stderr)
-        return 3
+        return exit_status.UNAVAILABLE
     worker_runtime.install(runtime)
     fair = FairShare(runtime.redis)
     done = threading.Event()

@@ -19,7 +19,7 @@ from contract.errors import SpecError
 from contract.model import Architecture
 from contract.replan import with_training
 from contract.schema import TrainingSpec
-from executor.worker.supervision import Outcome
+from executor.worker.supervision import Finished, Outcome, Requeue
 from fleet.jobs import JobStore
 from planner import convert
 from planner.catalog import default_catalog
@@ -83,16 +83,16 @@ def after_out_of_memory(store: JobStore, job_id: str, fence: int, plan_path: Pat
         run = _read(plan_path, work_dir)
         policy = oom.policy_from_proto(run.plan.on_oom)
     except (OSError, ValueError, json_format.ParseError, SpecError) as e:
-        return Outcome(progress_pb2.PHASE_FAILED, f"{what}; it could not be re-planned: {e}")
+        return Finished(progress_pb2.PHASE_FAILED, f"{what}; it could not be re-planned: {e}")
     if done >= policy.max_replans:
-        return Outcome(progress_pb2.PHASE_FAILED, f"{what}; gave up after {done} re-plan(s) (on_oom.max_replans); "
+        return Finished(progress_pb2.PHASE_FAILED, f"{what}; gave up after {done} re-plan(s) (on_oom.max_replans); "
                                                   f"it last ran with {_summary(run.training)}")
     found = replan(run.architecture, run.training, run.world_size, report, policy.moves)
     if not isinstance(found, Replan):
         tried = (f"; the last rung allowed ({_summary(found.tried)}) would need "
                  f"{size(found.predicted_bytes)}" if isinstance(found, NoRung) else "")
-        return Outcome(progress_pb2.PHASE_FAILED,
-                       f"{what}; no change on_oom allows is predicted to fit{tried}. Allow more moves in on_oom.moves "
+        return Finished(progress_pb2.PHASE_FAILED,
+                        f"{what}; no change on_oom allows is predicted to fit{tried}. Allow more moves in on_oom.moves "
                        "(OOM_MOVE_SHORTER_SEQUENCES, OOM_MOVE_QLORA change the training), or plan bigger GPUs")
     new = replanned(run.plan, found.training, run.world_size, found.predicted_bytes)
     # as the holder of `fence` (LeaseLostError when the job moved on): a stale holder neither re-plans nor sets aside
@@ -102,7 +102,7 @@ def after_out_of_memory(store: JobStore, job_id: str, fence: int, plan_path: Pat
                f"{oom.changes(run.training, found.training)}; predicted {size(found.predicted_bytes)}"
                f"{aside}")
     log.warning("job.replanned", reason=message)
-    return Outcome(progress_pb2.PHASE_QUEUED, message, requeue=True)
+    return Requeue(message)
 
 
 def _summary(t: TrainingSpec) -> str:

@@ -8,21 +8,18 @@ and the worker records CANCELLED or FAILED; its own shutdown (drain) and a preem
 first (the STOP file), then the job is QUEUED again at the front of its queue, to resume from that checkpoint; a
 hung run (watchdog) and one out of memory (replan) go back to their queue too.
 
-A claimed job is held under a lease with a fencing token (fleet.leases), renewed while the job runs; a worker
-whose lease was lost, or that cannot renew it for long enough, stops its run and writes nothing more into the
-job. Each worker also sweeps the fleet (fleet.recovery) with its heartbeat.
-"""
+A claimed job is held under a lease with a fencing token (fleet.leases), renewed while the job runs; a worker whose
+lease was lost, or that cannot renew it for long enough, stops its run and writes nothing more into the job. Each
+worker also sweeps the fleet (fleet.recovery) with its heartbeat. How a run ended: executor.worker.supervision."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +40,19 @@ from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead, wait_for_gang
 from executor.worker.gang_member import Member
+from executor.worker.launching import Launch, Launcher, start_training
 from executor.worker.placement import Place
 from executor.worker.publisher import Publisher
 from executor.worker.replan import after_out_of_memory
 from executor.worker.supervision import (
     LOG_TAIL_LINES,
     STOP_GRACE_S,
+    Finished,
+    LeaseLost,
     Outcome,
+    Requeue,
+    RetryLater,
+    Stop,
     kill_group,
     while_running,
 )
@@ -57,7 +60,7 @@ from executor.worker.watchdog import HangPolicy, hung
 from fleet import queues
 from fleet.connection import HOLDER_RETRY, connect
 from fleet.events import EventLog
-from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, ticket_id
+from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
 from fleet.hosts import HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
@@ -72,6 +75,17 @@ DEFAULT_DRAIN_GRACE_S = 300.0
 # still missing after that stays in progress.jsonl.
 BACKFILL_AFTER_END_S = 120.0
 DEFAULT_WORK_DIR = Path("runs")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a held job on this host, as its supervision sees it."""
+
+    held: Held
+    plan_path: Path
+    out: Path
+    timeout_s: int
+    lead: GangLead | None = None  # this host leads the job's gang (node 0)
 
 
 @dataclass
@@ -90,6 +104,7 @@ class WorkerRuntime:
     gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
     hang: HangPolicy = field(default_factory=HangPolicy)
     gpu_health: gpu_health.Source | None = None  # NVML's readings of this host's GPUs; None on a CPU host
+    launcher: Launcher = start_training  # how a run's process tree starts (executor.worker.launching)
     stopping: threading.Event = field(default_factory=threading.Event)
     running_job_id: str = ""
     place: Place = field(init=False)  # where the job now held reads and writes (set as it is taken)
@@ -170,16 +185,17 @@ class WorkerRuntime:
                 message=f"host {self.host_id} ({self.gpus.gpu_class}, {self.gpus.gpu_count} GPU(s)) took the job; "
                         f"output {out}"))
             wanted = plan.hardware.gpus_per_node or 1
+            attempt = Attempt(held, plan_path, out, timeout_s or queues.DEFAULT_JOB_TIMEOUT_S)
+            outcome: Outcome
             if self.gpus.gpu_class != CPU_CLASS and wanted > self.gpus.gpu_count:
-                outcome = Outcome(progress_pb2.PHASE_FAILED,
-                                  f"the plan needs {wanted} GPUs per node; host {self.host_id} has "
-                                  f"{self.gpus.gpu_count}. Re-plan with hardware.gpus_per_node <= "
-                                  f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
+                outcome = Finished(progress_pb2.PHASE_FAILED,
+                                   f"the plan needs {wanted} GPUs per node; host {self.host_id} has "
+                                   f"{self.gpus.gpu_count}. Re-plan with hardware.gpus_per_node <= "
+                                   f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
             elif plan.hardware.nodes > 1:
-                outcome = self._lead(held, plan, record[b"queue"].decode(), plan_path, out,
-                                     timeout_s or queues.DEFAULT_JOB_TIMEOUT_S)
+                outcome = self._lead(attempt, plan, record[b"queue"].decode())
             else:
-                outcome = self._supervise(held, plan_path, out, timeout_s or queues.DEFAULT_JOB_TIMEOUT_S)
+                outcome = self._supervise(attempt)
             last = self._finish(held, out, outcome)
         finally:
             structlog.contextvars.unbind_contextvars("job_id", "fence")
@@ -187,92 +203,83 @@ class WorkerRuntime:
 
     def _launch(self, plan_path: Path, out: Path, rendezvous: Rendezvous | None = None,
                 environment: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "executor.training", str(plan_path), "--output", str(out), "--supervised",
-                   "--progress-interval-s", str(self.progress_interval_s),
-                   *[f"--data-root={p}" for p in self.place.roots.data],
-                   *[f"--output-root={p}" for p in self.place.roots.output],
-                   *(rendezvous.arguments() if rendezvous else [])]
-        (out / "logs").mkdir(parents=True, exist_ok=True)
-        with launcher_log_path(out, rendezvous.node_rank if rendezvous else 0).open("ab") as launcher_log:
-            return subprocess.Popen(command, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    cwd=self.place.work_dir,  # a relative dataset path is relative to it
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1", **(environment or {})))
+        arguments = ["--supervised", "--progress-interval-s", str(self.progress_interval_s),
+                     *[f"--data-root={p}" for p in self.place.roots.data],
+                     *[f"--output-root={p}" for p in self.place.roots.output],
+                     *(rendezvous.arguments() if rendezvous else [])]
+        return self.launcher(Launch(plan_path, out, arguments, environment or {}, self.place.work_dir,
+                                    launcher_log_path(out, rendezvous.node_rank if rendezvous else 0)))
 
-    def _supervise(self, held: Held, plan_path: Path, out: Path, timeout_s: int,
-                   lead: GangLead | None = None) -> Outcome:
+    def _supervise(self, attempt: Attempt) -> Outcome:
         """Run the launcher to its end, renewing the lease; stop it for Cancel, the job's timeout, a drain or a
         preemption (those two checkpoint first), and at once when the lease is lost. As a gang's leader (node 0)
         also stop at once when a member is lost or fails, and tell the members when the run stops."""
+        held, out, lead = attempt.held, attempt.out, attempt.lead
         stop_path(out).unlink(missing_ok=True)
         heartbeat_path(out).unlink(missing_ok=True)  # the hang watch judges this run's steps only
         with holder.serving(FenceGuard(self.holder_redis, held.job_id, held.fence)) as environment:
-            reason, exit_code = self._run_tree(held, plan_path, out, timeout_s, lead, environment)
-        if reason is not None and reason.lease_lost:
-            return reason
+            stopped, exit_code = self._run_tree(attempt, environment)
+        if isinstance(stopped, LeaseLost):
+            return stopped
         held.events.flush(BACKFILL_AFTER_END_S)
         last = self._last_event(held.job_id)
         if last.phase in TERMINAL_PHASES:  # it ended on its own, even if a stop came too late to matter
-            return Outcome(last.phase, last.message)
-        if reason is not None:
-            return reason
+            return Finished(last.phase, last.message)
+        if stopped is not None:
+            return stopped
         if lead:
             return lead.settle(lambda: self.control.keep_lease(held))
-        if (replanned := after_out_of_memory(self.store, held.job_id, held.fence, plan_path, out,
+        if (replanned := after_out_of_memory(self.store, held.job_id, held.fence, attempt.plan_path, out,
                                              self.place.work_dir)) is not None:
             return replanned
         log_path = launcher_log_path(out, 0)
-        return Outcome(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
-                                                  f"ended; its last lines ({log_path}):\n"
-                                                  f"{log_tail(log_path, LOG_TAIL_LINES)}")
+        return Finished(progress_pb2.PHASE_FAILED, f"the launcher exited with status {exit_code} before the run "
+                                                   f"ended; its last lines ({log_path}):\n"
+                                                   f"{log_tail(log_path, LOG_TAIL_LINES)}")
 
-    def _run_tree(self, held: Held, plan_path: Path, out: Path, timeout_s: int, lead: GangLead | None,
-                  environment: dict[str, str]) -> tuple[Outcome | None, int]:
-        """Start the launcher and supervise it to its end, publishing its events: why it was stopped (None when
-        it ended on its own), and its exit status."""
+    def _run_tree(self, attempt: Attempt, environment: dict[str, str]) -> tuple[Outcome | None, int]:
+        """Start the launcher and supervise it to its end, publishing its events: the outcome the worker stopped it
+        for (None when it ended on its own), and its exit status."""
+        held, out, lead = attempt.held, attempt.out, attempt.lead
         publisher, stop_file = held.events, stop_path(out)
-        proc = self._launch(plan_path, out, lead.rendezvous if lead else None, environment)
-        deadline = time.monotonic() + timeout_s
-        reason: Outcome | None = None
+        proc = self._launch(attempt.plan_path, out, lead.rendezvous if lead else None, environment)
+        deadline = time.monotonic() + attempt.timeout_s
+        stop: Stop | None = None
         interrupt_at = hard_stop_at = 0.0
         try:
             for now in while_running(proc):
-                lost = self.control.keep_lease(held)
-                if lost is not None:
-                    kill_group(proc.pid)  # the job may already run elsewhere: stop at once, no checkpoint
-                    reason = lost
-                    break
-                broken = lead.check() if lead and reason is None else None
-                if broken is not None:
-                    kill_group(proc.pid)  # the collectives are broken: nothing left to checkpoint
-                    reason = broken
+                at_once: Outcome | None = self.control.keep_lease(held)  # the job may already run elsewhere
+                if at_once is None and lead and stop is None:
+                    at_once = lead.check()  # the collectives are broken: nothing left to checkpoint
+                if at_once is not None:
+                    stop = Stop(at_once)
                     break
                 publisher.pump()
-                stalled = self.hang.stalled_s(out) if reason is None else None
+                stalled = self.hang.stalled_s(out) if stop is None else None
                 if stalled is not None:
                     if lead:
                         lead.gang.set_state(DUMPING)  # the other nodes' ranks dump theirs too
-                    reason = hung(proc.pid, out, stalled, lead.view.nodes if lead else 1)
-                    log.warning("job.hung", reason=reason.message)
-                    kill_group(proc.pid)
+                    stop = Stop(hung(proc.pid, out, stalled, lead.view.nodes if lead else 1))
+                    log.warning("job.hung", reason=stop.outcome.message)
                     break
-                if reason is None:
-                    reason = self.control.stop_reason(held.job_id, deadline, timeout_s, out) or (
+                if stop is None:
+                    stop = self.control.stop_reason(held.job_id, deadline, attempt.timeout_s, out) or (
                         lead.drain_request() if lead else None)
-                    if reason is not None:
-                        log.info("job.stopping", reason=reason.message, checkpoint_first=reason.checkpoint_first)
-                        if reason.checkpoint_first:
-                            stop_file.write_text(reason.message)
-                            interrupt_at = now + (self.drain_grace_s if reason.checkpoint_within_s is None
-                                                  else reason.checkpoint_within_s)
+                    if stop is not None:
+                        log.info("job.stopping", reason=stop.outcome.message, checkpoint_first=stop.checkpoint_first)
+                        if stop.checkpoint_first:
+                            stop_file.write_text(stop.outcome.message)
+                            interrupt_at = now + (self.drain_grace_s if stop.checkpoint_within_s is None
+                                                  else stop.checkpoint_within_s)
                         else:
                             interrupt_at = now
                         hard_stop_at = interrupt_at + STOP_GRACE_S
-                if reason is not None and interrupt_at and now >= interrupt_at:
+                if stop is not None and interrupt_at and now >= interrupt_at:
                     proc.send_signal(signal.SIGUSR1)
                     if lead:
-                        lead.gang.set_state(STOPPING, reason.message)
+                        lead.gang.set_state(STOPPING, stop.outcome.message)
                     interrupt_at = 0.0
-                if reason is not None and hard_stop_at and now >= hard_stop_at:
+                if stop is not None and hard_stop_at and now >= hard_stop_at:
                     kill_group(proc.pid)
         finally:
             kill_group(proc.pid)  # no rank may outlive its launcher
@@ -280,19 +287,18 @@ class WorkerRuntime:
             if lead:
                 lead.gang.set_state(STOPPING)  # members still running stop theirs
             stop_file.unlink(missing_ok=True)
-        return reason, proc.returncode
+        return (stop.outcome if stop else None), proc.returncode
 
     # --- a multi-node job: this host leads its gang (node 0) ---
 
-    def _lead(self, held: Held, plan: plan_pb2.Plan, queue: str, plan_path: Path, out: Path,
-              timeout_s: int) -> Outcome:
+    def _lead(self, attempt: Attempt, plan: plan_pb2.Plan, queue: str) -> Outcome:
         """Form the job's gang (fleet.gangs), then run node 0 of it; the gang is gone when this returns."""
+        held, out, timeout_s = attempt.held, attempt.out, attempt.timeout_s
         nodes, gpu_class = plan.hardware.nodes, self.gpus.gpu_class
         live = len(self.registry.hosts(gpu_class))
         if live < nodes:
-            return Outcome(progress_pb2.PHASE_QUEUED, f"the job spans {nodes} hosts and the fleet has {live} live "
-                                                      f"{gpu_class} host(s); start more workers of class {gpu_class}",
-                           retry_later=True)
+            return RetryLater(f"the job spans {nodes} hosts and the fleet has {live} live {gpu_class} host(s); "
+                              f"start more workers of class {gpu_class}")
         gang = Gang(self.redis, held.job_id, held.fence)
         marker = secrets.token_hex(16)
         (out / GANG_MARKER).write_text(marker)
@@ -307,23 +313,23 @@ class WorkerRuntime:
                     f"{nodes - 1} more to join"))
         job_deadline = time.monotonic() + timeout_s
         try:
-            formed = wait_for_gang(gang, self.gang_timeout_s, lambda: self.control.keep_lease(held) or
-                                   self.control.stop_reason(held.job_id, job_deadline, timeout_s, out))
-            if isinstance(formed, Outcome):
+            formed = wait_for_gang(gang, self.gang_timeout_s,
+                                   lambda: self.control.held_back(held, job_deadline, timeout_s, out))
+            if not isinstance(formed, GangView):
                 return formed
             short = [f"host {formed.members[k]} has {g}" for k, g in sorted(formed.gpus.items())
                      if gpu_class != CPU_CLASS and g < (plan.hardware.gpus_per_node or 1)]
             if short:
-                return Outcome(progress_pb2.PHASE_FAILED,
-                               f"the plan needs {plan.hardware.gpus_per_node} GPUs per node and {', '.join(short)}; "
-                               "re-plan with hardware.gpus_per_node at most the smallest host's count")
+                return Finished(progress_pb2.PHASE_FAILED,
+                                f"the plan needs {plan.hardware.gpus_per_node} GPUs per node and {', '.join(short)}; "
+                                "re-plan with hardware.gpus_per_node at most the smallest host's count")
             gang.set_state(RUNNING)
             held.events.emit(progress_pb2.ProgressEvent(
                 phase=progress_pb2.PHASE_LOADING,
                 message=f"gang formed: {', '.join(f'node {k} {h}' for k, h in sorted(formed.members.items()))}; "
                         f"rendezvous at {endpoint}"))
             lead = GangLead(gang, formed, Rendezvous(nodes, 0, endpoint, formed.run_id, self.address), out)
-            return self._supervise(held, plan_path, out, timeout_s, lead)
+            return self._supervise(replace(attempt, lead=lead))
         finally:
             gang.drop()  # a ticket taken from now on finds no gang of this fence and is dropped
             for ticket in tickets.values():
@@ -383,18 +389,18 @@ class WorkerRuntime:
     def _finish(self, held: Held, out: Path, outcome: Outcome) -> progress_pb2.ProgressEvent:
         job_id = held.job_id
         last = self._last_event(job_id)
-        if outcome.lease_lost:
+        if isinstance(outcome, LeaseLost):
             log.warning("job.abandoned", reason=outcome.message, step=last.step)
-            return progress_pb2.ProgressEvent(job_id=job_id, phase=outcome.phase, step=last.step,
+            return progress_pb2.ProgressEvent(job_id=job_id, phase=progress_pb2.PHASE_QUEUED, step=last.step,
                                               message=outcome.message)
-        if outcome.retry_later:
+        if isinstance(outcome, RetryLater):
             if release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
                 _adopt_hand_back(held)
             else:
                 log.warning("job.retry_refused", reason="the job moved on before this worker gave it back")
             log.info("job.retry_later", reason=outcome.message, infra_failure=outcome.infra_failure)
             return self._last_event(job_id)
-        if outcome.requeue:
+        if isinstance(outcome, Requeue):
             checkpoint_note = f"; last event at step {last.step}"
             if requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
                 _adopt_hand_back(held)

@@ -1,5 +1,6 @@
 """What the fleet worker's supervision of a training process tree shares, leader and members alike: how a run
-ended (Outcome), the supervision cadence, and stopping and quoting a tree."""
+ended (Outcome: Finished, Requeue, RetryLater or LeaseLost) and why it was stopped (Stop), the supervision cadence,
+and stopping and quoting a tree."""
 
 from __future__ import annotations
 
@@ -20,18 +21,49 @@ STOP_GRACE_S = 60.0  # after an interrupt, how long the tree gets to stop before
 LOG_TAIL_LINES = 20  # lines of a node's log quoted when its run failed
 
 
-@dataclass
-class Outcome:
-    """How a job's run ended, as the worker records it."""
+@dataclass(frozen=True)
+class Finished:
+    """The run ended, DONE, FAILED or CANCELLED: its event is published, a failure's message is the job's error."""
 
     phase: int
     message: str = ""
-    requeue: bool = False  # give the job back to its queue (drain, preemption)
-    checkpoint_first: bool = False  # let the ranks checkpoint before they stop (STOP file)
-    lease_lost: bool = False  # another host owns the job now: write nothing
-    retry_later: bool = False  # back to its queue after a backoff: a gang that did not form, or lost a node
-    infra_failure: bool = False  # with retry_later: a node was lost (counted against the fleet's retry limit)
-    checkpoint_within_s: float | None = None  # with checkpoint_first: the time it has (None: the drain grace)
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """The job goes back to the front of its queue to resume from its last checkpoint, not as a failure: a drain,
+    a preemption or reclaim, a quarantined host, an out-of-memory re-plan."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """The job goes back to its queue after a backoff: a gang that did not form or lost a node, a hung run. An
+    `infra_failure` counts against the fleet's retry limit."""
+
+    message: str
+    infra_failure: bool = False
+
+
+@dataclass(frozen=True)
+class LeaseLost:
+    """Another host owns the job now (or may): this worker writes nothing more of it."""
+
+    message: str
+
+
+Outcome = Finished | Requeue | RetryLater | LeaseLost  # how a job's run ended, as the worker records it
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the worker stops a running tree, and how: at once, or letting the ranks checkpoint first (the STOP file)
+    within `checkpoint_within_s` (None: the worker's drain grace); `outcome` is then the run's."""
+
+    outcome: Outcome
+    checkpoint_first: bool = False
+    checkpoint_within_s: float | None = None
 
 
 def while_running(proc: subprocess.Popen[bytes]) -> Iterator[float]:

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from tunefleet.v1 import progress_pb2
 
 from common.wait import wait_until
 from contract import liveness
-from executor.worker.supervision import Outcome
+from executor.worker.supervision import RetryLater
 
 # A run is hung after max(DEFAULT_HANG_FACTOR × its step time, DEFAULT_HANG_FLOOR_S) without a step: long enough
 # for a slow step's variance and a collective's own timeouts to show first, short against hours lost.
@@ -115,11 +114,10 @@ def diagnose(launcher_pid: int, out: Path, stalled: float, nodes: int = 1) -> st
             f"in {report}; requeued to resume from its last checkpoint")
 
 
-def hung(launcher_pid: int, out: Path, stalled: float, nodes: int = 1) -> Outcome:
+def hung(launcher_pid: int, out: Path, stalled: float, nodes: int = 1) -> RetryLater:
     """The outcome of a hung run (after `diagnose`): back to its queue to resume from its last checkpoint, an
     infrastructure failure (counted against the fleet's retry limit)."""
-    return Outcome(progress_pb2.PHASE_QUEUED, diagnose(launcher_pid, out, stalled, nodes), retry_later=True,
-                   infra_failure=True)
+    return RetryLater(diagnose(launcher_pid, out, stalled, nodes), infra_failure=True)
 
 
 def _size(path: Path) -> int:

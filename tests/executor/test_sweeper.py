@@ -19,6 +19,7 @@ from devtools.tiny import make_plan
 from executor.service.outputs import check_shared_output
 from executor.service.servicer import Executor
 from executor.worker.control import JobControl
+from executor.worker.supervision import Requeue
 from fleet import queues
 from fleet.events import EventLog
 from fleet.hosts import HostGpus, HostRegistry
@@ -284,9 +285,9 @@ def test_with_quotas_a_higher_tier_preempts_only_its_own_team_or_a_borrower(flee
     assert int(fleet.hget(job_key("speech-low-2"), "preempt_deadline_ms")) == now + 120_000, "checkpoint within 120 s"
     control = JobControl(JobStore(fleet), leases, "host-speech-low-2", 30.0, threading.Event())
     told = control.stop_reason("speech-low-2", time.monotonic() + 3600, 3600, SHARED / "speech-low-2")
-    assert told is not None and told.requeue and told.checkpoint_first
+    assert told is not None and isinstance(told.outcome, Requeue) and told.checkpoint_first
     assert told.checkpoint_within_s is not None and 0 < told.checkpoint_within_s <= 120, "the worker's interrupt time"
-    assert "preempted for job speech-high: asked to checkpoint now within" in told.message
+    assert "preempted for job speech-high: asked to checkpoint now within" in told.outcome.message
     _submit(executor, tiny_model, counting_data, "speech-high-2", executor_pb2.PRIORITY_HIGH)
     fleet.hset(job_key("speech-high-2"), "team", "speech")
     assert sweeper.sweep(now).preempted == ["speech-low-1"], "its own team's job may yield to it"
