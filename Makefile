@@ -109,8 +109,8 @@ TEST_WORKERS ?= 2
 test: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-fast: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chromium ## the inner loop: every test that starts no training process and installs nothing
-	$(PY) -m pytest -q -m "not training and not install"
+test-fast: $(STAMP) redis ## the inner loop: every test that starts no training process, installs nothing, needs no layered virtualenv and no browser
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not training and not install and not layered and not browser"
 
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check launch common contract planner fleet clients executor dashboard devtools tests benchmarks

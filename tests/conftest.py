@@ -104,8 +104,19 @@ TRAINING_MODULES = {"test_training", "test_resilience", "test_dpo", "test_vision
 TRAINING_FIXTURES = {"start_worker"}
 
 
+# Modules whose tests run in a layered virtualenv (make torchtune-env, legacy-env, deploy-tools), and the fixture that
+# drives Debian's Chromium (make chromium): marked `layered` and `browser`, and make test-fast needs neither.
+LAYERED_MODULES = {"test_legacy_trainer", "test_simulate_torchtune", "test_deploy"}
+BROWSER_FIXTURES = {"browser"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.module.__name__.rpartition(".")[2] if item.module else ""
-        if module in TRAINING_MODULES or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if module in TRAINING_MODULES or TRAINING_FIXTURES & fixtures:
             item.add_marker(pytest.mark.training)
+        if module in LAYERED_MODULES:
+            item.add_marker(pytest.mark.layered)
+        if BROWSER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.browser)

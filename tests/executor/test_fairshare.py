@@ -17,6 +17,7 @@ from fleet.ordering import (
     fair_order,
     start_line,
 )
+from tests.executor.worker_steps import dequeue
 
 
 def _waiters(*teams: str, gpu_s: float = 100.0) -> list[Waiter]:
@@ -124,7 +125,6 @@ def test_the_worker_takes_first_from_the_queue_whose_front_the_class_order_puts_
     """A class with quotas: b's low-tier job is within b's quota, a's high-tier job would borrow (a holds its quota
     already): the arrangement names the low queue first, so rq's dequeue (which tries queues in that order) takes it."""
     import redis
-    from rq import Queue
     from tunefleet.v1 import executor_pb2
 
     from devtools.tiny import make_plan
@@ -142,8 +142,7 @@ def test_the_worker_takes_first_from_the_queue_whose_front_the_class_order_puts_
                                    ("b-low", "b", executor_pb2.PRIORITY_LOW)):
         plan = make_plan(Path("/m"), Path("/d.jsonl"), Path(job_id), plan_id=job_id)
         lifecycle.submit(NewJob(plan=plan, queue=queues.QueueRef("cpu", priority), gpus=1, timeout_s=600, team=team))
-    normal = queues.QueueRef("cpu", executor_pb2.PRIORITY_NORMAL).name
-    Queue(normal, connection=fair.redis).remove("a-running")  # a worker took it: it runs, holding a's quota
+    dequeue(fair.redis, "a-running")  # a worker took it: it runs, holding a's quota
     fair.redis.hset(job_key("a-running"), mapping={"started_at_ms": 1, "gpu_class": "cpu"})
     fair.redis.sadd(RUNNING_SET, "a-running")
     assert fair.arrange("cpu") == [queues.QueueRef("cpu", executor_pb2.PRIORITY_LOW).name,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from rq import Queue
 from rq.job import Job
 from tunefleet.v1 import executor_pb2, progress_pb2
 
@@ -22,9 +21,9 @@ from fleet.events import EventLog
 from fleet.gangs import FORMING, RUNNING, STOPPING, Gang, queued_job_id, ticket_id
 from fleet.jobs import now_ms
 from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key, member_key
-from fleet.leases import Leases
 from fleet.recovery import GANG_WAIT, FleetPolicy, Sweeper, release_held
 from planner.catalog import default_catalog
+from tests.executor.worker_steps import dequeue, take
 
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
 # Short enough that the lost member shows within the wait, long enough that the member that keeps renewing is never
@@ -89,7 +88,7 @@ def test_an_untaken_member_ticket_is_withdrawn_a_taken_one_is_left_alone(fleet):
     job_queues.enqueue_member(second, "job-g", 3, 2, queue, 60)
     assert job_queues.queued_ids(queue)[:2] == [second, first], \
         "member tickets go to the front of the job's queue"
-    Queue(queue, connection=fleet).remove(second)  # a worker took this one
+    dequeue(fleet, second, queue)  # a worker took this one
     assert job_queues.withdraw(first, queue) and not Job.exists(first, connection=fleet)
     assert not job_queues.withdraw(second, queue) and Job.exists(second, connection=fleet)
     assert job_queues.queued_ids(queue) == ["other-job"]
@@ -100,11 +99,7 @@ def _claimed(fleet: redis.Redis, tiny_model: Path, data: Path, nodes: int = 2) -
     executor = Executor(fleet, default_catalog())
     plan = make_plan(tiny_model, data, Path("/mnt/fleet/job-g"), plan_id="job-g", nodes=nodes)
     executor.submit(executor_pb2.SubmitRequest(plan=plan))
-    record = fleet.hgetall(job_key("job-g"))
-    Queue(record[b'queue'].decode(), connection=fleet).remove("job-g")
-    fence = Leases(fleet).claim("job-g", "host-a", now_ms(), QUEUED, LOADING)
-    assert isinstance(fence, int)
-    return executor, fence
+    return executor, take(fleet, "job-g", "host-a")
 
 
 def test_a_gang_that_did_not_form_waits_a_growing_backoff_without_counting_a_failure(fleet, tiny_model,
@@ -125,9 +120,7 @@ def test_a_gang_that_did_not_form_waits_a_growing_backoff_without_counting_a_fai
             assert pending["job-g"].startswith("its gang did not form within 120 s; its gang tries to form again in")
             assert not release_held(fleet, "job-g", fence - 1, "stale", infra_failure=False), "a stale holder"
             assert Sweeper(fleet).sweep(now=now_ms() + 3_600_000).requeued == ["job-g"]
-            Queue(record[b'queue'].decode(), connection=fleet).remove("job-g")
-            claimed = Leases(fleet).claim("job-g", "host-a", now_ms(), QUEUED, LOADING)
-            assert isinstance(claimed, int)
+            claimed = take(fleet, "job-g", "host-a")
             fence = claimed
         assert 10 <= waits[0] <= 15.5 and 20 <= waits[1] <= 30.5, f"doubling, jittered up to +50 %: {waits}"
         messages = [e.message for e in EventLog(fleet).read_after("job-g", 0, 100) if e.phase == QUEUED]

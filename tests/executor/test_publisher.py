@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import redis
 from google.protobuf import json_format
-from rq import Queue
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from contract.errors import LeaseLostError
@@ -27,6 +26,7 @@ from fleet.keys import job_key
 from fleet.leases import FenceGuard, Leases
 from fleet.lifecycle import Lifecycle
 from fleet.queues import QueueRef
+from tests.executor.worker_steps import take
 
 QUEUED, LOADING, TRAINING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING, progress_pb2.PHASE_TRAINING
 
@@ -41,10 +41,7 @@ def _claimed(fleet: redis.Redis, tiny_model: Path, data: Path, out: Path, job_id
     plan = make_plan(tiny_model, data, out, plan_id=job_id)
     queue = QueueRef("cpu", executor_pb2.PRIORITY_NORMAL)
     Lifecycle(fleet).submit(NewJob(plan=plan, queue=queue, gpus=1, timeout_s=600, events_max_len=100))
-    Queue(queue.name, connection=fleet).remove(job_id)
-    fence = Leases(fleet).claim(job_id, "host-a", now_ms(), QUEUED, LOADING)
-    assert isinstance(fence, int)
-    return fence
+    return take(fleet, job_id, "host-a")
 
 
 def _publisher(fleet: redis.Redis, out: Path, fence: int, job_id: str = "job-p") -> Publisher:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from rq import Queue
 from tunefleet.v1 import executor_pb2, progress_pb2
 
 from contract.errors import LeaseLostError, PlanError
@@ -28,6 +27,7 @@ from fleet.keys import RETRYING, RUNNING_SET, job_key, lease_key
 from fleet.leases import FenceGuard, Leases
 from fleet.recovery import FleetPolicy, Sweeper, requeue_held
 from planner.catalog import default_catalog
+from tests.executor.worker_steps import take
 
 CPU = HostGpus("cpu", 0, 0)
 QUEUED, LOADING = progress_pb2.PHASE_QUEUED, progress_pb2.PHASE_LOADING
@@ -53,15 +53,6 @@ def _submit(executor: Executor, tiny_model: Path, data: Path, job_id: str,
     executor.submit(executor_pb2.SubmitRequest(plan=plan, priority=priority))  # type: ignore[arg-type]
 
 
-def _take(fleet: redis.Redis, leases: Leases, job_id: str, host: str) -> int:
-    """What a worker does when rq hands it the job: pop it from its queue and claim it."""
-    record = fleet.hgetall(job_key(job_id))
-    Queue(record[b'queue'].decode(), connection=fleet).remove(job_id)
-    fence = leases.claim(job_id, host, now_ms(), QUEUED, LOADING)
-    assert isinstance(fence, int), fence
-    return fence
-
-
 def _expire(fleet: redis.Redis, job_id: str) -> None:
     """Let the holder's lease lapse: it stops renewing, and the key expires on Redis's own clock."""
     fleet.pexpire(lease_key(job_id), 1)
@@ -77,7 +68,7 @@ def _events(fleet: redis.Redis, job_id: str) -> list[progress_pb2.ProgressEvent]
 def test_a_claim_fences_out_the_previous_holder_everywhere_it_writes(fleet, executor, tiny_model, counting_data):
     _submit(executor, tiny_model, counting_data, "job-f")
     leases, events = Leases(fleet), EventLog(fleet)
-    first = _take(fleet, leases, "job-f", "host-a")
+    first = take(fleet, "job-f", "host-a")
     assert first == 1 and leases.renew("job-f", "host-a", first)
     assert leases.claim("job-f", "host-b", now_ms(), QUEUED, LOADING) == str(LOADING)  # held: nobody else claims
     _expire(fleet, "job-f")
@@ -102,7 +93,7 @@ def test_a_claim_fences_out_the_previous_holder_everywhere_it_writes(fleet, exec
 
     # the job, requeued after its backoff, is claimed anew with a newer fence
     Sweeper(fleet).sweep(now=now_ms() + 3_600_000)
-    second = _take(fleet, leases, "job-f", "host-b")
+    second = take(fleet, "job-f", "host-b")
     assert second > first
     FenceGuard(fleet, "job-f", second).confirm()
     store.update_as_holder("job-f", second, output_dir="/new/out")
@@ -115,10 +106,10 @@ def test_a_lost_host_is_retried_with_growing_backoff_then_failed_past_the_limit(
                                                                               counting_data):
     FleetPolicy(retry_limit=2, retry_backoff_s=10).save(fleet)
     _submit(executor, tiny_model, counting_data, "job-r")
-    leases, sweeper = Leases(fleet), Sweeper(fleet)
+    sweeper = Sweeper(fleet)
     waits = []
     for attempt in (1, 2):
-        _take(fleet, leases, "job-r", f"host-{attempt}")
+        take(fleet, "job-r", f"host-{attempt}")
         _expire(fleet, "job-r")
         now = now_ms()
         assert sweeper.sweep(now=now).recovered == ["job-r"]
@@ -135,7 +126,7 @@ def test_a_lost_host_is_retried_with_growing_backoff_then_failed_past_the_limit(
     retry_messages = [e.message for e in _events(fleet, "job-r") if e.phase == QUEUED][1:]
     assert "retry 1 of 2 in 10 s" in retry_messages[0] and "retry 2 of 2 in 20 s" in retry_messages[1]
 
-    _take(fleet, leases, "job-r", "host-3")
+    take(fleet, "job-r", "host-3")
     _expire(fleet, "job-r")
     sweeper.sweep()
     last = _events(fleet, "job-r")[-1]
@@ -147,8 +138,7 @@ def test_a_drained_job_goes_back_to_the_front_without_counting_a_failure(fleet, 
                                                                         counting_data):
     _submit(executor, tiny_model, counting_data, "job-d")
     _submit(executor, tiny_model, counting_data, "job-e")
-    leases = Leases(fleet)
-    fence = _take(fleet, leases, "job-d", "host-a")
+    fence = take(fleet, "job-d", "host-a")
     assert requeue_held(fleet, "job-d", fence, "host-a is shutting down")
     record = fleet.hgetall(job_key("job-d"))
     assert int(record[b"phase"]) == QUEUED and int(record[b"infra_failures"]) == 0
@@ -159,12 +149,12 @@ def test_a_drained_job_goes_back_to_the_front_without_counting_a_failure(fleet, 
 
 def test_preemption_asks_the_lowest_most_recent_job_to_yield_once_per_waiting_job(fleet, executor, tiny_model,
                                                                                   counting_data, tmp_path):
-    registry, leases = HostRegistry(fleet), Leases(fleet)
+    registry = HostRegistry(fleet)
     for started_ms, (job_id, priority) in enumerate((("low-old", executor_pb2.PRIORITY_LOW),
                                                      ("low-new", executor_pb2.PRIORITY_LOW),
                                                      ("normal-1", executor_pb2.PRIORITY_NORMAL))):
         _submit(executor, tiny_model, counting_data, job_id, priority)
-        _take(fleet, leases, job_id, f"host-{job_id}")
+        take(fleet, job_id, f"host-{job_id}")
         fleet.hset(job_key(job_id), "started_at_ms", 1_000 + started_ms)  # low-new started last
         registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
     sweeper = Sweeper(fleet)
@@ -193,7 +183,7 @@ def test_preemption_asks_the_lowest_most_recent_job_to_yield_once_per_waiting_jo
 
 def test_the_victim_is_the_job_that_loses_the_least_work_and_never_one_younger_than_the_minimum(
         fleet, executor, tiny_model, counting_data):
-    registry, leases = HostRegistry(fleet), Leases(fleet)
+    registry = HostRegistry(fleet)
     now = now_ms()
     # (job, held for, last step, last checkpoint): a yield now runs again the steps after the checkpoint
     running = {"long-checkpointed": (7_200, 100, 95),  # 2 h held, 5 % after its checkpoint: 360 GPU-s lost
@@ -201,7 +191,7 @@ def test_the_victim_is_the_job_that_loses_the_least_work_and_never_one_younger_t
                "young": (60, 10, 0)}  # 60 s: under the minimum runtime
     for job_id, (held_s, step, checkpoint) in running.items():
         _submit(executor, tiny_model, counting_data, job_id, executor_pb2.PRIORITY_LOW)
-        _take(fleet, leases, job_id, f"host-{job_id}")
+        take(fleet, job_id, f"host-{job_id}")
         fleet.hset(job_key(job_id), mapping={
             "started_at_ms": now - held_s * 1000, "checkpoint_step": checkpoint, "hold_from_step": 0,
             "last_event": new_event(job_id, 9, progress_pb2.PHASE_TRAINING, step=step).SerializeToString()})
@@ -221,14 +211,14 @@ def test_a_team_waiting_within_its_quota_reclaims_a_borrowed_host_and_a_team_at_
     from fleet.fairshare import FairShare
     from fleet.ordering import TeamShare
 
-    registry, leases = HostRegistry(fleet), Leases(fleet)
+    registry = HostRegistry(fleet)
     FairShare(fleet).save_shares({"vision": TeamShare(quota_gpus={"cpu": 2}),
                                   "speech": TeamShare(quota_gpus={"cpu": 0}, borrow_gpus={"cpu": 2})})
     now = now_ms()
     for job_id, held_s, step, checkpoint in (("speech-1", 600, 40, 0), ("speech-2", 600, 40, 38)):
         _submit(executor, tiny_model, counting_data, job_id)
         fleet.hset(job_key(job_id), "team", "speech")
-        _take(fleet, leases, job_id, f"host-{job_id}")
+        take(fleet, job_id, f"host-{job_id}")
         fleet.hset(job_key(job_id), mapping={
             "started_at_ms": now - held_s * 1000, "checkpoint_step": checkpoint, "hold_from_step": 0,
             "last_event": new_event(job_id, 9, progress_pb2.PHASE_TRAINING, step=step).SerializeToString()})
@@ -273,7 +263,7 @@ def test_with_quotas_a_higher_tier_preempts_only_its_own_team_or_a_borrower(flee
                                      ("speech-low-2", "speech", 10)):
         _submit(executor, tiny_model, counting_data, job_id, executor_pb2.PRIORITY_LOW)
         fleet.hset(job_key(job_id), "team", team)
-        _take(fleet, leases, job_id, f"host-{job_id}")
+        take(fleet, job_id, f"host-{job_id}")
         fleet.hset(job_key(job_id), mapping={
             "started_at_ms": now - 600_000, "checkpoint_step": checkpoint, "hold_from_step": 0,
             "last_event": new_event(job_id, 9, progress_pb2.PHASE_TRAINING, step=40).SerializeToString()})
@@ -298,7 +288,7 @@ def test_with_quotas_a_higher_tier_preempts_only_its_own_team_or_a_borrower(flee
 
 def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, tiny_model, counting_data,
                                                                tmp_path):
-    registry, leases = HostRegistry(fleet), Leases(fleet)
+    registry = HostRegistry(fleet)
     _submit(executor, tiny_model, counting_data, "n-1")
     job = executor.get(executor_pb2.GetRequest(job_id="n-1")).job
     assert job.pending_reason.startswith("no registered host has cpu") and job.queue_position == 1
@@ -311,7 +301,7 @@ def test_get_and_fleet_say_why_a_job_waits_and_where_it_stands(fleet, executor, 
     assert job.pending_reason == "2 job(s) of cpu ahead of it (the start order: jobs within their team's quota, then " \
                                  "by tier, then by fair share)"
 
-    _take(fleet, leases, "h-1", "host-a")
+    take(fleet, "h-1", "host-a")
     registry.heartbeat("host-a", CPU, "h-1", [], SHARED, True)
     job = executor.get(executor_pb2.GetRequest(job_id="n-2")).job
     assert job.queue_position == 2
@@ -360,14 +350,14 @@ def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_th
     from fleet.fairshare import FairShare
     from fleet.ordering import TeamShare
 
-    registry, leases = HostRegistry(fleet), Leases(fleet)
+    registry = HostRegistry(fleet)
     FairShare(fleet).save_shares({"nlp": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 0}),
                                   "vision": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 1})})
     now = now_ms()
     for job_id, team, eta_s in (("vis-1", "vision", 600), ("nlp-1", "nlp", 60)):
         _submit(executor, tiny_model, counting_data, job_id)
         fleet.hset(job_key(job_id), "team", team)
-        _take(fleet, leases, job_id, f"host-{job_id}")
+        take(fleet, job_id, f"host-{job_id}")
         fleet.hset(job_key(job_id), mapping={"started_at_ms": now - 60_000, "last_event": new_event(
             job_id, 9, progress_pb2.PHASE_TRAINING, step=5, eta_s=eta_s).SerializeToString()})
         registry.heartbeat(f"host-{job_id}", CPU, job_id, [], SHARED, True)
@@ -388,10 +378,10 @@ def test_a_job_held_back_behind_its_own_teams_jobs_is_told_so(fleet, executor, t
     from fleet.fairshare import FairShare
     from fleet.ordering import TeamShare
 
-    registry, leases = HostRegistry(fleet), Leases(fleet)
+    registry = HostRegistry(fleet)
     FairShare(fleet).save_shares({"nlp": TeamShare(quota_gpus={"cpu": 1}, borrow_gpus={"cpu": 0})})
     _submit(executor, tiny_model, counting_data, "vis-1")
-    _take(fleet, leases, "vis-1", "host-1")
+    take(fleet, "vis-1", "host-1")
     registry.heartbeat("host-1", CPU, "vis-1", [], SHARED, True)
     for job_id in ("nlp-a", "nlp-b"):
         _submit(executor, tiny_model, counting_data, job_id)

@@ -36,6 +36,7 @@ CASES = [(Family.LLAMA, Method.FULL), (Family.LLAMA, Method.LORA), (Family.QWEN2
          (Family.MISTRAL, Method.FULL)]
 
 
+@pytest.mark.layered
 @pytest.mark.parametrize(("family", "method"), CASES, ids=[f"{f.value}-{m.value}" for f, m in CASES])
 def test_a_torchtune_layer_saves_what_the_planner_counts(family: Family, method: Method) -> None:
     """torchtune's layer differs from transformers': its RMSNorm normalises in fp32 (the normalised input saved fp32
