@@ -39,10 +39,11 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	@echo "==> installing tunefleet and its extras (transformers, PEFT, TRL, rq, the dashboard, test tools)"
 	$(PIP) install -q -c constraints.txt -e '.[train,queue,dashboard,dev,liger]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
-	# executor.training points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
+	# executor.training.process points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
 	@echo "==> compiling DeepSpeed's CPU ops (shared-memory allreduce, Adam) with the C++ compiler, once per .venv:" \
 		"about two minutes with nothing printed"
-	DS_ACCELERATOR=cpu $(PY) -c "import executor.training; from deepspeed.accelerator import get_accelerator as a; \
+	DS_ACCELERATOR=cpu $(PY) -c "from executor.training.process import prepare; prepare(); \
+		from deepspeed.accelerator import get_accelerator as a; \
 		[a().create_op_builder(n).load(verbose=False) for n in ('ShareMemCommBuilder', 'FusedAdamBuilder')]"
 	touch $(STAMP)
 

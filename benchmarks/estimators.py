@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from functools import partial
 
+from executor.training.process import prepare
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
@@ -88,4 +90,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()  # set up as a training process is (executor.training.process)
     main()

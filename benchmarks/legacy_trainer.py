@@ -47,6 +47,7 @@ from benchmarks.simulate_rows import Row, table_rows
 from contract.schema import Method, Sharding, TrainingSpec
 from executor.training.caching_allocator import CachingAllocator
 from executor.training.live_bytes import LiveBytes, ModuleStack, Peak
+from executor.training.process import prepare
 
 # bitsandbytes' nested quantisation: one fp32 absmax per this many 4-bit blocks' absmax (functional.quantize_4bit)
 NESTED_BLOCK = 256
@@ -211,4 +212,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    prepare()  # set up as a training process is (executor.training.process)
     raise SystemExit(main())

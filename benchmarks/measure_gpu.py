@@ -40,6 +40,7 @@ from typing import Any
 from benchmarks.common import RESULTS, as_single_rank
 from contract.deepspeed_config import deepspeed_config
 from contract.schema import Attention, Hardware, LoraSpec, Method, Offload, Precision, Recipe, TrainingSpec
+from executor.training.process import prepare
 from planner.catalog import default_catalog
 from planner.memory import per_gpu_memory
 from planner.throughput import step_time
@@ -416,4 +417,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()  # set up as a training process is (executor.training.process)
     main()

@@ -40,6 +40,7 @@ from typing import Any
 
 from benchmarks.common import RESULTS, fake_process_group
 from benchmarks.simulate_rows import RESULTS_CSV, Row, table_rows
+from executor.training.process import prepare
 
 STEPS = 4  # the first warms up; its peak is kept (the optimizer's states are made in it)
 GiB = 2**30
@@ -357,4 +358,5 @@ def _write_snapshot(folder: Path, snapshot: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    prepare()  # set up as a training process is (executor.training.process)
     main()

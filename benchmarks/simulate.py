@@ -38,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from executor.training.process import prepare
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
@@ -542,4 +544,5 @@ def main(argv: list[str] | None = None) -> int:
     return _table([fresh.get(r.label) or stored[r.label] for r in table_rows()], write=True)
 
 if __name__ == "__main__":
+    prepare()  # set up as a training process is (executor.training.process)
     sys.exit(main())

@@ -28,6 +28,7 @@ from contract.run_config import parse_plan, run_config_from_plan
 from devtools.tiny import build_model, counting_text, make_plan, write_plan
 from executor.training import checkpoint
 from executor.training.model import detect_host
+from executor.training.process import prepare
 from executor.training.recipe import Setup, Trainer
 
 WARMUP_STEPS = 3
@@ -110,4 +111,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()  # set up as a training process is (executor.training.process)
     main()

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HEARTBEAT_FILE = "heartbeat.json"
+# The module each rank runs (torchrun's -m): the launcher starts it, the worker's hang watch finds ranks by it.
+RANK_MODULE = "executor.training.rank"
 TRAINING = "training"
 CHECKPOINTING = "checkpointing"
 # The signal a worker sends every rank of a run it found hung: each dumps every thread's stack (faulthandler).

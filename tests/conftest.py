@@ -9,6 +9,7 @@ import pytest
 
 from common.rpc import ServerOptions, shutdown
 from contract.paths import DATA_ROOTS_ENV, OUTPUT_ROOTS_ENV
+from executor.training.process import prepare
 from planner.server import create_server
 
 TOKEN = "test-token"
@@ -26,6 +27,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # where it drops queries, glibc waits 5 s and asks twice. One second and one attempt bound what a CI machine's DNS can
 # add to the suite's every rendezvous; the suite resolves nothing but loopback names.
 os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite runs the training stack in its own processes too (simulations, models, DeepSpeed engines): each is set
+    up as a training process is (executor.training.process), and the processes it starts inherit the environment."""
+    prepare()
 
 
 @pytest.fixture(scope="session", autouse=True)

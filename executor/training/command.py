@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         return exit_status.BAD_INPUT
 
     try:
+        from executor.training.process import prepare
+
+        prepare()  # this process, before the training stack is imported
         from executor.training.launcher import check_plan, train
     except ImportError as e:
         print(f"tunefleet train: the training stack is not installed ({e.name} is missing); "

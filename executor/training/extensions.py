@@ -1,6 +1,6 @@
 """DeepSpeed's CPU ops: which of them the next start must compile (so a run can say so, instead of sitting
 silently in LOADING for minutes). Built once per environment by `make install`, with the environment's ninja
-(executor.training puts it first on PATH).
+(executor.training.process puts it first on PATH).
 
 Loading an op asks py-cpuinfo for the CPU's architecture and flags (the builder's -march and SIMD flags, which
 ninja compares with the build's), and py-cpuinfo answers by running a Python process of its own: 1.1 s a question,
@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from executor.training import TORCH_EXTENSIONS_DIR
 from executor.training.native import for_this_cpu
+from executor.training.process import TORCH_EXTENSIONS_DIR
 
 # The op builders a CPU run loads: shared-memory collectives (deepspeed.init_distributed) and the CPU Adam.
 CPU_OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "FusedAdamBuilder": "fused_adam"}

@@ -20,6 +20,7 @@ from tunefleet.v1 import progress_pb2
 from contract import oom
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.holder import holder_from_environment
+from contract.liveness import RANK_MODULE
 from contract.ownership import check_output, claim_output, read_paths
 from contract.paths import Roots
 from contract.progress import (
@@ -32,8 +33,9 @@ from contract.progress import (
 )
 from contract.rendezvous import Rendezvous
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
-from executor.training import WITHOUT_BITSANDBYTES_ENV, corpus, data, determinism, native
+from executor.training import corpus, data, determinism, native
 from executor.training.model import check_host, check_model, detect_host
+from executor.training.process import WITHOUT_BITSANDBYTES_ENV
 
 # Exit status of a rank that stopped on purpose (bad plan, does not fit), as opposed to one that crashed.
 RANK_EXIT_REFUSED = 3
@@ -127,7 +129,7 @@ def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float,
                   rendezvous: Rendezvous | None) -> list[str]:
     nodes = rendezvous.torchrun_arguments() if rendezvous else ["--standalone", "--nnodes=1"]
     return [sys.executable, "-m", "torch.distributed.run", *nodes, f"--nproc-per-node={cfg.ranks_per_node}",
-            "--max-restarts=0", "-m", "executor.training.recipe", str(plan_path), "--output", str(cfg.output_dir),
+            "--max-restarts=0", "-m", RANK_MODULE, str(plan_path), "--output", str(cfg.output_dir),
             "--progress-interval-s", str(progress_interval_s)]
 
 

@@ -430,6 +430,3 @@ def exit_now(code: int) -> NoReturn:
     sys.stderr.flush()
     os._exit(code)
 
-
-if __name__ == "__main__":
-    exit_now(main())

@@ -23,7 +23,6 @@ DEFAULT_HANG_FLOOR_S = 300.0
 # How long the ranks get to write their stacks once asked.
 DUMP_WAIT_S = 5.0
 DUMP_SETTLE_S = 0.3  # a dump is whole once its file stops growing for this long
-RANK_MODULE = "executor.training.recipe"
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def _ranks(launcher_pid: int) -> list[_Rank]:
     for p in children:
         try:
             # torchrun's agent names the module too, but only the ranks it starts carry a RANK
-            rank = p.environ().get("RANK") if RANK_MODULE in p.cmdline() else None
+            rank = p.environ().get("RANK") if liveness.RANK_MODULE in p.cmdline() else None
             if rank is not None:
                 found.append(_Rank(int(rank), p, p.status() == psutil.STATUS_STOPPED))
         except (psutil.Error, ValueError):

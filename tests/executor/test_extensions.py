@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from executor.training import TORCH_EXTENSIONS_DIR
 from executor.training.extensions import CPU_OPS, ops_to_build, remember_cpu_info
+from executor.training.process import TORCH_EXTENSIONS_DIR
 
 
 def test_the_environments_own_ninja_comes_first() -> None:

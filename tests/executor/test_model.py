@@ -137,10 +137,11 @@ def test_a_rank_that_does_not_quantise_hides_bitsandbytes_from_peft_and_transfor
     import subprocess
     import sys
 
-    from executor.training import WITHOUT_BITSANDBYTES_ENV
+    from executor.training.process import WITHOUT_BITSANDBYTES_ENV
 
     assert importlib.util.find_spec("bitsandbytes") is not None  # installed (the train extra), found without it
-    probe = ("import executor.training, importlib.util, peft.import_utils as p, transformers.utils as t; "
+    probe = ("from executor.training.process import prepare; prepare(); "
+             "import importlib.util, peft.import_utils as p, transformers.utils as t; "
              "print(importlib.util.find_spec('bitsandbytes') is not None, p.is_bnb_available(), "
              "t.is_bitsandbytes_available())")
     env = {**os.environ, WITHOUT_BITSANDBYTES_ENV: "1"}
@@ -156,7 +157,8 @@ def test_a_rank_never_loads_deepspeed_s_muon_nor_the_compiler_it_pulls_in() -> N
     import subprocess
     import sys
 
-    probe = ("import sys, torch, executor.training.recipe, deepspeed.runtime.zero.stage_1_and_2, "
+    probe = ("from executor.training.process import prepare\nprepare()\n"
+             "import sys, torch, executor.training.recipe, deepspeed.runtime.zero.stage_1_and_2, "
              "deepspeed.runtime.zero.stage3\n"
              "from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam\n"
              "from deepspeed.runtime.zero.muon.original_muon import muon_update\n"

@@ -20,6 +20,7 @@ from tunefleet.v1 import executor_pb2, executor_pb2_grpc, plan_pb2, progress_pb2
 
 from clients.errors import InvalidArgument, NotFound, Unauthenticated
 from clients.executor_client import ExecutorClient
+from contract.liveness import RANK_MODULE
 from contract.ownership import claim_output
 from devtools.tiny import make_plan
 from executor.training import checkpoint
@@ -141,7 +142,7 @@ def test_no_rank_outlives_a_killed_worker(executor_service, start_worker, tiny_m
         assert seen[-1].phase == progress_pb2.PHASE_TRAINING, seen[-1].message
     out = worker.work_dir / "fleet-orphan"
     tree = run_processes(out)
-    ranks = [p for p in tree if "executor.training.recipe" in p.cmdline() and "torch.distributed.run" not in
+    ranks = [p for p in tree if RANK_MODULE in p.cmdline() and "torch.distributed.run" not in
              p.cmdline()]
     assert len(ranks) == 2, "two ranks run"
     worker.proc.kill()  # the worker alone: its launcher (own session), torchrun and the ranks (sessions of their own)

@@ -10,7 +10,7 @@ import pytest
 from tunefleet.v1 import progress_pb2
 
 from clients.executor_client import ExecutorClient
-from contract.liveness import CHECKPOINT_FLOOR_FACTOR
+from contract.liveness import CHECKPOINT_FLOOR_FACTOR, RANK_MODULE
 from fleet.recovery import FleetPolicy
 from tests.integration.fleet_helpers import assert_once_in_order, events_at_end, fleet_plan, wait_for, watch_until
 
@@ -25,7 +25,7 @@ DETECTION_BOUND_S = CHECKPOINT_FLOOR_FACTOR * HANG_AFTER_S + 15.0
 def _rank(worker_pid: int, rank: int) -> psutil.Process | None:
     for p in psutil.Process(worker_pid).children(recursive=True):
         try:
-            if "executor.training.recipe" in p.cmdline() and p.environ().get("RANK") == str(rank):
+            if RANK_MODULE in p.cmdline() and p.environ().get("RANK") == str(rank):
                 return p
         except psutil.Error:
             continue
