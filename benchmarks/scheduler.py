@@ -140,7 +140,7 @@ def shown_starts(executor: Executor, connection: redis.Redis, classes: dict[str,
     of the fleet (hosts and running jobs read once, before the service reads them)."""
     hosts = HostRegistry(connection).hosts()
     busy = sorted({h.running_job_id for h in hosts if h.running_job_id})
-    running = dict(zip(busy, JobStore(connection).records(busy, RUNNING_FIELDS), strict=True))
+    running = dict(zip(busy, JobStore(connection).read(busy, RUNNING_FIELDS), strict=True))
     before = OrderCache(FairShare(connection))  # without use_fleet: the replay as it was, without yields
     fields = ("expected_start", "expected_start_earliest", "expected_start_latest")
     answered: list[executor_pb2.Job | executor_pb2.PendingJob]

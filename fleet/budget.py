@@ -17,11 +17,12 @@ from fleet.errors import OverBudgetError
 from fleet.jobs import RUNNING_PHASES, JobStore, now_ms
 from fleet.keys import job_key, spend_key, team_jobs_key
 from fleet.ledger import month_of
+from fleet.record import JobRecord, field_names
 
 # A job's record fields a budget reads: whether it ended, what it committed, what its ended holds were charged, and
 # (for a running one) what its open hold costs so far.
-_COMMIT_FIELDS = ("phase", "cost_high_usd", "spent_usd", "started_at_ms", "gpus", "nodes", "price_usd_per_gpu_hour",
-                  "budget_stop")
+_COMMIT_FIELDS = field_names("phase", "cost_high_usd", "spent_usd", "started_at_ms", "gpus", "nodes",
+                             "price_usd_per_gpu_hour", "budget_stop")
 _ENDED = frozenset({progress_pb2.PHASE_DONE, progress_pb2.PHASE_FAILED, progress_pb2.PHASE_CANCELLED})
 
 
@@ -45,36 +46,34 @@ class Exposure:
         return self.spent_usd + self.committed_usd
 
 
-def open_hold_usd(record: dict[bytes, bytes], at_ms: int) -> float:
+def open_hold_usd(record: JobRecord, at_ms: int) -> float:
     """What a running job's open hold costs by `at_ms`: GPU-seconds held × its price (fleet.ledger charges the same
     when the hold ends)."""
-    start_ms = int(record.get(b"started_at_ms") or 0)
-    if not start_ms or int(record.get(b"phase") or 0) not in RUNNING_PHASES or at_ms <= start_ms:
+    start_ms = record.started_at_ms
+    if not start_ms or record.phase not in RUNNING_PHASES or at_ms <= start_ms:
         return 0.0
-    gpus = int(record.get(b"gpus") or 1) * int(record.get(b"nodes") or 1)
-    return (at_ms - start_ms) / 1000 * gpus / 3600 * float(record.get(b"price_usd_per_gpu_hour") or 0)
+    return (at_ms - start_ms) / 1000 * record.total_gpus / 3600 * record.price_usd_per_gpu_hour
 
 
-def job_exposure_usd(record: dict[bytes, bytes], at_ms: int) -> float:
+def job_exposure_usd(record: JobRecord, at_ms: int) -> float:
     """What an open job may still take from its team's month: the rest of its commitment (its priced upper bound less
     what it was charged), or, past it, what its open hold costs already."""
-    spent = float(record.get(b"spent_usd") or 0)
-    committed = max(0.0, float(record.get(b"cost_high_usd") or 0) - spent)
+    committed = max(0.0, record.cost_high_usd - record.spent_usd)
     return max(committed, open_hold_usd(record, at_ms))
 
 
-def _open_jobs(reader: Any, team: str, at_ms: int, leave_out: str = "") -> tuple[float, list[tuple[str, dict]]]:
+def _open_jobs(reader: Any, team: str, at_ms: int, leave_out: str = "") -> tuple[float, list[JobRecord | None]]:
     """The team's month's charges and its jobs that may not have ended, each with its record (read in one round trip,
     fleet.jobs.JobStore.records), through `reader`: a connection, or a pipeline in WATCH mode, whose reads run at
     once; `leave_out` names a job whose commitment the caller replaces (a Move)."""
     spent = float(reader.hget(spend_key(month_of(at_ms)), f"{team}:usd") or 0)
     ids = sorted(m.decode() for m in reader.smembers(team_jobs_key(team)) if m.decode() != leave_out)
-    return spent, list(zip(ids, JobStore(reader).records(ids, _COMMIT_FIELDS), strict=True))
+    return spent, JobStore(reader).read(ids, _COMMIT_FIELDS)
 
 
-def _exposure_of(spent_usd: float, jobs: list[tuple[str, dict]], at_ms: int) -> Exposure:
-    return Exposure(spent_usd, sum(job_exposure_usd(record, at_ms) for _, record in jobs
-                                   if record and int(record.get(b"phase") or 0) not in _ENDED))
+def _exposure_of(spent_usd: float, jobs: list[JobRecord | None], at_ms: int) -> Exposure:
+    return Exposure(spent_usd, sum(job_exposure_usd(record, at_ms) for record in jobs
+                                   if record and record.phase not in _ENDED))
 
 
 def exposure(reader: Any, team: str, at_ms: int, leave_out: str = "") -> Exposure:
@@ -110,8 +109,8 @@ def check_in(pipe: Any, rule: BudgetRule, cost_high_usd: float, leave_out: str =
 def prune_ended(connection: Any, team: str) -> None:
     """Forget the team's jobs that ended (outside any transaction: a check never writes the keys it watches)."""
     ids = [m.decode() for m in connection.smembers(team_jobs_key(team))]
-    ended = [job_id for job_id, record in zip(ids, JobStore(connection).records(ids, _COMMIT_FIELDS), strict=True)
-             if not record or int(record.get(b"phase") or 0) in _ENDED]
+    ended = [job_id for job_id, record in zip(ids, JobStore(connection).read(ids, _COMMIT_FIELDS), strict=True)
+             if not record or record.phase in _ENDED]
     if ended:
         connection.srem(team_jobs_key(team), *ended)
 
@@ -124,16 +123,16 @@ def over_budget_running(connection: Any, rule: BudgetRule, at_ms: int) -> list[t
     if now.total_usd <= rule.monthly_budget_usd:
         return []
     over = []
-    for job_id, record in jobs:
-        if not record or record.get(b"budget_stop"):
+    for record in jobs:
+        if not record or record.budget_stop:
             continue
-        hold, budgeted = open_hold_usd(record, at_ms), float(record.get(b"cost_high_usd") or 0)
-        if hold + float(record.get(b"spent_usd") or 0) > budgeted:
+        hold, budgeted = open_hold_usd(record, at_ms), record.cost_high_usd
+        if hold + record.spent_usd > budgeted:
             why = (f"stopped by the fleet at ${hold:,.2f} of GPU time, past the ${budgeted:,.2f} it was budgeted: "
                    f"team {rule.team}'s month (spent ${now.spent_usd:,.2f} + open jobs ${now.committed_usd:,.2f}) "
                    f"passes its ${rule.monthly_budget_usd:,.2f} budget; resubmit it next month, or ask an admin to "
                    "with override_budget")
-            over.append((hold - budgeted, job_id, why))
+            over.append((hold - budgeted, record.job_id, why))
     return [(job_id, why) for _, job_id, why in sorted(over, reverse=True)]
 
 

@@ -21,7 +21,8 @@ from typing import Any
 import redis
 
 from fleet import queues
-from fleet.keys import RUNNING_SET, TEAM_SHARES, USAGE, job_key
+from fleet.jobs import JobStore
+from fleet.keys import RUNNING_SET, TEAM_SHARES, USAGE
 from fleet.ordering import (
     DEFAULT_WEIGHT,
     USAGE_HALF_LIFE_S,
@@ -34,6 +35,7 @@ from fleet.ordering import (
     start_line,
 )
 from fleet.queues import JobQueues, QueueRef
+from fleet.record import JobRecord, field_names
 
 # What taking a job without a predicted duration adds to its team while ordering: one GPU-hour.
 UNPREDICTED_JOB_GPU_S = 3600.0
@@ -41,8 +43,10 @@ UNPREDICTED_JOB_GPU_S = 3600.0
 ORDER_WINDOW = 500
 # The start order's jobs each arrangement puts in front: enough for the workers of a class dequeuing at once.
 ARRANGED = 16
-# The record fields an order reads of a queued job.
-ORDER_FIELDS = ("team", "predicted_s", "gpus", "nodes", "predicted_low_s", "predicted_high_s")
+# The record fields an order reads of a queued job (a member ticket has no record: none of them), and of a running
+# one (what its team holds on its class, and has used so far).
+ORDER_FIELDS = field_names("team", "predicted_s", "gpus", "nodes", "predicted_low_s", "predicted_high_s")
+_HELD_FIELDS = field_names("team", "started_at_ms", "gpus", "nodes", "gpu_class")
 
 # Decay a team's usage to now and add a charge, in one step: usage_now = usage_then × 2^(-(now - then) / half-life)
 # + added (exponential decay with a half-life). Fields "<team>:gpu_s" and "<team>:at_s".
@@ -69,14 +73,10 @@ def queue_class(queue: str) -> str:
     return ref.gpu_class if ref else ""
 
 
-def _waiter(job_id: str, record: Mapping[bytes, bytes], tier: int) -> Waiter:
-    nodes = max(1, int(record.get(b"nodes") or 1))
-    gpus = max(1, int(record.get(b"gpus") or 1)) * nodes
-    mid_s = float(record.get(b"predicted_s") or 0)
-    low_s, high_s = float(record.get(b"predicted_low_s") or mid_s), float(record.get(b"predicted_high_s") or mid_s)
-    return Waiter(job_id, record.get(b"team", b"").decode(),
-                  mid_s * gpus if mid_s > 0 else UNPREDICTED_JOB_GPU_S * gpus, gpus, tier, nodes,
-                  (mid_s, low_s, high_s) if mid_s > 0 else None)
+def _waiter(record: JobRecord, tier: int) -> Waiter:
+    gpus, mid_s = record.total_gpus, record.predicted_s
+    return Waiter(record.job_id, record.team, mid_s * gpus if mid_s > 0 else UNPREDICTED_JOB_GPU_S * gpus, gpus, tier,
+                  max(1, record.nodes), record.predicted if mid_s > 0 else None)
 
 
 class FairShare:
@@ -121,16 +121,14 @@ class FairShare:
         usage = {team: decayed(v.get("gpu_s", 0.0), v.get("at_s", now_s), now_s) for team, v in stored.items()}
         held: dict[str, dict[str, int]] = {}
         running = sorted(m.decode() for m in self.redis.smembers(RUNNING_SET))
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in running:
-            pipe.hmget(job_key(job_id), ["team", "started_at_ms", "gpus", "nodes", "gpu_class"])
-        for team_b, started_ms, gpus_b, nodes, gpu_class in pipe.execute() if running else []:
-            team = (team_b or b"").decode()
-            gpus = max(1, int(gpus_b or 1)) * max(1, int(nodes or 1))
-            by_team = held.setdefault((gpu_class or b"").decode(), {})
-            by_team[team] = by_team.get(team, 0) + gpus
-            if started_ms:
-                usage[team] = usage.get(team, 0.0) + max(0.0, now_s - int(started_ms) / 1000) * gpus
+        for record in JobStore(self.redis).read(running, _HELD_FIELDS):
+            if record is None:
+                continue
+            by_team = held.setdefault(record.gpu_class, {})
+            by_team[record.team] = by_team.get(record.team, 0) + record.total_gpus
+            if record.started_at_ms:
+                usage[record.team] = usage.get(record.team, 0.0) + \
+                    max(0.0, now_s - record.started_at_ms / 1000) * record.total_gpus
         return Snapshot(self.shares(), usage, held)
 
     def usage(self, now_s: float | None = None) -> dict[str, float]:
@@ -157,17 +155,13 @@ class FairShare:
         ids = self.queues.queued_ids(queue, ORDER_WINDOW)
         if not ids:
             return [], [], []
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(job_key(job_id), list(ORDER_FIELDS))
         tickets: list[str] = []
         waiters: list[Waiter] = []
-        for job_id, values in zip(ids, pipe.execute(), strict=True):
-            if values[0] is None and values[1] is None:
+        for job_id, record in zip(ids, JobStore(self.redis).read(ids, ORDER_FIELDS), strict=True):
+            if record is None:
                 tickets.append(job_id)
             else:
-                waiters.append(_waiter(job_id, dict(zip((f.encode() for f in ORDER_FIELDS), values, strict=True)),
-                                       tier))
+                waiters.append(_waiter(record, tier))
         return ids, tickets, waiters
 
     def class_line(self, gpu_class: str, snapshot: Snapshot | None = None, enough: int = 0) -> ClassLine:

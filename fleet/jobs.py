@@ -2,15 +2,21 @@
 
 Keys: fleet.keys (the table of every key).
 
-Job hash fields: schema, plan (tunefleet.v1.Plan bytes, never pickle), priority, queue, gpu_class, gpus,
-phase, host_id, submitted_at_ms, started_at_ms, finished_at_ms, error, feedback (Feedback bytes), log_path,
-output_dir, last_event (ProgressEvent bytes), last_sequence, cancel_requested, cancel_reason, events_max_len,
-timeout_s, submitter (a principal), team, predicted_s / predicted_low_s / predicted_high_s (the fleet's prediction,
-executor.service.pricing),
-nodes, price_usd_per_gpu_hour, cost_high_usd, and what fleet.ledger charged (spent_usd, gpu_seconds,
-lost_gpu_seconds, hold_from_step, checkpoint_step), fence (fencing token, fleet.leases), infra_failures (hosts lost
-while running it), retry_at_ms, retry_reason, preempt_requested, preempted_for, preempted_for_team,
-budget_stop (fleet.budget).
+Job hash fields: typed in fleet.record.JobRecord, through which every reader outside fleet/ reads them. Each is
+written by one module of fleet/ (none else names them), inside its own atomic step:
+- fleet.lifecycle (Submit, Move, Cancel): schema, plan, priority, queue, gpu_class, gpus, nodes, submitted_at_ms,
+  events_max_len, timeout_s, submitter, team, predicted_s / predicted_low_s / predicted_high_s (the fleet's
+  prediction, executor.service.pricing), price_usd_per_gpu_hour, cost_high_usd, cancel_requested, cancel_reason;
+- fleet.leases (a claim): phase (LOADING), host_id, started_at_ms, fence, hold_from_step, and it clears the last
+  attempt's requests (cancel_requested, preempt_requested, preempted_for, preempt_deadline_ms, retry_at_ms,
+  budget_stop);
+- fleet.events (every event): phase, last_event, last_sequence, feedback, checkpoint_step, finished_at_ms;
+- fleet.recovery (the sweep and a holder's hand-back): fence, host_id, started_at_ms, infra_failures, error past the
+  retry limit, retry_at_ms, retry_reason, retry_kind, gang_attempts, preempt_requested, preempted_for,
+  preempted_for_team, preempt_kind, preempt_deadline_ms;
+- fleet.ledger (a hold's charge): spent_usd, gpu_seconds, lost_gpu_seconds; fleet.budget: budget_stop;
+- the holder, only through JobStore's fenced writes (record_output, record_error, record_replan): output_dir, log_path,
+  error, and an out-of-memory re-plan's plan and oom_replans.
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field
@@ -36,6 +42,7 @@ from fleet.errors import JobNotFoundError, no_such_job
 from fleet.keys import JOBS_INDEX, job_key
 from fleet.ordering import PREEMPTION
 from fleet.queues import QueueRef
+from fleet.record import JobRecord, field_names, parse_rows
 
 JOB_SCHEMA_VERSION = "1"
 # Events kept per job stream (oldest trimmed first; the job record keeps the last event whatever is trimmed).
@@ -56,18 +63,6 @@ def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
     if ms:
         ts.FromMilliseconds(ms)
     return ts
-
-
-def _text(record: Mapping[bytes, bytes], name: str) -> str:
-    return record.get(name.encode(), b"").decode()
-
-
-def _int(record: Mapping[bytes, bytes], name: str) -> int:
-    return int(record.get(name.encode(), b"0") or 0)
-
-
-def _float(record: Mapping[bytes, bytes], name: str) -> float:
-    return float(record.get(name.encode(), b"0") or 0)
 
 
 @dataclass(frozen=True)
@@ -154,34 +149,33 @@ class StopRequests:
 
 
 # What a Job without its plan shows (List), first the field that says whether the record exists at all.
-SUMMARY_FIELDS = ("schema", "phase", "priority", "queue", "gpu_class", "host_id", "submitted_at_ms", "started_at_ms",
-                  "finished_at_ms", "error", "log_path", "output_dir", "infra_failures", "last_event", "feedback",
-                  "team", "submitter", "price_usd_per_gpu_hour", "cost_high_usd", "spent_usd", "gpu_seconds",
-                  "lost_gpu_seconds", "gpus", "nodes")
+SUMMARY_FIELDS = field_names("schema", "phase", "priority", "queue", "gpu_class", "host_id", "submitted_at_ms",
+                             "started_at_ms", "finished_at_ms", "error", "log_path", "output_dir", "infra_failures",
+                             "last_event", "feedback", "team", "submitter", "price_usd_per_gpu_hour", "cost_high_usd",
+                             "spent_usd", "gpu_seconds", "lost_gpu_seconds", "gpus", "nodes")
 
 
-def job_from_record(job_id: str, record: Mapping[bytes, bytes], with_plan: bool = True) -> executor_pb2.Job:
-    if _text(record, "schema") != JOB_SCHEMA_VERSION:
-        raise JobNotFoundError("job_id", f"job {job_id} has record schema {_text(record, 'schema')!r}; this "
-                                         f"executor reads schema {JOB_SCHEMA_VERSION}")
+def job_from_record(record: JobRecord, with_plan: bool = True) -> executor_pb2.Job:
+    if record.schema != JOB_SCHEMA_VERSION:
+        raise JobNotFoundError("job_id", f"job {record.job_id} has record schema {record.schema!r}; this executor "
+                                         f"reads schema {JOB_SCHEMA_VERSION}")
     job = executor_pb2.Job(
-        job_id=job_id, phase=_int(record, "phase"), priority=_int(record, "priority"),
-        queue=_text(record, "queue"), gpu_class=_text(record, "gpu_class"), host_id=_text(record, "host_id"),
-        submitted_at=_timestamp(_int(record, "submitted_at_ms")), error=_text(record, "error"),
-        log_path=_text(record, "log_path"), output_uri=_text(record, "output_dir"),
-        infra_failures=_int(record, "infra_failures"), team=_text(record, "team"),
-        submitter=_text(record, "submitter"), price_usd_per_gpu_hour=_float(record, "price_usd_per_gpu_hour"),
-        cost_high_usd=_float(record, "cost_high_usd"), spent_usd=_float(record, "spent_usd"),
-        gpu_seconds=_float(record, "gpu_seconds"), lost_gpu_seconds=_float(record, "lost_gpu_seconds"))
-    if _int(record, "started_at_ms"):
-        job.started_at.CopyFrom(_timestamp(_int(record, "started_at_ms")))
-    if _int(record, "finished_at_ms"):
-        job.finished_at.CopyFrom(_timestamp(_int(record, "finished_at_ms")))
+        job_id=record.job_id, phase=record.phase, priority=record.priority,  # type: ignore[arg-type]
+        queue=record.queue, gpu_class=record.gpu_class, host_id=record.host_id,
+        submitted_at=_timestamp(record.submitted_at_ms), error=record.error, log_path=record.log_path,
+        output_uri=record.output_dir, infra_failures=record.infra_failures, team=record.team,
+        submitter=record.submitter, price_usd_per_gpu_hour=record.price_usd_per_gpu_hour,
+        cost_high_usd=record.cost_high_usd, spent_usd=record.spent_usd, gpu_seconds=record.gpu_seconds,
+        lost_gpu_seconds=record.lost_gpu_seconds)
+    if record.started_at_ms:
+        job.started_at.CopyFrom(_timestamp(record.started_at_ms))
+    if record.finished_at_ms:
+        job.finished_at.CopyFrom(_timestamp(record.finished_at_ms))
     if with_plan:
-        job.plan.ParseFromString(record.get(b"plan", b""))
-    job.last_event.ParseFromString(record.get(b"last_event", b""))
-    if record.get(b"feedback"):
-        job.feedback.ParseFromString(record[b"feedback"])
+        job.plan.ParseFromString(record.plan)
+    job.last_event.ParseFromString(record.last_event)
+    if record.feedback:
+        job.feedback.ParseFromString(record.feedback)
     return job
 
 
@@ -192,14 +186,19 @@ class JobStore:
         self.redis: Any = connection  # redis-py's stubs type replies as unions of every RESP type
         self._holder_write = connection.register_script(_HOLDER_WRITE)
 
-    def raw(self, job_id: str) -> dict[bytes, bytes]:
-        record: dict[bytes, bytes] = self.redis.hgetall(job_key(job_id))
-        if not record:
+    def record(self, job_id: str, fields: tuple[str, ...] = ()) -> JobRecord:
+        """The job's record (every field, or only `fields`); JobNotFoundError when it has none."""
+        (found,) = self.read([job_id], fields)
+        if found is None:
             raise no_such_job(job_id)
-        return record
+        return found
+
+    def read(self, job_ids: list[str], fields: tuple[str, ...] = ()) -> list[JobRecord | None]:
+        """The records of `job_ids` (None for a job without one): every field, or only `fields`."""
+        return parse_rows(job_ids, self._rows(job_ids, fields))
 
     def get(self, job_id: str, with_plan: bool = True) -> executor_pb2.Job:
-        return job_from_record(job_id, self.raw(job_id), with_plan)
+        return job_from_record(self.record(job_id), with_plan)
 
     def stop_requests(self, job_id: str) -> StopRequests:
         """What has been asked of a running job: Cancel (with its reason) and preemption (for which job, and by
@@ -214,9 +213,22 @@ class JobStore:
         return StopRequests((reason or b"").decode() if cancel == b"1" else None, yields_to, int(deadline_ms or 0),
                             (budget_stop or b"").decode(), (kind or PREEMPTION.encode()).decode())
 
-    def update_as_holder(self, job_id: str, fence: int, **fields: str | int | bytes) -> None:
-        """Write fields of the job's record as the holder of `fence`, in one step with the fence check (fleet.leases'
-        promise): LeaseLostError, writing nothing, when another host holds the job now."""
+    # What a holder writes of its job's record: each in one step with the fence check (fleet.leases' promise),
+    # LeaseLostError, writing nothing, when another host holds the job now.
+
+    def record_output(self, job_id: str, fence: int, output_dir: str, log_path: str) -> None:
+        """Where the holder's run writes (its output directory and its log)."""
+        self._as_holder(job_id, fence, {"output_dir": output_dir, "log_path": log_path})
+
+    def record_error(self, job_id: str, fence: int, error: str) -> None:
+        """Why the holder's run failed."""
+        self._as_holder(job_id, fence, {"error": error})
+
+    def record_replan(self, job_id: str, fence: int, plan: plan_pb2.Plan, replans: int) -> None:
+        """The plan an out-of-memory re-plan chose, and how many re-plans the job has had with it."""
+        self._as_holder(job_id, fence, {"plan": plan.SerializeToString(), "oom_replans": replans})
+
+    def _as_holder(self, job_id: str, fence: int, fields: Mapping[str, str | int | bytes]) -> None:
         flat = [x for pair in fields.items() for x in pair]
         if not self._holder_write(keys=[job_key(job_id)], args=[fence, *flat]):
             raise LeaseLostError(f"job {job_id} moved on from fence {fence}: this host's write was refused")
@@ -229,20 +241,21 @@ class JobStore:
                                            withscores=True)
         return [(member.decode(), int(score)) for member, score in rows]
 
-    def records(self, job_ids: list[str], fields: tuple[str, ...] = ()) -> list[dict[bytes, bytes]]:
-        """The records of `job_ids` (an empty dict for a missing one): every field, or only `fields` (List and
-        Fleet read what they show, never the plan)."""
+    def _rows(self, job_ids: list[str], fields: tuple[str, ...] = ()) -> list[dict[bytes, bytes]]:
+        """The hashes of `job_ids` (an empty dict for a missing one): every field, or only `fields` and the schema,
+        which every record has (List and Fleet read what they show, never the plan)."""
         pipe = self.redis.pipeline(transaction=False)
+        names = ("schema", *[f for f in fields if f != "schema"]) if fields else ()
         for job_id in job_ids:
-            if fields:
-                pipe.hmget(job_key(job_id), fields)
+            if names:
+                pipe.hmget(job_key(job_id), names)
             else:
                 pipe.hgetall(job_key(job_id))
         rows = pipe.execute()
-        if not fields:
+        if not names:
             return rows  # type: ignore[no-any-return]
-        names = [f.encode() for f in fields]
-        return [{} if row[0] is None else {n: v for n, v in zip(names, row, strict=True) if v is not None}
+        encoded = [f.encode() for f in names]
+        return [{} if row[0] is None else {n: v for n, v in zip(encoded, row, strict=True) if v is not None}
                 for row in rows]
 
     def queued(self, job_ids: list[str]) -> list[str]:

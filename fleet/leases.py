@@ -9,7 +9,7 @@ everywhere it writes:
 - events: the publish script (fleet.events) compares the publisher's fence with the record's;
 - checkpoints: rank 0 confirms its fence (FenceGuard) just before it seals a checkpoint;
 - the job record: the worker's own requeue and release compare fences inside their transactions, and every other
-  field it writes (its output dir, an error, an OOM re-plan) goes through fleet.jobs.JobStore.update_as_holder,
+  field it writes (its output dir, an error, an OOM re-plan) goes through fleet.jobs.JobStore's holder writes,
   which checks the fence and writes in one Lua step.
 A holder that cannot reach Redis stops its run by itself once self_fence_after_s(ttl) have passed without a
 renewal, before its lease can expire and the job move (the classic lease + self-fencing scheme).

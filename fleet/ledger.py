@@ -21,6 +21,7 @@ from tunefleet.v1 import progress_pb2
 
 from fleet.fairshare import charge_usage
 from fleet.keys import HOLD_MODEL, LEDGER_STREAM, job_key, spend_key
+from fleet.record import JobRecord
 
 # Holds kept for usage reports: ~250 bytes each; a fleet of 1,000 GPUs turning over a job an hour per GPU keeps
 # about a month.
@@ -40,25 +41,22 @@ class Charge:
     usd: float
 
 
-def charge_of(record: dict[bytes, bytes], end_ms: int, outcome: str) -> Charge | None:
+def charge_of(record: JobRecord, end_ms: int, outcome: str) -> Charge | None:
     """The cost of the hold that ends now, from the job's record; None when no hold is open."""
-    start_ms = int(record.get(b"started_at_ms") or 0)
+    start_ms = record.started_at_ms
     if not start_ms or end_ms <= start_ms:
         return None
-    gpus = int(record.get(b"gpus") or 1) * int(record.get(b"nodes") or 1)
-    gpu_s = (end_ms - start_ms) / 1000 * gpus
+    gpu_s = (end_ms - start_ms) / 1000 * record.total_gpus
     if outcome == FAILED:
         lost = gpu_s
     elif outcome in (GIVEN_BACK, HOST_LOST):
-        last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b"")).step
-        first = int(record.get(b"hold_from_step") or 0)
-        kept_to = max(first, int(record.get(b"checkpoint_step") or 0))
+        last, first = record.last.step, record.hold_from_step
+        kept_to = max(first, record.checkpoint_step)
         ran = last - first
         lost = gpu_s if ran <= 0 else gpu_s * max(0, last - kept_to) / ran
     else:
         lost = 0.0
-    price = float(record.get(b"price_usd_per_gpu_hour") or 0)
-    return Charge(gpu_s, lost, gpu_s / 3600 * price)
+    return Charge(gpu_s, lost, gpu_s / 3600 * record.price_usd_per_gpu_hour)
 
 
 # A class's hold model: held = start_s + ratio × predicted, fitted by least squares over its complete runs (a hold
@@ -115,31 +113,29 @@ def hold_models(connection: Any) -> dict[str, HoldModel]:
     return found
 
 
-def _learn_hold(pipe: Any, record: dict[bytes, bytes], end_ms: int) -> None:
+def _learn_hold(pipe: Any, record: JobRecord, end_ms: int) -> None:
     """A run that held its host from its start to DONE teaches its class's hold model."""
-    predicted_s = float(record.get(b"predicted_s") or 0)
-    start_ms = int(record.get(b"started_at_ms") or 0)
-    if predicted_s <= 0 or not start_ms or int(record.get(b"hold_from_step") or 0):
+    predicted_s, start_ms = record.predicted_s, record.started_at_ms
+    if predicted_s <= 0 or not start_ms or record.hold_from_step:
         return
     held_s = (end_ms - start_ms) / 1000
     if HOLD_RATIO_BOUNDS[0] <= held_s / predicted_s <= HOLD_RATIO_BOUNDS[1]:
-        pipe.register_script(_LEARN_HOLD)(keys=[HOLD_MODEL], args=[record.get(b"gpu_class", b"").decode(),
-                                                                   predicted_s, held_s, HOLD_MODEL_RUNS], client=pipe)
+        pipe.register_script(_LEARN_HOLD)(keys=[HOLD_MODEL], args=[record.gpu_class, predicted_s, held_s,
+                                                                   HOLD_MODEL_RUNS], client=pipe)
 
 
-def charge(pipe: Any, job_id: str, record: dict[bytes, bytes], outcome: str,
-           end_ms: int | None = None) -> Charge | None:
+def charge(pipe: Any, record: JobRecord, outcome: str, end_ms: int | None = None) -> Charge | None:
     """Charge the hold that ends now, inside the caller's pipeline (a transaction, or one made for it)."""
     end_ms = end_ms or int(time.time() * 1000)
     cost = charge_of(record, end_ms, outcome)
     if cost is None:
         return None
-    team = record.get(b"team", b"").decode()
-    pipe.xadd(LEDGER_STREAM, {"job": job_id, "team": team, "class": record.get(b"gpu_class", b"").decode(),
+    team = record.team
+    pipe.xadd(LEDGER_STREAM, {"job": record.job_id, "team": team, "class": record.gpu_class,
                               "outcome": outcome, "gpu_s": cost.gpu_seconds, "lost_gpu_s": cost.lost_gpu_seconds,
-                              "usd": cost.usd, "start_ms": int(record.get(b"started_at_ms") or 0)},
+                              "usd": cost.usd, "start_ms": record.started_at_ms},
               maxlen=LEDGER_MAX_ENTRIES, approximate=True)
-    key = job_key(job_id)
+    key = job_key(record.job_id)
     pipe.hincrbyfloat(key, "spent_usd", cost.usd)
     pipe.hincrbyfloat(key, "gpu_seconds", cost.gpu_seconds)
     pipe.hincrbyfloat(key, "lost_gpu_seconds", cost.lost_gpu_seconds)
@@ -159,13 +155,12 @@ OUTCOME_OF_PHASE = {progress_pb2.PHASE_DONE: DONE, progress_pb2.PHASE_FAILED: FA
 
 def charge_ended(connection: Any, job_id: str) -> Charge | None:
     """Charge the hold of a job its holder has just ended (released) with a terminal phase."""
-    key = job_key(job_id)
-    record = connection.hgetall(key)
-    outcome = OUTCOME_OF_PHASE.get(int(record.get(b"phase") or 0))
+    record = JobRecord.parse(job_id, connection.hgetall(job_key(job_id)))
+    outcome = OUTCOME_OF_PHASE.get(record.phase)
     if outcome is None:
         return None
     pipe = connection.pipeline(transaction=True)
-    cost = charge(pipe, job_id, record, outcome)
+    cost = charge(pipe, record, outcome)
     pipe.execute()
     return cost
 

@@ -16,10 +16,11 @@ from fleet import budget as fleet_budget
 from fleet import queues, retention
 from fleet.audit import AuditLog
 from fleet.budget import BudgetRule
-from fleet.errors import QueueFullError
+from fleet.errors import QueueFullError, no_such_job
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
 from fleet.keys import JOBS_INDEX, job_key, submitter_key, team_jobs_key
+from fleet.record import JobRecord
 from fleet.retention import Quotas
 
 # What a move replaces in a job record: its plan and what Submit derived from it.
@@ -108,18 +109,16 @@ class Lifecycle:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)
-                    record = pipe.hgetall(key)
-                    if not record:
-                        self.store.raw(job_id)  # raises NOT_FOUND
-                    if int(record[b"phase"]) != progress_pb2.PHASE_QUEUED:
+                    record = self._watched(pipe, job_id)
+                    if record.phase != progress_pb2.PHASE_QUEUED:
                         raise PlanError("job_id", "is no longer waiting (it started or ended); only a queued job moves")
                     if budget is not None:
                         fleet_budget.check_in(pipe, budget, moved.cost_high_usd, leave_out=job_id)
                     pipe.multi()
-                    self.queues.remove(job_id, record[b"queue"].decode(), pipeline=pipe)
+                    self.queues.remove(job_id, record.queue, pipeline=pipe)
                     fields = moved.fields(0)
                     pipe.hset(key, mapping={k: fields[k] for k in MOVED_FIELDS})
-                    self.events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_QUEUED,
+                    self.events.publish(new_event(job_id, record.last_sequence + 1, progress_pb2.PHASE_QUEUED,
                                                   message=message), pipeline=pipe)
                     self.queues.enqueue(job_id, moved.queue.name, moved.timeout_s, pipeline=pipe)
                     audit.record(who, "move", job_id, message, pipeline=pipe)
@@ -151,18 +150,16 @@ class Lifecycle:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)
-                    record = pipe.hgetall(key)
-                    if not record:
-                        self.store.raw(job_id)  # raises NOT_FOUND
-                    phase = int(record[b"phase"])
+                    record = self._watched(pipe, job_id)
+                    phase = record.phase
                     if phase in TERMINAL_PHASES:
                         pipe.reset()
                         break
                     pipe.multi()
                     if phase == progress_pb2.PHASE_QUEUED:
-                        self.queues.remove(job_id, record[b"queue"].decode(), pipeline=pipe)
+                        self.queues.remove(job_id, record.queue, pipeline=pipe)
                         self.events.publish(new_event(
-                            job_id, int(record[b"last_sequence"]) + 1, progress_pb2.PHASE_CANCELLED,
+                            job_id, record.last_sequence + 1, progress_pb2.PHASE_CANCELLED,
                             message=f"{_cancelled_waiting(record)}{': ' + reason if reason else ''}"), pipeline=pipe)
                     elif phase in RUNNING_PHASES:
                         pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
@@ -174,13 +171,20 @@ class Lifecycle:
                     continue
         return self.store.get(job_id)
 
+    @staticmethod
+    def _watched(pipe: Any, job_id: str) -> JobRecord:
+        """The record of a job under WATCH (read at once); JobNotFoundError when it has none."""
+        raw = pipe.hgetall(job_key(job_id))
+        if not raw:
+            raise no_such_job(job_id)
+        return JobRecord.parse(job_id, raw)
 
-def _cancelled_waiting(record: dict[bytes, bytes]) -> str:
+
+def _cancelled_waiting(record: JobRecord) -> str:
     """What a Cancel of a waiting job did, in words: a job that ran before (preempted, given back, its host lost) had
     started, and keeps its checkpoints."""
-    ran_to = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b"")).step
-    checkpoint = int(record.get(b"checkpoint_step") or 0)
-    if not ran_to and not float(record.get(b"gpu_seconds") or 0):
+    ran_to, checkpoint = record.last.step, record.checkpoint_step
+    if not ran_to and not record.gpu_seconds:
         return "cancelled before it started"
     kept = f"its checkpoint of step {checkpoint} is kept" if checkpoint else "it had written no checkpoint"
     return f"cancelled while waiting to resume (it had run to step {ran_to}; {kept})"

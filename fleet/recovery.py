@@ -24,9 +24,10 @@ from fleet.events import EventLog
 from fleet.fairshare import FairShare
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
-from fleet.jobs import RUNNING_PHASES, now_ms
+from fleet.jobs import RUNNING_PHASES, JobStore, now_ms
 from fleet.keys import POLICY, RETRYING, RUNNING_SET, job_key, lease_key
 from fleet.ordering import PREEMPTION, RECLAIM, Running, Waiter
+from fleet.record import JobRecord, field_names
 
 log = structlog.get_logger("fleet.recovery")
 SWEEP_INTERVAL_S = 5.0
@@ -39,8 +40,9 @@ DEFAULT_PREEMPT_CHECKPOINT_S = 300.0
 GANG_WAIT = "gang"  # retry_kind of a job waiting to form its gang again (fleet.gangs), not a failure
 GANG_JITTER = 0.5  # a gang's wait is its backoff × U(1, 1 + GANG_JITTER)
 # What choosing a preemption victim reads of a running job: its priority and what a yield would lose (fleet.ledger).
-_RUNNING_FIELDS = ("priority", "started_at_ms", "preempt_requested", "phase", "preempted_for", "gpus", "nodes",
-                   "last_event", "hold_from_step", "checkpoint_step", "team")
+_RUNNING_FIELDS = field_names("priority", "started_at_ms", "preempt_requested", "phase", "preempted_for", "gpus",
+                              "nodes", "last_event", "hold_from_step", "checkpoint_step", "team",
+                              "price_usd_per_gpu_hour")
 
 
 @dataclass(frozen=True)
@@ -113,20 +115,20 @@ class Sweeper:
         with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key, lease_key(job_id))
-                record = pipe.hgetall(key)
+                raw = pipe.hgetall(key)
                 if pipe.exists(lease_key(job_id)):
                     return False  # renewed (or claimed again) since the scan
-                phase = int(record.get(b"phase", 0))
-                if not record or phase in TERMINAL_PHASES or phase not in RUNNING_PHASES:
+                record = JobRecord.parse(job_id, raw)
+                if not raw or record.phase in TERMINAL_PHASES or record.phase not in RUNNING_PHASES:
                     pipe.multi()
                     pipe.srem(RUNNING_SET, job_id)
                     pipe.execute()
                     return False
-                host = record.get(b"host_id", b"").decode()
+                host = record.host_id
                 why = f"host {host} stopped renewing its lease (lost, or cut off from Redis)"
                 pipe.multi()
-                failures = _fail_over(pipe, self.events, job_id, record, policy, now, why)
-                self.queues.forget_execution(job_id, record[b"queue"].decode(), pipeline=pipe)
+                failures = _fail_over(pipe, self.events, record, policy, now, why)
+                self.queues.forget_execution(job_id, record.queue, pipeline=pipe)
                 pipe.execute()
                 log.warning("job.host_lost", job_id=job_id, host_id=host, infra_failures=failures)
                 return True
@@ -227,23 +229,17 @@ class Sweeper:
 
     def _running(self, job_ids: list[str], now: int) -> list[Running]:
         """The running jobs among `job_ids`, as the victim order sees them."""
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hmget(job_key(job_id), list(_RUNNING_FIELDS))
         rows = []
-        for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            record = {k.encode(): v for k, v in zip(_RUNNING_FIELDS, values, strict=True) if v is not None}
-            if b"phase" not in record or int(record[b"phase"]) not in RUNNING_PHASES:
+        for record in JobStore(self.redis).read(job_ids, _RUNNING_FIELDS):
+            if record is None or record.phase not in RUNNING_PHASES:
                 continue
             lost = ledger.charge_of(record, now, ledger.GIVEN_BACK)  # what a yield now would run again
             # the tier of the waiter it yields to (a waiter gone since: any tier's)
-            yields_to = self._priority_of(record.get(b"preempted_for", b"").decode())
-            rows.append(Running(
-                job_id, record.get(b"team", b"").decode(), queues.tier_of(int(record.get(b"priority") or 0)),
-                int(record.get(b"started_at_ms") or 0) / 1000,
-                max(1, int(record.get(b"gpus") or 1)) * max(1, int(record.get(b"nodes") or 1)),
-                lost.lost_gpu_seconds if lost else 0.0,
-                (queues.tier_of(yields_to) if yields_to else 0) if record.get(b"preempt_requested") == b"1" else None))
+            yields_to = self._priority_of(record.preempted_for)
+            rows.append(Running(record.job_id, record.team, queues.tier_of(record.priority),
+                                record.started_at_ms / 1000, record.total_gpus,
+                                lost.lost_gpu_seconds if lost else 0.0,
+                                (queues.tier_of(yields_to) if yields_to else 0) if record.preempt_requested else None))
         return rows
 
     def _priority_of(self, job_id: str) -> int:
@@ -270,35 +266,34 @@ class Sweeper:
         return True
 
 
-def _end_hold(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, bytes], phase: int,
-              message: str, outcome: str) -> None:
+def _end_hold(pipe: Any, events: EventLog, record: JobRecord, phase: int, message: str, outcome: str) -> None:
     """Inside a transaction on a running job's record: take the job from its holder (the fence moves on, so
     whatever the old holder still writes is refused; it leaves the running set), charge the hold (fleet.ledger)
     and publish the job's next event, at the step it had reached."""
-    ledger.charge(pipe, job_id, record, outcome)
-    last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
+    ledger.charge(pipe, record, outcome)
+    last, job_id = record.last, record.job_id
     pipe.hincrby(job_key(job_id), "fence", 1)
     pipe.srem(RUNNING_SET, job_id)
-    events.publish(new_event(job_id, int(record[b"last_sequence"]) + 1, phase, step=last.step,
+    events.publish(new_event(job_id, record.last_sequence + 1, phase, step=last.step,
                              total_steps=last.total_steps, message=message), pipeline=pipe)
 
 
-def _fail_over(pipe: Any, events: EventLog, job_id: str, record: dict[bytes, bytes], policy: FleetPolicy, now: int,
-               why: str) -> int:
+def _fail_over(pipe: Any, events: EventLog, record: JobRecord, policy: FleetPolicy, now: int, why: str) -> int:
     """Inside a transaction: one more infrastructure failure of a running job; it waits out its backoff and is
     queued again (to resume from its last complete checkpoint), or fails past the retry limit. Returns the count."""
+    job_id = record.job_id
     key = job_key(job_id)
-    failures = int(record.get(b"infra_failures", 0)) + 1
+    failures = record.infra_failures + 1
     if failures > policy.retry_limit:
         message = (f"{why}; that is {failures} infrastructure failures, past the fleet's retry limit of "
                    f"{policy.retry_limit}; checkpoints kept — Submit the plan under a new id, or raise --retry-limit")
         pipe.hset(key, mapping={"infra_failures": failures, "error": message})
-        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_FAILED, message, ledger.FAILED)
+        _end_hold(pipe, events, record, progress_pb2.PHASE_FAILED, message, ledger.FAILED)
         return failures
     delay_s = policy.backoff_s(failures)
     _wait_in_retrying(pipe, job_id, now, delay_s, why, "")
     pipe.hset(key, "infra_failures", failures)
-    _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
+    _end_hold(pipe, events, record, progress_pb2.PHASE_QUEUED,
               f"{why}; retry {failures} of {policy.retry_limit} in {delay_s:g} s, resuming from its last complete "
               "checkpoint", ledger.HOST_LOST)
     return failures
@@ -312,7 +307,7 @@ def _wait_in_retrying(pipe: Any, job_id: str, now: int, delay_s: float, reason: 
     pipe.zadd(RETRYING, {job_id: at_ms})
 
 
-def _as_holder(connection: Any, job_id: str, fence: int, write: Callable[[Any, dict[bytes, bytes]], None]) -> bool:
+def _as_holder(connection: Any, job_id: str, fence: int, write: Callable[[Any, JobRecord], None]) -> bool:
     """Inside one transaction on the job's record, if `fence` still holds it: release its lease and `write` the
     rest (the pipeline is in MULTI). False when the job had already moved on (stale fence)."""
     key = job_key(job_id)
@@ -320,8 +315,8 @@ def _as_holder(connection: Any, job_id: str, fence: int, write: Callable[[Any, d
         with connection.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)
-                record = pipe.hgetall(key)
-                if int(record.get(b"fence", 0)) != fence:
+                record = JobRecord.parse(job_id, pipe.hgetall(key))
+                if record.fence != fence:
                     return False
                 pipe.multi()
                 pipe.delete(lease_key(job_id))
@@ -338,18 +333,18 @@ def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_fa
     counted but the attempt: backoff by gang attempts). False when the job had already moved on (stale fence)."""
     events = EventLog(connection)
 
-    def write(pipe: Any, record: dict[bytes, bytes]) -> None:
+    def write(pipe: Any, record: JobRecord) -> None:
         policy, now = FleetPolicy.load(connection), now_ms()
         if infra_failure:
-            _fail_over(pipe, events, job_id, record, policy, now, why)
+            _fail_over(pipe, events, record, policy, now, why)
             return
-        attempts = int(record.get(b"gang_attempts", 0)) + 1
+        attempts = record.gang_attempts + 1
         # jittered: two gangs that each hold part of the hosts the other needs both time out, and must not retry
         # in lockstep forever
         delay_s = round(policy.backoff_s(attempts) * random.uniform(1.0, 1.0 + GANG_JITTER), 1)
         pipe.hset(job_key(job_id), "gang_attempts", attempts)
         _wait_in_retrying(pipe, job_id, now, delay_s, why, GANG_WAIT)
-        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED,
+        _end_hold(pipe, events, record, progress_pb2.PHASE_QUEUED,
                   f"{why}; the gang tries again in {delay_s:g} s, first in its queue", ledger.GIVEN_BACK)
     return _as_holder(connection, job_id, fence, write)
 
@@ -359,9 +354,8 @@ def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool
     queue, lease released, no failure counted. False when the job had already moved on (stale fence)."""
     events, job_queues = EventLog(connection), queues.JobQueues(connection)
 
-    def write(pipe: Any, record: dict[bytes, bytes]) -> None:
+    def write(pipe: Any, record: JobRecord) -> None:
         pipe.hset(job_key(job_id), mapping={"host_id": "", "started_at_ms": 0, "preempt_requested": 0})
-        _end_hold(pipe, events, job_id, record, progress_pb2.PHASE_QUEUED, message, ledger.GIVEN_BACK)
-        job_queues.enqueue(job_id, record[b"queue"].decode(), int(record.get(b"timeout_s") or 0), pipeline=pipe,
-                       at_front=True)
+        _end_hold(pipe, events, record, progress_pb2.PHASE_QUEUED, message, ledger.GIVEN_BACK)
+        job_queues.enqueue(job_id, record.queue, record.timeout_s, pipeline=pipe, at_front=True)
     return _as_holder(connection, job_id, fence, write)

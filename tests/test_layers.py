@@ -4,6 +4,7 @@ no import cycle between modules, imports only down the layers, fleet state owned
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,6 +135,16 @@ def test_only_the_fleet_package_names_a_redis_key_or_rq_internals() -> None:
             continue
         text = path.read_text(errors="replace")
         found += [f"{relative}: {m}" for m in markers if m in text]
+    assert not found, "\n".join(found)
+
+
+def test_outside_the_fleet_a_job_record_is_read_typed() -> None:
+    """fleet.record.JobRecord is the only reading of a job's hash outside fleet/: no field by its bytes, no raw hash."""
+    raw_read = re.compile(r"""\[b["'][a-z_]+["']\]|\.get\(b["'][a-z_]+["']|\bhgetall\(|\bhmget\(""")
+    found = []
+    for path in sorted(p for folder in PRODUCT if folder != "fleet" for p in (ROOT / folder).rglob("*.py")):
+        found += [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for n, line in
+                  enumerate(path.read_text().splitlines(), 1) if raw_read.search(line)]
     assert not found, "\n".join(found)
 
 

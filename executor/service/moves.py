@@ -12,6 +12,7 @@ from tunefleet.v1 import executor_pb2, plan_pb2
 from contract import training as training_spec
 from contract.errors import PlanError, SpecError
 from contract.replan import with_training
+from fleet.record import JobRecord
 from planner import convert
 from planner.catalog import Catalog
 from planner.search import Candidate, Constraints, half_precision, recommend
@@ -81,11 +82,11 @@ def moved(plan: plan_pb2.Plan, c: Candidate) -> plan_pb2.Plan:
     return new
 
 
-def check_movable(record: dict[bytes, bytes]) -> None:
+def check_movable(record: JobRecord) -> None:
     """Only a job that waits in a queue and never wrote a checkpoint moves: a checkpoint is laid out for its
     ranks and ZeRO stage, which another class may change."""
-    if int(record.get(b"retry_at_ms") or 0):
+    if record.retry_at_ms:
         raise PlanError("job_id", "waits out a retry backoff; move it once it is back in its queue")
-    if int(record.get(b"checkpoint_step") or 0):
+    if record.checkpoint_step:
         raise PlanError("job_id", "has checkpoints of its layout on its class; cancel it and submit a new plan for "
                                   "the other class instead")

@@ -9,12 +9,15 @@ plan ids, as they always were."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tunefleet.v1 import executor_pb2
 
 from common.identity import Identity, Role
 from contract.errors import PlanError
 from contract.run_config import MAX_PLAN_ID_CHARS
 from fleet.jobs import team_mark, within_team
+from fleet.record import JobRecord
 
 
 def fleet_id(plan_id: str, team: str) -> str:
@@ -49,10 +52,10 @@ def show_job(job: executor_pb2.Job, who: Identity) -> executor_pb2.Job:
 
 
 def show_hosts(hosts: list[executor_pb2.Host], who: Identity,
-               running: dict[str, dict[bytes, bytes]]) -> list[executor_pb2.Host]:
+               running: Mapping[str, JobRecord | None]) -> list[executor_pb2.Host]:
     """The hosts as `who` may see them: each busy one's team (from its running job's record, `running`), and its job's
     id, as the caller names it, only where the caller sees that team."""
-    teams = {job_id: record.get(b"team", b"").decode() for job_id, record in running.items()}
+    teams = {job_id: record.team for job_id, record in running.items() if record}
     out = []
     for host in hosts:
         copy = executor_pb2.Host()

@@ -6,7 +6,7 @@ admins'."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import redis
@@ -53,6 +53,7 @@ from fleet.jobs import (
 from fleet.ledger import Ledger
 from fleet.lifecycle import Lifecycle
 from fleet.ordering import TeamShare
+from fleet.record import JobRecord
 from fleet.recovery import SWEEP_INTERVAL_S, FleetPolicy, Sweeper
 from fleet.retention import Quotas
 from planner.catalog import Catalog
@@ -192,17 +193,18 @@ class Executor:
 
     # --- Get / List -----------------------------------------------------------------------------------
 
-    def _visible(self, job_id: str, who: Identity, action: str = "") -> tuple[str, dict[bytes, bytes]]:
+    def _visible(self, job_id: str, who: Identity, action: str = "") -> tuple[str, JobRecord]:
         """The fleet's id of the job the caller names (executor.service.scoping) and its record; NOT_FOUND when there
         is none, or when it is another team's (its existence is not revealed: the same answer as for an id nobody
         used; an `action` on it is audited as refused)."""
         _require_id(job_id)
         ids = scoping.asked(job_id, who)
-        found = [(i, r) for i, r in zip(ids, self.store.records(ids), strict=True) if r]
+        found = [r for r in self.store.read(ids) if r]
         if not found:
             raise no_such_job(job_id)
-        fleet_id, record = found[0]
-        if not who.sees(record.get(b"team", b"").decode()):
+        record = found[0]
+        fleet_id = record.job_id
+        if not who.sees(record.team):
             if action:
                 self.audit_log.record_denied(who, action, fleet_id, "another team's job (answered NOT_FOUND)")
             raise no_such_job(job_id)
@@ -210,17 +212,17 @@ class Executor:
 
     def get(self, request: executor_pb2.GetRequest, who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.GetResponse:
         job_id, record = self._visible(request.job_id, who)
-        job = job_from_record(job_id, record)
+        job = job_from_record(record)
         job.open_hold_usd = open_hold_usd(record, now_ms())
         if job.phase == progress_pb2.PHASE_QUEUED:
             hosts = self.hosts.hosts()
             orders = OrderCache(self.fairshare)
             line = self._line(hosts, orders, who)
-            place = line.place(job_id, record)
+            place = line.place(record)
             job.pending_reason, job.queue_position = place.reason, place.position
             if place.position:
-                set_expected_start(self._start_of(job_id, record, line, orders), line.at_ms, job)
-            job.runs_now_instead.extend(self._alternatives(job.plan, record[b"gpu_class"].decode(), hosts))
+                set_expected_start(self._start_of(record, line, orders), line.at_ms, job)
+            job.runs_now_instead.extend(self._alternatives(job.plan, record.gpu_class, hosts))
         return executor_pb2.GetResponse(job=scoping.show_job(job, who))
 
     def _alternatives(self, plan: plan_pb2.Plan, own_class: str,
@@ -236,19 +238,18 @@ class Executor:
         return found
 
     @staticmethod
-    def _start_of(job_id: str, record: dict[bytes, bytes], line: WaitingLine, orders: OrderCache) -> Start | None:
+    def _start_of(record: JobRecord, line: WaitingLine, orders: OrderCache) -> Start | None:
         """When the job is expected to start (the replay of its class); past its queue's window, no earlier than the
         window's last start (a lower bound)."""
-        gpu_class = record[b"gpu_class"].decode()
-        starts = orders.starts(gpu_class, line.hosts, line.running)
-        if job_id in starts:
-            return starts[job_id]
+        starts = orders.starts(record.gpu_class, line.hosts, line.running)
+        if record.job_id in starts:
+            return starts[record.job_id]
         latest = max(starts.values(), key=lambda s: s.in_s.mid_s, default=None)
         return Start(latest.in_s, lower_bound=True) if latest else None
 
-    def _running(self, hosts: list[executor_pb2.Host]) -> dict[str, dict[bytes, bytes]]:
+    def _running(self, hosts: list[executor_pb2.Host]) -> dict[str, JobRecord | None]:
         running = sorted({h.running_job_id for h in hosts if h.running_job_id})
-        return dict(zip(running, self.store.records(running, RUNNING_FIELDS), strict=True))
+        return dict(zip(running, self.store.read(running, RUNNING_FIELDS), strict=True))
 
     def list_jobs(self, request: executor_pb2.ListRequest,
                   who: Identity = UNAUTHENTICATED_ADMIN) -> executor_pb2.ListResponse:
@@ -263,19 +264,19 @@ class Executor:
             batch = self.store.page(cursor, _LIST_SCAN_BATCH)
             if not batch:
                 return executor_pb2.ListResponse(jobs=jobs)
-            records = self.store.records([j for j, _ in batch], SUMMARY_FIELDS)
-            for (job_id, ms), record in zip(batch, records, strict=True):
+            records = self.store.read([j for j, _ in batch], SUMMARY_FIELDS)
+            for (_, ms), record in zip(batch, records, strict=True):
                 scanned += 1
                 cursor = cursor.past(ms) if cursor else PageCursor(ms, 1)
                 if not record:
                     continue
-                if phases and int(record.get(b"phase", b"0")) not in phases:
+                if phases and record.phase not in phases:
                     continue
-                if request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class:
+                if request.gpu_class and record.gpu_class != request.gpu_class:
                     continue
-                if not who.sees(record.get(b"team", b"").decode()):
+                if not who.sees(record.team):
                     continue
-                listed = job_from_record(job_id, record, with_plan=False)
+                listed = job_from_record(record, with_plan=False)
                 listed.open_hold_usd = open_hold_usd(record, now_ms())
                 jobs.append(scoping.show_job(listed, who))
                 if len(jobs) == size:
@@ -329,21 +330,19 @@ class Executor:
             (job_id, None) for job_id in self.sweeper.retrying(MAX_PAGE_SIZE)]
         for gpu_class in dict.fromkeys(q.gpu_class for q in response.queues):
             waiting += [(job_id, i) for i, job_id in enumerate(orders.class_order(gpu_class)[:MAX_PAGE_SIZE])]
-        records = self.store.records([job_id for job_id, _ in waiting], PLACE_FIELDS)
+        records = self.store.read([job_id for job_id, _ in waiting], PLACE_FIELDS)
         running = line.running
         for (job_id, index), record in zip(waiting, records, strict=True):
-            if not record or (request.gpu_class and record.get(b"gpu_class", b"").decode() != request.gpu_class):
+            if not record or (request.gpu_class and record.gpu_class != request.gpu_class):
                 continue
-            place = line.place(job_id, record, index)
-            gpu_class = record[b"gpu_class"].decode()
+            place = line.place(record, index)
             start = None
             if index is not None:  # in a queue: the replay of its class
-                start = orders.starts(gpu_class, line.hosts, running).get(job_id)
-            if not who.sees(record.get(b"team", b"").decode()):
+                start = orders.starts(record.gpu_class, line.hosts, running).get(job_id)
+            if not who.sees(record.team):
                 continue
-            pending = executor_pb2.PendingJob(job_id=scoping.shown(job_id, who), queue=record[b"queue"].decode(),
-                                              reason=place.reason, position=place.position,
-                                              team=record.get(b"team", b"").decode())
+            pending = executor_pb2.PendingJob(job_id=scoping.shown(job_id, who), queue=record.queue,
+                                              reason=place.reason, position=place.position, team=record.team)
             set_expected_start(start, line.at_ms, pending)
             response.pending.append(pending)
         for s in self.fairshare.standings(orders.snapshot()):
@@ -368,7 +367,7 @@ class Executor:
         if request.gpu_class not in classes:
             raise PlanError("gpu_class", f"{request.gpu_class!r} has no healthy host in the fleet; it has "
                                          f"{', '.join(classes) or 'no hosts'}")
-        plan = job_from_record(job_id, record).plan
+        plan = job_from_record(record).plan
         check_shared_output(plan.output_uri, [h for h in hosts if h.gpu_class == request.gpu_class])
         most = max(h.gpu_count for h in hosts if h.gpu_class == request.gpu_class)
         best = moves.best_on(plan, request.gpu_class, most, self.accounts.priced_catalog())
@@ -376,8 +375,8 @@ class Executor:
             raise PlanError("gpu_class", f"the planner finds no way to run this job on one {request.gpu_class} host "
                                          f"of {most} GPU(s) (or its model is a folder only workers read: give the plan "
                                          "a catalog name or config.json)")
-        team = record.get(b"team", b"").decode()
-        new, _ = self._new_job(moves.moved(plan, best), request.gpu_class, int(record[b"priority"]), who, team)
+        team = record.team
+        new, _ = self._new_job(moves.moved(plan, best), request.gpu_class, record.priority, who, team)
         rule, _ = self.accounts.budget_rule(who, team, new.cost_high_usd, override=False)
         e = best.estimate
         message = (f"moved to {new.queue.name} by {who.principal}: {best.fit.hardware.gpus_per_node}x "
@@ -420,10 +419,10 @@ class Executor:
                            name_of=self._namer(running, who), running=running)
 
     @staticmethod
-    def _namer(running: dict[str, dict[bytes, bytes]], who: Identity) -> Callable[[str], str]:
+    def _namer(running: Mapping[str, JobRecord | None], who: Identity) -> Callable[[str], str]:
         """How `who` may name the running jobs: by id in their team, else as a job of its team."""
         viewer = None if who.role is Role.ADMIN else who.team
-        teams = {job_id: record.get(b"team", b"").decode() for job_id, record in running.items()}
+        teams = {job_id: record.team for job_id, record in running.items() if record}
         return lambda job_id: job_label(scoping.shown(job_id, who), teams.get(job_id, ""), viewer)
 
 

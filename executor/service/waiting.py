@@ -6,11 +6,11 @@ stored it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
-from tunefleet.v1 import executor_pb2, progress_pb2
+from tunefleet.v1 import executor_pb2
 
 from fleet import queues
 from fleet.eta import NEVER, NOW, Holder, Span, Start, Yielding, remaining, replay
@@ -18,37 +18,36 @@ from fleet.fairshare import ClassLine, FairShare, queue_class
 from fleet.jobs import now_ms
 from fleet.ledger import AS_PREDICTED, HoldModel, hold_models
 from fleet.ordering import RECLAIM, Line, Snapshot, TeamShare
+from fleet.record import JobRecord, field_names
 from fleet.recovery import GANG_WAIT, SWEEP_INTERVAL_S, FleetPolicy
 
 # What a queued job's place and expected start read of its record (the queue first: every record has it).
-PLACE_FIELDS = ("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team")
+PLACE_FIELDS = field_names("queue", "gpu_class", "retry_at_ms", "retry_kind", "retry_reason", "infra_failures", "team")
 # What a running job's remaining time reads of its record.
-RUNNING_FIELDS = ("started_at_ms", "last_event", "predicted_s", "predicted_low_s", "predicted_high_s", "team", "gpus",
-                  "priority", "nodes", "preempt_requested")
+RUNNING_FIELDS = field_names("started_at_ms", "last_event", "predicted_s", "predicted_low_s", "predicted_high_s",
+                             "team", "gpus", "priority", "nodes", "preempt_requested")
 
 
-def predicted(record: dict[bytes, bytes]) -> Span | None:
+def predicted(record: JobRecord) -> Span | None:
     """The job's predicted duration as Submit stored it; None for a plan without a prediction."""
-    mid = float(record.get(b"predicted_s") or 0)
-    if mid <= 0:
-        return None
-    return Span(mid, float(record.get(b"predicted_low_s") or mid), float(record.get(b"predicted_high_s") or mid))
+    mid, low, high = record.predicted
+    return Span(mid, low, high) if mid > 0 else None
 
 
-def free_in(host: executor_pb2.Host, running: dict[str, dict[bytes, bytes]], at_ms: int,
+def free_in(host: executor_pb2.Host, running: Mapping[str, JobRecord | None], at_ms: int,
             hold: HoldModel = AS_PREDICTED) -> Span:
     """How long until the host is free: now when idle, else its running job's remaining time (its predicted
     duration as the class's hold model makes it, when its run reports no ETA)."""
     record = running.get(host.running_job_id) if host.running_job_id else None
     if not record:
         return NOW
-    last = progress_pb2.ProgressEvent.FromString(record.get(b"last_event", b""))
-    started_ms = int(record.get(b"started_at_ms") or at_ms)
+    started_ms = record.started_at_ms or at_ms
     duration = predicted(record)
-    return remaining(duration.held(hold) if duration else None, max(0, at_ms - started_ms) / 1000, last.eta_s)
+    return remaining(duration.held(hold) if duration else None, max(0, at_ms - started_ms) / 1000,
+                     record.last.eta_s)
 
 
-def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, dict[bytes, bytes]],
+def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: Mapping[str, JobRecord | None],
             at_ms: int, hold: HoldModel = AS_PREDICTED) -> list[Holder]:
     """The class's healthy hosts for a replay: when each is free, whose GPUs its running job holds, and — a job on one
     host — what the sweep reads to ask it to yield (its tier, how long it has run, whether it was asked already)."""
@@ -60,15 +59,12 @@ def holders(hosts: list[executor_pb2.Host], gpu_class: str, running: dict[str, d
         if not record:
             out.append(Holder(free_in(h, running, at_ms, hold)))
             continue
-        team, gpus = record.get(b"team", b"").decode(), max(1, int(record.get(b"gpus") or 1))
-        priority = int(record.get(b"priority") or 0)
-        one_host = int(record.get(b"nodes") or 1) <= 1 and priority in queues.TIERS
-        started_ms = int(record.get(b"started_at_ms") or at_ms)
-        out.append(Holder(free_in(h, running, at_ms, hold), team, gpus,
+        one_host = record.nodes <= 1 and record.priority in queues.TIERS
+        out.append(Holder(free_in(h, running, at_ms, hold), record.team, max(1, record.gpus),
                           job_id=h.running_job_id if one_host else "",
-                          tier=list(queues.TIERS).index(priority) if one_host else 0,
-                          ran_s=max(0, at_ms - started_ms) / 1000,
-                          yielding=record.get(b"preempt_requested") == b"1"))
+                          tier=queues.tier_of(record.priority) if one_host else 0,
+                          ran_s=max(0, at_ms - (record.started_at_ms or at_ms)) / 1000,
+                          yielding=record.preempt_requested))
     return out
 
 
@@ -111,26 +107,22 @@ class WaitingLine:
     # a running job as the caller may read of it (fleet.jobs.job_label: another team's by its team only)
     name_of: Callable[[str], str] = lambda job_id: f"job {job_id}"
     # the hosts' running jobs' records (RUNNING_FIELDS), read once for everything the call answers
-    running: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    running: Mapping[str, JobRecord | None] = field(default_factory=dict)
 
-    def place(self, job_id: str, record: dict[bytes, bytes], index: int | None = None) -> Waiting:
-        retry_at_ms = int(record.get(b"retry_at_ms") or 0)
-        wait_s = max(retry_at_ms - now_ms(), 0) / 1000
-        if retry_at_ms and record.get(b"retry_kind", b"").decode() == GANG_WAIT:
-            return Waiting(f"{record.get(b'retry_reason', b'').decode()}; its gang tries to form again in "
-                           f"{wait_s:.0f} s", 0)
-        if retry_at_ms:
-            return Waiting(f"retry {int(record.get(b'infra_failures') or 0)} of {self.policy.retry_limit} after "
-                           f"{record.get(b'retry_reason', b'').decode()}; back in its queue in "
-                           f"{wait_s:.0f} s", 0)
-        queue = record[b"queue"].decode()
-        ref = queues.QueueRef.parse(queue)
+    def place(self, record: JobRecord, index: int | None = None) -> Waiting:
+        wait_s = max(record.retry_at_ms - now_ms(), 0) / 1000
+        if record.retry_at_ms and record.retry_kind == GANG_WAIT:
+            return Waiting(f"{record.retry_reason}; its gang tries to form again in {wait_s:.0f} s", 0)
+        if record.retry_at_ms:
+            return Waiting(f"retry {record.infra_failures} of {self.policy.retry_limit} after {record.retry_reason}; "
+                           f"back in its queue in {wait_s:.0f} s", 0)
+        ref = record.queue_ref
         if index is None:
-            index = self.index_of(queue, job_id)
+            index = self.index_of(record.queue, record.job_id)
         if ref is None or index is None:
             return Waiting("being handed to a worker", 0)
-        limited = self.limit_reason(queue, job_id, record.get(b"team", b"").decode())
-        return Waiting(limited or self._reason(job_id, ref.gpu_class, index), index + 1)
+        limited = self.limit_reason(record.queue, record.job_id, record.team)
+        return Waiting(limited or self._reason(record.job_id, ref.gpu_class, index), index + 1)
 
     def _reason(self, job_id: str, gpu_class: str, ahead: int) -> str:
         of_class = [h for h in self.hosts if h.gpu_class == gpu_class]
@@ -167,11 +159,11 @@ class OrderCache:
         self._index: dict[str, dict[str, int]] = {}
         self._holds: dict[str, HoldModel] | None = None
         self._snapshot: Snapshot | None = None
-        self._fleet: tuple[list[executor_pb2.Host], dict[str, dict[bytes, bytes]]] | None = None
+        self._fleet: tuple[list[executor_pb2.Host], Mapping[str, JobRecord | None]] | None = None
         self._yielding = NEVER
         self.at_ms = now_ms()
 
-    def use_fleet(self, hosts: list[executor_pb2.Host], running: dict[str, dict[bytes, bytes]],
+    def use_fleet(self, hosts: list[executor_pb2.Host], running: Mapping[str, JobRecord | None],
                   policy: FleetPolicy) -> None:
         """The fleet's hosts, running jobs and policy now: places then follow the replay's start order (class_order),
         and the replay plays the policy's preemption and the quotas' reclaim."""
@@ -189,7 +181,7 @@ class OrderCache:
         return self._classes[gpu_class]
 
     def starts(self, gpu_class: str, hosts: list[executor_pb2.Host],
-               running: dict[str, dict[bytes, bytes]]) -> dict[str, Start]:
+               running: Mapping[str, JobRecord | None]) -> dict[str, Start]:
         """When each job of the class's window is expected to start (fleet.eta.replay over the class's hosts), from
         the cache's time; every predicted duration as the class's hold model makes it (fleet.ledger: the start-up and
         ratio this fleet's complete runs of the class showed; the prediction itself before the first)."""

@@ -43,7 +43,7 @@ class Watcher:
         self.is_active = is_active
 
     def stream(self, job_id: str, after_sequence: int) -> Iterator[executor_pb2.WatchResponse]:
-        self.store.raw(job_id)  # NOT_FOUND before anything is sent
+        self.store.record(job_id, ("schema",))  # NOT_FOUND before anything is sent
         sub = self.hub.subscribe(job_id)
         try:
             yield from self._stream(job_id, after_sequence, sub)

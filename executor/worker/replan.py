@@ -26,7 +26,6 @@ from planner.catalog import default_catalog
 from planner.oom import NoRung, Replan, replan
 
 log = structlog.get_logger()
-REPLANS_FIELD = "oom_replans"  # the job record's count of re-plans so far
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def after_out_of_memory(store: JobStore, job_id: str, fence: int, plan_path: Pat
     report = oom.take_report(out)
     if report is None:
         return None
-    done = int(store.raw(job_id).get(REPLANS_FIELD.encode()) or 0)
+    done = store.record(job_id, ("oom_replans",)).oom_replans
     what = report.describe()
     try:
         run = _read(plan_path, work_dir)
@@ -96,7 +95,7 @@ def after_out_of_memory(store: JobStore, job_id: str, fence: int, plan_path: Pat
                        "(OOM_MOVE_SHORTER_SEQUENCES, OOM_MOVE_QLORA change the training), or plan bigger GPUs")
     new = replanned(run.plan, found.training, run.world_size, found.predicted_bytes)
     # as the holder of `fence` (LeaseLostError when the job moved on): a stale holder neither re-plans nor sets aside
-    store.update_as_holder(job_id, fence, plan=new.SerializeToString(), **{REPLANS_FIELD: done + 1})
+    store.record_replan(job_id, fence, new, done + 1)
     aside = "" if oom.keeps_checkpoints(run.training, found.training) else _set_aside(out, done + 1)
     message = (f"{what}; re-planned ({done + 1} of at most {policy.max_replans}): "
                f"{oom.changes(run.training, found.training)}; predicted {size(found.predicted_bytes)}"

@@ -65,6 +65,7 @@ from fleet.hosts import HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
 from fleet.ledger import charge_ended
+from fleet.record import JobRecord
 from fleet.recovery import Sweeper, release_held, requeue_held
 
 log = structlog.get_logger("executor.worker.runtime")
@@ -128,9 +129,9 @@ class WorkerRuntime:
         self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
                                 self.work_dir_shared)
 
-    def _take_place(self, record: dict[bytes, bytes]) -> None:
+    def _take_place(self, record: JobRecord) -> None:
         """Where the job now held reads and writes (executor.worker.placement): its team's part under --team-roots."""
-        self.place = Place.of(self.roots, self.work_dir, record.get(b"team", b"").decode(), self.team_roots)
+        self.place = Place.of(self.roots, self.work_dir, record.team, self.team_roots)
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -163,10 +164,10 @@ class WorkerRuntime:
     def _run_claimed(self, held: Held) -> dict[str, Any]:
         job_id = held.job_id
         structlog.contextvars.bind_contextvars(job_id=job_id, fence=held.fence)
-        record = self.store.raw(job_id)  # read once: the plan and its timeout
-        plan = plan_pb2.Plan.FromString(record[b"plan"])
+        record = self.store.record(job_id)  # read once: the plan and its timeout
+        plan = plan_pb2.Plan.FromString(record.plan)
         plan.plan_id = job_id  # the run's identity is the fleet's id of the job (its team's scope: executor.service)
-        timeout_s = int(record.get(b"timeout_s") or 0)
+        timeout_s = record.timeout_s
         try:
             self._take_place(record)
             out = self.place.output_dir(plan, job_id, (self.work_dir, *self.roots.output))
@@ -178,7 +179,7 @@ class WorkerRuntime:
         held.publisher.adopt()
         plan_path = out / "plan.json"
         plan_path.write_text(json_format.MessageToJson(plan))
-        self.store.update_as_holder(job_id, held.fence, output_dir=str(out), log_path=str(out / "logs" / "train.log"))
+        self.store.record_output(job_id, held.fence, str(out), str(out / "logs" / "train.log"))
         try:
             held.publisher.emit(progress_pb2.ProgressEvent(
                 phase=progress_pb2.PHASE_LOADING,
@@ -193,7 +194,7 @@ class WorkerRuntime:
                                    f"{self.gpus.gpu_count}. Re-plan with hardware.gpus_per_node <= "
                                    f"{self.gpus.gpu_count}, or run a worker on a bigger host of this class")
             elif plan.hardware.nodes > 1:
-                outcome = self._lead(attempt, plan, record[b"queue"].decode())
+                outcome = self._lead(attempt, plan, record.queue)
             else:
                 outcome = self._supervise(attempt)
             last = self._finish(held, out, outcome)
@@ -347,9 +348,9 @@ class WorkerRuntime:
         self.heartbeat()
         structlog.contextvars.bind_contextvars(job_id=job_id, fence=fence, node_rank=node_rank)
         try:
-            record = self.store.raw(job_id)
+            record = self.store.record(job_id)
             self._take_place(record)
-            out = Path(record.get(b"output_dir", b"").decode())
+            out = Path(record.output_dir)
             code = Member(gang, node_rank, self.host_id, self.address, self.place.roots, self.stopping,
                           self._launch).run(out)
             log.info("gang.member_done", exit_code=code)
@@ -373,7 +374,7 @@ class WorkerRuntime:
                 failed.job_id, failed.sequence = held.job_id, last.sequence + 1
                 failed.time.GetCurrentTime()
                 self.events.publish(failed, fence=held.fence)
-            self.store.update_as_holder(held.job_id, held.fence, error=message)
+            self.store.record_error(held.job_id, held.fence, message)
             self._release(held)
         except (redis.RedisError, KeyError, LeaseLostError) as e:
             log.warning("job.fail_record_failed", error=str(e))
@@ -393,26 +394,20 @@ class WorkerRuntime:
             log.warning("job.abandoned", reason=outcome.message, step=last.step)
             return progress_pb2.ProgressEvent(job_id=job_id, phase=progress_pb2.PHASE_QUEUED, step=last.step,
                                               message=outcome.message)
-        if isinstance(outcome, RetryLater):
-            if release_held(self.redis, job_id, held.fence, outcome.message, infra_failure=outcome.infra_failure):
+        if isinstance(outcome, RetryLater | Requeue):  # back to its queue: after a backoff, or at once at its front
+            given_back = release_held(self.redis, job_id, held.fence, outcome.message,
+                                      infra_failure=outcome.infra_failure) if isinstance(outcome, RetryLater) else \
+                requeue_held(self.redis, job_id, held.fence, f"{outcome.message}; last event at step {last.step}")
+            if given_back:
                 _adopt_hand_back(held)
-            else:
-                log.warning("job.retry_refused", reason="the job moved on before this worker gave it back")
-            log.info("job.retry_later", reason=outcome.message, infra_failure=outcome.infra_failure)
-            return self._last_event(job_id)
-        if isinstance(outcome, Requeue):
-            checkpoint_note = f"; last event at step {last.step}"
-            if requeue_held(self.redis, job_id, held.fence, outcome.message + checkpoint_note):
-                _adopt_hand_back(held)
-            else:
-                log.warning("job.requeue_refused", reason="the job moved on before this worker gave it back")
-            log.info("job.requeued", step=last.step)
+            log.info("job.given_back" if given_back else "job.moved_on_before_given_back", reason=outcome.message,
+                     step=last.step, retry_later=isinstance(outcome, RetryLater))
             return self._last_event(job_id)
         if last.phase != outcome.phase or last.phase not in TERMINAL_PHASES:
             last = held.events.emit(progress_pb2.ProgressEvent(
                 phase=outcome.phase, step=last.step, total_steps=last.total_steps, message=outcome.message))
         if outcome.phase == progress_pb2.PHASE_FAILED:
-            self.store.update_as_holder(job_id, held.fence, error=outcome.message)
+            self.store.record_error(job_id, held.fence, outcome.message)
         self._release(held)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last

@@ -14,6 +14,7 @@ from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
 from executor.worker.control import what_is_kept
 from fleet import queues
 from fleet.jobs import PageCursor, decode_page_token, encode_page_token
+from fleet.record import JobRecord, field_names
 from planner.catalog import default_catalog
 from planner.classify import gpu_class_for, plan_gpu_class
 
@@ -123,3 +124,19 @@ def test_a_stopped_run_says_whether_it_left_a_checkpoint(tmp_path: Path) -> None
     assert "no checkpoint had been written" in what_is_kept(tmp_path)
     (tmp_path / "checkpoints" / "step-00000004").mkdir(parents=True)
     assert what_is_kept(tmp_path) == f"checkpoints kept in {tmp_path / 'checkpoints'}"
+
+
+def test_a_job_record_reads_typed_from_a_hash_whole_or_in_part() -> None:
+    event = progress_pb2.ProgressEvent(step=7, eta_s=12.5).SerializeToString()
+    record = JobRecord.parse("j", {b"schema": b"1", b"phase": str(progress_pb2.PHASE_TRAINING).encode(),
+                                   b"queue": b"tunefleet.a100-80gb.high", b"gpus": b"4", b"nodes": b"2",
+                                   b"predicted_s": b"100.5", b"predicted_low_s": b"", b"preempt_requested": b"1",
+                                   b"last_event": event, b"a_field_of_a_newer_schema": b"x"})
+    assert (record.job_id, record.phase, record.total_gpus, record.preempt_requested) == (
+        "j", progress_pb2.PHASE_TRAINING, 8, True)
+    assert record.predicted == (100.5, 100.5, 100.5), "a range not stored is the most likely figure"
+    assert record.queue_ref == queues.QueueRef("a100-80gb", executor_pb2.PRIORITY_HIGH) and record.last.step == 7
+    assert JobRecord.parse("k", {b"team": b"nlp"}) == JobRecord("k", team="nlp"), "fields not read keep defaults"
+    assert field_names("team", "phase") == ("team", "phase")
+    with pytest.raises(ValueError, match="not fields of the job record"):
+        field_names("team", "teams")

@@ -6,16 +6,16 @@ import pytest
 from tunefleet.v1 import progress_pb2
 
 from fleet import ledger
+from fleet.record import JobRecord
 
 START = 1_000_000
 
 
 def _record(last_step: int, from_step: int = 0, checkpoint: int = 0, gpus: int = 2, nodes: int = 1,
-            price: float = 3.6) -> dict[bytes, bytes]:
-    return {b"started_at_ms": str(START).encode(), b"gpus": str(gpus).encode(), b"nodes": str(nodes).encode(),
-            b"price_usd_per_gpu_hour": str(price).encode(), b"hold_from_step": str(from_step).encode(),
-            b"checkpoint_step": str(checkpoint).encode(),
-            b"last_event": progress_pb2.ProgressEvent(step=last_step).SerializeToString()}
+            price: float = 3.6, job_id: str = "job", **more: object) -> JobRecord:
+    return JobRecord(job_id, started_at_ms=START, gpus=gpus, nodes=nodes, price_usd_per_gpu_hour=price,
+                     hold_from_step=from_step, checkpoint_step=checkpoint,
+                     last_event=progress_pb2.ProgressEvent(step=last_step).SerializeToString(), **more)
 
 
 @pytest.mark.parametrize(("record", "outcome", "gpu_s", "lost_s"), [
@@ -31,11 +31,11 @@ def test_a_hold_is_charged_its_gpu_seconds_and_what_of_them_is_lost(record, outc
     charge = ledger.charge_of(record, START + 100_000, outcome)
     assert charge is not None
     assert (charge.gpu_seconds, charge.lost_gpu_seconds) == pytest.approx((gpu_s, lost_s))
-    assert charge.usd == pytest.approx(gpu_s / 3600 * float(record[b"price_usd_per_gpu_hour"]))
+    assert charge.usd == pytest.approx(gpu_s / 3600 * record.price_usd_per_gpu_hour)
 
 
 def test_no_open_hold_is_no_charge() -> None:
-    assert ledger.charge_of({b"started_at_ms": b"0"}, START, ledger.DONE) is None
+    assert ledger.charge_of(JobRecord("job", started_at_ms=0), START, ledger.DONE) is None
     assert ledger.charge_of(_record(1), START - 1, ledger.DONE) is None
 
 
@@ -46,10 +46,10 @@ def test_complete_runs_teach_their_class_how_long_they_hold_a_host_against_their
 
     def run(job_id: str, predicted_s: float, held_s: float, gpu_class: str = "a100-80gb", from_step: int = 0,
             outcome: str = ledger.DONE) -> None:
-        record = {**_record(10, from_step=from_step), b"predicted_s": str(predicted_s).encode(),
-                  b"gpu_class": gpu_class.encode(), b"team": b"t"}
+        record = _record(10, from_step=from_step, job_id=job_id, predicted_s=predicted_s, gpu_class=gpu_class,
+                         team="t")
         pipe = connection.pipeline(transaction=True)
-        ledger.charge(pipe, job_id, record, outcome, START + int(held_s * 1000))
+        ledger.charge(pipe, record, outcome, START + int(held_s * 1000))
         pipe.execute()
 
     run("one", 100, 130)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from tunefleet.v1 import executor_pb2, progress_pb2
+from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
 from contract.errors import LeaseLostError, PlanError
 from contract.progress import new_event
@@ -85,10 +85,12 @@ def test_a_claim_fences_out_the_previous_holder_everywhere_it_writes(fleet, exec
     assert not leases.release("job-f", "host-a", first)
     assert all(e.step != 9 for e in _events(fleet, "job-f"))
     store, before = JobStore(fleet), fleet.hgetall(job_key("job-f"))
-    for fields in ({"output_dir": "/stale/out", "log_path": "/stale/log"}, {"error": "the stale holder's error"},
-                   {"plan": b"a stale re-plan", "oom_replans": 1}):  # the worker's record writes (issue 51)
+    stale_plan = plan_pb2.Plan(plan_id="a stale re-plan")
+    for write in (lambda: store.record_output("job-f", first, "/stale/out", "/stale/log"),
+                  lambda: store.record_error("job-f", first, "the stale holder's error"),
+                  lambda: store.record_replan("job-f", first, stale_plan, 1)):  # every record write of a holder
         with pytest.raises(LeaseLostError):
-            store.update_as_holder("job-f", first, **fields)
+            write()
     assert fleet.hgetall(job_key("job-f")) == before, "none of the stale holder's record writes landed"
 
     # the job, requeued after its backoff, is claimed anew with a newer fence
@@ -96,7 +98,7 @@ def test_a_claim_fences_out_the_previous_holder_everywhere_it_writes(fleet, exec
     second = take(fleet, "job-f", "host-b")
     assert second > first
     FenceGuard(fleet, "job-f", second).confirm()
-    store.update_as_holder("job-f", second, output_dir="/new/out")
+    store.record_output("job-f", second, "/new/out", "/new/out/logs/train.log")
     assert fleet.hget(job_key("job-f"), "output_dir") == b"/new/out", "the holder of the newer fence writes"
     assert events.publish(new_event("job-f", events.last_sequence("job-f") + 1, progress_pb2.PHASE_TRAINING,
                                     step=10), fence=second)

@@ -14,7 +14,7 @@ from fleet.leases import Leases
 
 def dequeue(fleet: redis.Redis, job_id: str, queue: str | None = None) -> None:
     """rq's dequeue of this job by a worker: off its queue (the job record's, unless named)."""
-    name = queue or JobStore(fleet).raw(job_id)[b"queue"].decode()
+    name = queue or JobStore(fleet).record(job_id).queue
     assert Queue(name, connection=fleet).remove(job_id), f"{job_id} was not waiting in {name}"
 
 

@@ -81,9 +81,9 @@ def test_what_one_caller_can_store_is_bounded(start_service, redis_url, tiny_mod
 
     # List and Fleet read what they show, never the stored plan
     store = JobStore(service.executor.connection)
-    (record,) = store.records(["q-3"], SUMMARY_FIELDS)
-    assert b"plan" not in record and record[b"phase"] == str(progress_pb2.PHASE_QUEUED).encode()
-    assert store.records(["no-such-job"], SUMMARY_FIELDS) == [{}]
+    (record,) = store.read(["q-3"], SUMMARY_FIELDS)
+    assert record is not None and record.plan == b"" and record.phase == progress_pb2.PHASE_QUEUED
+    assert store.read(["no-such-job"], SUMMARY_FIELDS) == [None]
     channel.close()
 
 

@@ -113,7 +113,7 @@ def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
         events = all_events(client, "paused")
         job = client.get("paused")
     assert job.phase == progress_pb2.PHASE_DONE and job.host_id == fresh and events[-1].step == total
-    # none of the stale holder's record writes landed (fleet.jobs.JobStore.update_as_holder): its error, its
+    # none of the stale holder's record writes landed (fleet.jobs.JobStore's holder writes): its error, its
     # output dir and log, its plan
     assert job.error == "" and job.output_uri == str(out) and job.log_path == str(out / "logs" / "train.log")
     assert job.plan.plan_id == submitted.plan_id and job.plan.hyperparameters == submitted.hyperparameters

@@ -1,0 +1,115 @@
+"""The job record: one Redis hash per job (fleet.keys.job_key), every field typed here once. Readers outside fleet/
+get a JobRecord (JobStore.record, JobStore.records) and never a field by its bytes; the fleet's modules write it, each
+the fields it owns (fleet.jobs' table), a holder's writes through JobStore's fenced methods only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+
+from tunefleet.v1 import progress_pb2
+
+from fleet.queues import QueueRef
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job's record as read (a field not read, or not written yet, has its default)."""
+
+    job_id: str
+    schema: str = ""
+    plan: bytes = b""  # tunefleet.v1.Plan
+    priority: int = 0
+    queue: str = ""  # its rq queue's name (QueueRef.name)
+    gpu_class: str = ""
+    gpus: int = 1  # per node
+    nodes: int = 1
+    phase: int = 0
+    host_id: str = ""
+    submitted_at_ms: int = 0
+    started_at_ms: int = 0
+    finished_at_ms: int = 0
+    error: str = ""
+    feedback: bytes = b""  # tunefleet.v1.Feedback
+    log_path: str = ""
+    output_dir: str = ""
+    last_event: bytes = b""  # tunefleet.v1.ProgressEvent
+    last_sequence: int = 0
+    cancel_requested: bool = False
+    cancel_reason: str = ""
+    events_max_len: int = 0
+    timeout_s: int = 0
+    submitter: str = ""
+    team: str = ""
+    predicted_s: float = 0.0
+    predicted_low_s: float = 0.0
+    predicted_high_s: float = 0.0
+    price_usd_per_gpu_hour: float = 0.0
+    cost_high_usd: float = 0.0
+    spent_usd: float = 0.0
+    gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
+    hold_from_step: int = 0
+    checkpoint_step: int = 0
+    fence: int = 0
+    infra_failures: int = 0
+    retry_at_ms: int = 0
+    retry_reason: str = ""
+    retry_kind: str = ""
+    gang_attempts: int = 0
+    preempt_requested: bool = False
+    preempted_for: str = ""
+    preempted_for_team: str = ""
+    preempt_kind: str = ""
+    preempt_deadline_ms: int = 0
+    budget_stop: str = ""
+    oom_replans: int = 0  # the out-of-memory re-plans it has had (executor.worker.replan)
+
+    @classmethod
+    def parse(cls, job_id: str, values: Mapping[bytes, bytes]) -> JobRecord:
+        """The record from a hash as Redis returns it (every field, or those read); unknown fields are ignored."""
+        kept = {}
+        for name, kind in _KINDS.items():
+            raw = values.get(name.encode())
+            if raw is None or raw == b"":
+                continue
+            kept[name] = _CONVERT[kind](raw)
+        return cls(job_id, **kept)
+
+    @property
+    def queue_ref(self) -> QueueRef | None:
+        return QueueRef.parse(self.queue)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs it holds while it runs, every node's."""
+        return max(1, self.gpus) * max(1, self.nodes)
+
+    @property
+    def predicted(self) -> tuple[float, float, float]:
+        """Its predicted duration (s): most likely, shortest, longest (each 0 without a prediction)."""
+        mid = self.predicted_s
+        return mid, self.predicted_low_s or mid, self.predicted_high_s or mid
+
+    @property
+    def last(self) -> progress_pb2.ProgressEvent:
+        return progress_pb2.ProgressEvent.FromString(self.last_event)
+
+
+_CONVERT = {"str": lambda v: v.decode(), "bytes": bytes, "int": lambda v: int(v), "float": lambda v: float(v),
+            "bool": lambda v: v == b"1"}
+_KINDS = {f.name: str(f.type) for f in fields(JobRecord) if f.name != "job_id"}
+FIELDS = tuple(_KINDS)
+
+
+def field_names(*names: str) -> tuple[str, ...]:
+    """Names of the record's fields, checked (what a reader reads): a name the record does not have fails at import."""
+    unknown = [n for n in names if n not in _KINDS]
+    if unknown:
+        raise ValueError(f"not fields of the job record: {unknown}")
+    return names
+
+
+def parse_rows(job_ids: Iterable[str], rows: Iterable[Mapping[bytes, bytes]]) -> list[JobRecord | None]:
+    """Records read together (JobStore.records): None for a job with no record."""
+    return [JobRecord.parse(j, row) if row else None for j, row in zip(job_ids, rows, strict=True)]
