@@ -40,7 +40,9 @@ class Precision(enum.Enum):
     BF16_PURE = "bf16-pure"
 
     @property
-    def activation_bytes(self) -> int:
+    def element_bytes(self) -> int:
+        """Bytes of one element in the dtype this precision computes in (activations, and the weights and gradients
+        a step casts to it): fp32's 4, else 2."""
         return 4 if self is Precision.FP32 else 2
 
     @property

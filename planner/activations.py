@@ -78,7 +78,7 @@ def _before_scores_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     """What a recomputed layer still holds when backward reaches its eager attention scores (the MLP and the
     output projection done): its input norm, the q/k/v inputs and adapters, q/k norms, q and k (repeated) as the
     scores' matmul saves them."""
-    b, full, patched = t.precision.activation_bytes, t.method in (Method.FULL, Method.FREEZE), liger.layers_patched(t)
+    b, full, patched = t.precision.element_bytes, t.method in (Method.FULL, Method.FREEZE), liger.layers_patched(t)
     norm = 0.0 if a.family is Family.OLMO2 else _norm_bytes(a, b, full, patched, t.recipe is Recipe.TORCHTUNE)
     qkv = group_input_bytes(Linear(first_linears(a), a.hidden_size), t, split)
     return norm + _head_norms_bytes(a, b, full, liger_norm=patched) + qkv + 2 * b * a.q_dim
@@ -92,7 +92,7 @@ def _decoder_layer_bytes_per_token(a: Architecture, t: TrainingSpec, split: Para
     Checked tensor by tensor against torch.autograd.graph.saved_tensors_hooks on real transformers
     models (tests/planner/test_activations.py).
     """
-    b = t.precision.activation_bytes
+    b = t.precision.element_bytes
     h, q, kv, i = a.hidden_size, a.q_dim, a.kv_dim, a.intermediate_size
     full = t.method in (Method.FULL, Method.FREEZE)
     flash_like = t.attention in (Attention.SDPA, Attention.FLASH)
@@ -279,7 +279,7 @@ def logits_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     gradient and the gradient of its input. The model's own (bf16) logits and their fp32 upcast are freed by
     then: the executor keeps only the loss of the model output (objective.Sft), and neither is saved for backward
     (simulated: benchmarks/simulate.py, peak at _log_softmax_backward_data)."""
-    b = t.precision.activation_bytes
+    b = t.precision.element_bytes
     if recipes.fused_head(t):
         return recipes.fused_head_backward_bytes(a, t)
     if liger.fused_loss(t):
@@ -298,7 +298,7 @@ def _eager_softmax_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) ->
     """What eager attention saves of the softmax per layer: its fp32 output and, below fp32, the cast back."""
     if t.attention is not Attention.EAGER:
         return 0
-    cast = t.precision.activation_bytes if t.precision.activation_bytes != 4 else 0
+    cast = t.precision.element_bytes if t.precision.element_bytes != 4 else 0
     return (4 + cast) * a.num_attention_heads * t.sequence_length * tokens
 
 
@@ -329,7 +329,7 @@ def _outside_layers_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     With trainable embeddings the embedding saves the token ids (and Gemma its scale). With frozen ones the
     first layer's input needs no gradient, so (without checkpointing) its input norm saves nothing and its
     q/k/v adapters' dropouts keep no mask."""
-    b, h = t.precision.activation_bytes, a.hidden_size
+    b, h = t.precision.element_bytes, a.hidden_size
     full = t.method in (Method.FULL, Method.FREEZE)
     embeddings_train = t.method is Method.FULL
     gemma = a.family in _GEMMA_NORMS
@@ -388,7 +388,7 @@ def activation_terms(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     """activation_bytes and what is kept as the forward ends, before the loss: checkpointed layers' inputs (or
     every layer's saved tensors) and what is saved outside them. `backward_buffer_bytes` is held from the first
     gradient on (ZeRO 1-2's reduce buckets): beside the layers' backward, not the loss's."""
-    b = t.precision.activation_bytes
+    b = t.precision.element_bytes
     tokens = t.sequences_per_micro_batch * t.sequence_length
     all_layers, per_layer = layers_saved_bytes(a, t, split, tokens)
     layers = split.trainable_decoder_layers

@@ -39,13 +39,13 @@ def kv_cache_bytes(model: ModelSpec, t: TrainingSpec, spec: InferenceSpec) -> in
     a = model.architecture
     m = a.latent_attention
     per_token_layer = m.kv_lora_rank + m.qk_rope_head_dim if m else 2 * a.kv_dim
-    return a.num_layers * per_token_layer * spec.context_tokens * spec.batch_size * t.precision.activation_bytes
+    return a.num_layers * per_token_layer * spec.context_tokens * spec.batch_size * t.precision.element_bytes
 
 
 def _prefill_bytes(model: ModelSpec, t: TrainingSpec, spec: InferenceSpec) -> int:
     """The prefill's largest transient: one layer's MLP (gate, up and their product) over the whole prompt, and the
     fp32 logits of the last token (generate keeps only those)."""
-    a, b = model.architecture, t.precision.activation_bytes
+    a, b = model.architecture, t.precision.element_bytes
     tokens = spec.batch_size * spec.context_tokens
     return 3 * b * max(a.intermediate_size, a.dense_intermediate_size) * tokens + 4 * a.vocab_size * spec.batch_size
 

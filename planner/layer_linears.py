@@ -37,7 +37,7 @@ class Linear:
 
 def group_input_bytes(group: Linear, t: TrainingSpec, split: ParameterSplit) -> float:
     """Inputs saved by a group of linears that share one input tensor, and their adapters' outputs, per token."""
-    b = t.precision.activation_bytes
+    b = t.precision.element_bytes
     if t.method in (Method.FULL, Method.FREEZE):
         return 0.0 if group.input_already_saved else b * group.width
     hits = sum(1 for n in group.names if n in split.adapted_decoder_names)
@@ -106,7 +106,7 @@ def int8_stash_bytes(t: TrainingSpec, split: ParameterSplit, groups: list[Linear
     through the step (make bench-simulate)."""
     if t.method is not Method.LORA_8BIT:
         return 0.0
-    b = t.precision.activation_bytes
+    b = t.precision.element_bytes
     def saved_otherwise(g: Linear) -> bool:
         return g.input_already_saved or (not t.applies_lora_dropout and
                                          any(n in split.adapted_decoder_names for n in g.names))

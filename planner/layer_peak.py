@@ -20,7 +20,7 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     sparse layer, the largest: the gradient of every expert's output, which backward reshapes into a copy before the
     batched matmuls' (simulated: Llama-4-Maverick, 2.5 GiB at 2,048 tokens beside the layer's saved tensors)."""
     if a.family is Family.LLAMA4:
-        return a.num_experts * a.hidden_size * tokens * t.precision.activation_bytes
+        return a.num_experts * a.hidden_size * tokens * t.precision.element_bytes
     if a.num_experts or a.family in LAYER_NORM_FAMILIES:
         return 0
     down_read = t.method in (Method.FULL, Method.FREEZE) or any(
@@ -35,7 +35,7 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
         tensors = (1 if recipes.fp32_stream(t) else 2) if down_read else 1
     else:
         tensors = 2 if down_read or recipes.fp32_stream(t) else 3
-    return tensors * a.intermediate_size * tokens * t.precision.activation_bytes
+    return tensors * a.intermediate_size * tokens * t.precision.element_bytes
 
 
 def gated_mlp_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
@@ -44,7 +44,7 @@ def gated_mlp_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     gate and up outputs only; none for a mixture of experts, a LayerNorm family's MLP or Llama 4's."""
     if a.num_experts or a.family in LAYER_NORM_FAMILIES or a.family is Family.LLAMA4:
         return 0
-    return (2 if liger.layers_patched(t) else 3) * a.intermediate_size * tokens * t.precision.activation_bytes
+    return (2 if liger.layers_patched(t) else 3) * a.intermediate_size * tokens * t.precision.element_bytes
 
 
 def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit, tokens: int) -> int:
@@ -57,7 +57,7 @@ def _adapter_cast_peak_bytes(a: Architecture, t: TrainingSpec, split: ParameterS
         return 0
     mlp_adapted = any(a.intermediate_size in (x.in_features, x.out_features) for x in split.decoder_lora_layers)
     before_mlp = 0 if mlp_adapted else gated_mlp_saved_bytes(a, t, tokens)
-    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.activation_bytes - before_mlp
+    return cast + k.CAST_PEAK_HIDDEN_TENSORS * tokens * a.hidden_size * t.precision.element_bytes - before_mlp
 
 
 def head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:

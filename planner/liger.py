@@ -65,7 +65,7 @@ def head_trains(t: TrainingSpec) -> bool:
 def fused_loss_saved_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> int:
     """What the fused cross-entropy saves for backward: the hidden states' gradient and, when the head trains, its
     weight's gradient."""
-    b = t.precision.activation_bytes
+    b = t.precision.element_bytes
     weight = a.vocab_size * a.hidden_size * b if head_trains(t) else 0
     return tokens * a.hidden_size * b + weight
 
@@ -76,7 +76,7 @@ def fused_loss_forward_bytes(a: Architecture, t: TrainingSpec, tokens: int) -> i
     one and shifted (LigerForCausalLMLoss: a copy, but for a single sequence, whose slice is contiguous). On an fp32
     stream (hf-trainer QLoRA's k-bit preparation: the head fp32 too) autocast casts the head's weight to bf16 for each
     chunk's product, a copy it does not keep (the weight is frozen)."""
-    b, sequences = t.precision.activation_bytes, t.sequences_per_micro_batch
+    b, sequences = t.precision.element_bytes, t.sequences_per_micro_batch
     labels = TOKEN_ID_BYTES * (tokens + sequences) + (TOKEN_ID_BYTES * tokens if sequences > 1 else 0)
     head_cast = a.vocab_size * a.hidden_size * AUTOCAST_BYTES if b != AUTOCAST_BYTES else 0
     return tokens * a.hidden_size * b + chunk_tokens(a, tokens) * a.vocab_size * AUTOCAST_BYTES + \

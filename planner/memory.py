@@ -266,7 +266,7 @@ def _deepspeed_buffer_bytes(t: TrainingSpec, split: ParameterSplit, world_size: 
     is the gathered working set, counted under weights. FSDP keeps none: it reduces each unit's gradients whole."""
     if (t.zero_stage == 0 and world_size == 1) or recipes.fsdp(t):
         return 0, 0
-    grad_bytes = 4 if t.precision is Precision.FP32 else 2
+    grad_bytes = t.precision.element_bytes
     copies = 2 if b.overlap_comm else 1
     if t.zero_stage in (1, 2):
         return 0, b.reduce_elements * grad_bytes * copies
@@ -302,7 +302,7 @@ def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
     """`per_gpu_memory` on `n` ranks, for any GPU."""
     recipes.check(a, t, n)
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
-    dense_bytes = 4 if t.precision is Precision.FP32 else 2
+    dense_bytes = t.precision.element_bytes
     b = buckets(a, t, n)
 
     weights: float = weight_storage_bytes(split, t) + recipes.upcast_weight_bytes(split.total, split.quantised, t)
@@ -440,8 +440,8 @@ def host_memory(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> HostBreakdow
         optimizer = split.trainable * k.HOST_OFFLOAD_OPTIMIZER_BYTES_PER_PARAM * node_share
     params = 0.0
     if t.offload is Offload.ALL:
-        params = split.total * (4 if t.precision is Precision.FP32 else 2) * node_share
-    load_bytes = split.total * (4 if t.precision is Precision.FP32 else 2)
+        params = split.total * t.precision.element_bytes * node_share
+    load_bytes = split.total * t.precision.element_bytes
     loading = min(load_bytes, k.HOST_LOADING_SHARD_BYTES) * ranks
     return HostBreakdown(
         offloaded_optimizer_bytes=int(optimizer), offloaded_parameters_bytes=int(params),

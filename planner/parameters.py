@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.model import Architecture
-from contract.schema import LoraSpec, Method, Precision, TrainingSpec
+from contract.schema import LoraSpec, Method, TrainingSpec
 from planner import constants as k
 from planner.architecture import LinearLayer, linear_layers, lora_parameter_count, lora_targets, parameter_counts
 from planner.memo import memo
@@ -78,7 +78,7 @@ def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vi
 
 def weight_storage_bytes(split: ParameterSplit, t: TrainingSpec) -> float:
     """Bytes of the base model's weights as stored on the GPU (whole model, unpartitioned)."""
-    dense_bytes = 4 if t.precision is Precision.FP32 else 2
+    dense_bytes = t.precision.element_bytes
     if split.quantised:
         per_quantised = _quantised_bytes_per_param(t.method, t.double_quant)
         return split.quantised * per_quantised + (split.total - split.quantised) * dense_bytes

@@ -81,7 +81,7 @@ def trained_param_bytes(t: TrainingSpec) -> int:
     if t.method is Method.FULL and fsdp(t):
         return FP32_BYTES
     if t.method is Method.FULL or t.recipe is Recipe.TORCHTUNE:  # torchtune's adapters are the model's dtype
-        return t.precision.activation_bytes
+        return t.precision.element_bytes
     return adapter_bytes(t)
 
 
@@ -89,7 +89,7 @@ def adapter_bytes(t: TrainingSpec) -> int:
     """Bytes an adapter parameter takes under a Trainer recipe: PEFT's fp32, or bf16 where SFTTrainer casts them;
     torchtune's are the model's dtype."""
     if t.recipe is Recipe.TORCHTUNE:
-        return t.precision.activation_bytes
+        return t.precision.element_bytes
     return TRL_QLORA_ADAPTER_BYTES if t.recipe in TRL_RECIPES and t.method is Method.QLORA else HF_ADAPTER_BYTES
 
 
@@ -100,10 +100,10 @@ def adapter_cast_bytes(t: TrainingSpec, split: ParameterSplit, tokens: int) -> i
     widest adapted input's fp32 copy and fp32 dropout output (without dropout: its bf16 cast, saved beside the
     input) are alive together with what the layer saved before it (simulated: trl-sft Llama-3.1-8B, the peak at
     down_proj's lora_A)."""
-    if runs_deepspeed(t) or fsdp(t) or fp32_stream(t) or adapter_bytes(t) == t.precision.activation_bytes:
+    if runs_deepspeed(t) or fsdp(t) or fp32_stream(t) or adapter_bytes(t) == t.precision.element_bytes:
         return 0
     widths = [layer.in_features for layer in split.decoder_lora_layers]
-    return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.activation_bytes))
+    return max(widths, default=0) * tokens * (4 + (4 if t.applies_lora_dropout else t.precision.element_bytes))
 
 
 def autocast_cache_bytes(split: ParameterSplit, t: TrainingSpec) -> int:
@@ -122,7 +122,7 @@ def zero3_fp32_adapters(t: TrainingSpec) -> bool:
     without checkpointing on 8 ranks, every adapter's dropout output fp32); so does hf-trainer's. TRL works around
     the mix for ZeRO-3 (sft_trainer.py: autocast_adapter_dtype=False), so trl-sft's adapters are bf16."""
     return runs_deepspeed(t) and t.recipe not in TRL_RECIPES and t.zero_stage == 3 and t.method is Method.LORA \
-        and t.precision.activation_bytes != 4
+        and t.precision.element_bytes != 4
 
 
 def runs_deepspeed(t: TrainingSpec) -> bool:
@@ -176,7 +176,7 @@ def adapter_compute_bytes(t: TrainingSpec) -> int:
     """Bytes an element of an adapter's input and output takes: fp32 where the executor's ZeRO-3 keeps fp32 adapters
     and nothing casts for them (`zero3_fp32_adapters`); else the stream's (the Trainer recipes' autocast casts the
     fp32 adapters' input back to bf16 for lora_A)."""
-    return 4 if zero3_fp32_adapters(t) else t.precision.activation_bytes
+    return 4 if zero3_fp32_adapters(t) else t.precision.element_bytes
 
 
 def fused_head(t: TrainingSpec) -> bool:
@@ -191,20 +191,20 @@ def _labelled(t: TrainingSpec) -> int:
 
 def fused_head_saved_bytes(a: Architecture, t: TrainingSpec) -> int:
     """What the fused head saves for backward: the gathered hidden states and TRL_SAVED_BYTES_PER_TOKEN a token."""
-    return _labelled(t) * (a.hidden_size * t.precision.activation_bytes + TRL_SAVED_BYTES_PER_TOKEN)
+    return _labelled(t) * (a.hidden_size * t.precision.element_bytes + TRL_SAVED_BYTES_PER_TOKEN)
 
 
 def fused_head_tile_bytes(t: TrainingSpec) -> int:
     """The head's one logits tile buffer, in the compute dtype: TRL_VOCAB_TILE columns wide whatever the vocabulary
     (chunked_logprob: `mm_buf`)."""
-    return min(_labelled(t), TRL_TOKEN_TILE) * TRL_VOCAB_TILE * t.precision.activation_bytes
+    return min(_labelled(t), TRL_TOKEN_TILE) * TRL_VOCAB_TILE * t.precision.element_bytes
 
 
 def fused_head_backward_bytes(a: Architecture, t: TrainingSpec) -> int:
     """The fused head's backward beyond what it saved: the fp32 gradient of the hidden states, the tile, and the
     gradient cast back to the activations' dtype as it returns."""
     n, h = _labelled(t), a.hidden_size
-    return n * h * 4 + fused_head_tile_bytes(t) + n * h * t.precision.activation_bytes
+    return n * h * 4 + fused_head_tile_bytes(t) + n * h * t.precision.element_bytes
 
 
 _FIELD = "training.recipe"
@@ -297,7 +297,7 @@ def _check_fsdp(t: TrainingSpec, world_size: int) -> None:
 def frozen_weight_bytes(t: TrainingSpec) -> int:
     """Bytes a frozen weight takes as FSDP shards it: the dtype the script loaded it in (the units are gathered in
     bf16 whatever it is)."""
-    return FP32_BYTES if t.load_dtype is LoadDtype.FP32 else t.precision.activation_bytes
+    return FP32_BYTES if t.load_dtype is LoadDtype.FP32 else t.precision.element_bytes
 
 
 def _check_trl_dpo(t: TrainingSpec) -> None:

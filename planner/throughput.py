@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from contract.model import Architecture, ModelSpec
-from contract.schema import GpuSpec, Hardware, Interconnect, Method, Objective, Offload, Precision, Recipe, TrainingSpec
+from contract.schema import GpuSpec, Hardware, Interconnect, Method, Objective, Offload, Recipe, TrainingSpec
 from planner import constants as k
 from planner import recipes
 from planner.architecture import linear_layers, lora_targets, norms_per_layer, parameter_counts
@@ -119,7 +119,7 @@ def step_time(model: ModelSpec, t: TrainingSpec, hw: Hardware) -> StepTime:
     compute = fpt * tokens_per_micro * t.gradient_accumulation_steps / (peak * utilisation)
 
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
-    elem = 4 if t.precision is Precision.FP32 else 2
+    elem = t.precision.element_bytes
     ring = 2 * (n - 1) / n if n > 1 else 0.0
     grad_bytes = split.trainable * elem
     comm_bytes = 0.0

@@ -115,7 +115,7 @@ def layer_fixed_bytes(a: Architecture, t: TrainingSpec) -> int:
     [sequence, head_dim] each; the others' RoPE multiplies save views of the cache."""
     if a.family is not Family.QWEN2:
         return 0
-    return 2 * 2 * t.precision.activation_bytes * t.sequence_length * a.resolved_head_dim
+    return 2 * 2 * t.precision.element_bytes * t.sequence_length * a.resolved_head_dim
 
 
 def _max_seq_len(a: Architecture) -> int:
@@ -137,7 +137,7 @@ def head_backward_bytes(a: Architecture, t: TrainingSpec) -> int:
     full-size gradients and their sum are alive, beside HEAD_BACKWARD_CHUNK_COPIES fp32 chunk-sized gradients of
     the logits."""
     chunk = chunk_tokens(t)
-    weight = a.vocab_size * a.hidden_size * t.precision.activation_bytes
+    weight = a.vocab_size * a.hidden_size * t.precision.element_bytes
     return HEAD_GRADIENT_COPIES * weight + HEAD_BACKWARD_CHUNK_COPIES * chunk * a.vocab_size * LOSS_FP32_BYTES
 
 
@@ -149,7 +149,7 @@ def loss_forward_bytes(a: Architecture, t: TrainingSpec) -> int:
     torch.compile)."""
     tokens = t.sequences_per_micro_batch * t.sequence_length
     last_chunk = chunk_tokens(t) * LOSS_FP32_BYTES
-    return a.vocab_size * (tokens * (t.precision.activation_bytes + LOSS_FP32_BYTES) + last_chunk)
+    return a.vocab_size * (tokens * (t.precision.element_bytes + LOSS_FP32_BYTES) + last_chunk)
 
 
 def chunk_tokens(t: TrainingSpec) -> int:

@@ -32,5 +32,5 @@ def transient_block_bytes(a: Architecture, t: TrainingSpec, split: ParameterSpli
     if recipes.fused_head(t):
         return recipes.fused_head_tile_bytes(t), layer, dequantised
     if liger.fused_loss(t):
-        return liger.chunk_tokens(a, tokens) * a.vocab_size * t.precision.activation_bytes, layer, dequantised
+        return liger.chunk_tokens(a, tokens) * a.vocab_size * t.precision.element_bytes, layer, dequantised
     return rows * a.vocab_size * 4, layer, dequantised

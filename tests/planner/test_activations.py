@@ -179,7 +179,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         # The planner models CUDA's native_dropout, which keeps a one-byte mask; the CPU kernel keeps the mask
         # in the activation dtype. Each adapter draws its own dropout over its input width; the first layer's
         # q/k/v adapters keep none (their input needs no gradient).
-        h, extra = a.hidden_size, t.precision.activation_bytes - 1
+        h, extra = a.hidden_size, t.precision.element_bytes - 1
         m = a.latent_attention
         if m is not None:  # DeepSeek-V3: the query and key/value latents read the input; the latents; o_proj
             qkv_adapters, widths = 2, 2 * h + m.q_lora_rank + m.kv_lora_rank + a.v_dim
@@ -195,7 +195,7 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
         per_layer += extra * widths * tokens
         dense_layer += extra * widths * tokens if a.dense_layers else 0
         outside -= extra * qkv_adapters * h * tokens
-    mask_extra = t.precision.activation_bytes - 1  # the model's own dropout: the CPU mask in the activation dtype
+    mask_extra = t.precision.element_bytes - 1  # the model's own dropout: the CPU mask in the activation dtype
     if a.residual_dropout:  # on the attention and MLP outputs
         per_layer += mask_extra * 2 * a.hidden_size * tokens
     if a.attention_dropout and attention == "eager":  # on the probabilities (SDPA draws it inside the kernel)
@@ -205,11 +205,11 @@ def _planned(model: torch.nn.Module, family: str, attention: str, method: str, p
     if base in ("phi", "starcoder2"):
         # LayerNorm's saved mean and rstd: fp32 on CUDA (layer_norm_cuda: the accumulate type), which the planner
         # models, the input's dtype on the CPU (layer_norm_cpu); the layer's norms and the final one
-        cpu_less = (8 - 2 * t.precision.activation_bytes) * tokens
+        cpu_less = (8 - 2 * t.precision.element_bytes) * tokens
         per_layer -= cpu_less * (1 if base == "phi" else 2)
         outside -= cpu_less if method == "full" else 0  # LoRA's first layer norm saves nothing
     if ckpt:
-        outside -= 2 * t.precision.activation_bytes * a.resolved_head_dim * SEQ  # RoPE cos/sin: held, not saved
+        outside -= 2 * t.precision.element_bytes * a.resolved_head_dim * SEQ  # RoPE cos/sin: held, not saved
     return Saved(per_layer=per_layer, outside=outside, dense_layer=dense_layer)
 
 
