@@ -1,5 +1,5 @@
-"""Byte units, defined once (binary: memory is built and reported by drivers in powers of two), and how a size
-reads to a person."""
+"""Byte units, defined once (binary: memory is built and reported by drivers in powers of two), the data sheets'
+rates (decimal), and how a size reads to a person."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
 TiB = 1024**4
+# Rates, decimal as data sheets give them
+GB_PER_S = 1e9
+GFLOPS = 1e9
+TFLOPS = 1e12
 
 
 def gib(n: float) -> str:

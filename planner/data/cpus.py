@@ -8,12 +8,9 @@ among GPUs only (planner.catalog.Catalog.hosts)."""
 
 from __future__ import annotations
 
-from common.units import GiB
+from common.units import GB_PER_S, GFLOPS, GiB
 from contract.gpu_class import CPU_CLASS
 from contract.schema import GpuSpec, Interconnect
-
-GFLOPS = 1e9
-GB_PER_S = 1e9
 
 # This project's CI machine kind (../.library/env/machines: 2 cores, 24 GiB, x86-64 with AMX, so bf16 matmuls run
 # ~4x fp32; fp16 has no fast path: 2.7 GFLOP/s at 512 x 512, 0.3 at 2048 x 2048), measured 2026-11-28 by make
