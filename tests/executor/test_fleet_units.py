@@ -3,6 +3,7 @@ progress reading, page tokens."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from contract.progress import JsonlProgressSink, ProgressTail, event_to_json
 from executor.worker.control import what_is_kept
 from fleet import queues
 from fleet.jobs import PageCursor, decode_page_token, encode_page_token
-from fleet.record import JobRecord, field_names
+from fleet.record import FIELDS, JobRecord, field_names
 from planner.catalog import default_catalog
 from planner.classify import gpu_class_for, plan_gpu_class
 
@@ -140,3 +141,18 @@ def test_a_job_record_reads_typed_from_a_hash_whole_or_in_part() -> None:
     assert field_names("team", "phase") == ("team", "phase")
     with pytest.raises(ValueError, match="not fields of the job record"):
         field_names("team", "teams")
+
+
+def test_the_lua_scripts_on_a_job_hash_name_only_fields_of_the_record() -> None:
+    """The scripts that read and write a job's hash (its claim, renewal and release, a holder's write, an event's
+    publish) name its fields as fleet.record.JobRecord does: a field renamed on one side fails here."""
+    from fleet import events, jobs, leases
+
+    scripts = {"claim": leases._CLAIM, "release": leases._RELEASE, "holder write": jobs._HOLDER_WRITE,
+               "publish": events._PUBLISH}
+    # a quoted lower-case word is a field, but for a word the script returns and the event stream's own field
+    named = {name: set(re.findall(r"'([a-z_]+)'", re.sub(r"return '[a-z_]+'", "", script)))
+             - {events.EVENT_FIELD.decode()} for name, script in scripts.items()}
+    assert named["claim"] >= {"phase", "fence", "host_id", "hold_from_step", "checkpoint_step"}, "the scan reads them"
+    unknown = {name: sorted(fields - set(FIELDS)) for name, fields in named.items() if fields - set(FIELDS)}
+    assert not unknown, f"fields the record does not have: {unknown}"
