@@ -16,7 +16,8 @@ criteria, in this order:
   V1. eligible: never one younger than the policy's minimum runtime, nor one already yielding; for preemption a job
       of a lower tier than the waiter's, and on a class with quotas only the waiter's own team's or a borrower's; for
       reclaim (a waiter within its team's quota, on a class with quotas) another team's job that borrows;
-  V2. the lowest tier first;
+  V2. for preemption, the lowest tier first (reclaim skips it: a borrower yields what it borrowed whatever the
+      tier, so the least loss decides);
   V3. the least work lost: the GPU-seconds it ran since its last checkpoint, which it runs again;
   V4. the latest started;
   V5. its job id (deterministic).
@@ -217,4 +218,5 @@ def victim(kind: str, waiter: Waiter, running: Sequence[Running], held: Mapping[
         return None  # reclaim serves a waiter within its team's quota only
     else:
         eligible = [r for r in eligible if r.team != waiter.team and borrows(r.team)]
-    return min(eligible, key=lambda r: (-r.tier, r.lost_gpu_s, -r.started_s, r.job_id), default=None)
+    by_tier = kind == PREEMPTION
+    return min(eligible, key=lambda r: (-r.tier if by_tier else 0, r.lost_gpu_s, -r.started_s, r.job_id), default=None)

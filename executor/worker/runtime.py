@@ -28,7 +28,7 @@ import structlog
 from google.protobuf import json_format
 from tunefleet.v1 import plan_pb2, progress_pb2
 
-from common.net import free_port
+from common.net import listen_port
 from contract.errors import LeaseLostError, PlanError
 from contract.gpu_class import CPU_CLASS
 from contract.liveness import heartbeat_path
@@ -303,7 +303,7 @@ class WorkerRuntime:
         gang = Gang(self.redis, held.job_id, held.fence)
         marker = secrets.token_hex(16)
         (out / GANG_MARKER).write_text(marker)
-        endpoint = f"{self.address}:{free_port(self.address)}"
+        endpoint = f"{self.address}:{listen_port(self.address)}"  # torchrun binds it later
         gang.form(nodes, self.host_id, endpoint, marker)
         tickets = {k: ticket_id(held.job_id, held.fence, k) for k in range(1, nodes)}
         for k, ticket in tickets.items():

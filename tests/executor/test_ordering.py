@@ -48,3 +48,12 @@ def test_with_quotas_preemption_spares_another_teams_job_within_its_quota_and_re
     assert victim(RECLAIM, _waiter("a", gpus=2), [b_job], held, quotas, NOW_S) is None, \
         "a waiter that would borrow itself reclaims nothing"
     assert victim(RECLAIM, _waiter("a"), [b_job], held, None, NOW_S) is None, "no quotas: no reclaim"
+
+
+def test_reclaim_takes_the_borrowers_job_that_loses_least_whatever_its_tier() -> None:
+    shares = {"a": TeamShare(quota_gpus={"c": 2}), "b": TeamShare(quota_gpus={"c": 1})}
+    quotas = ClassQuotas("c", {"a": 0, "b": 3}, shares)
+    high_cheap = Running("b-high", "b", 0, 10.0, lost_gpu_s=5.0)
+    low_costly = Running("b-low", "b", 2, 10.0, lost_gpu_s=900.0)
+    assert victim(RECLAIM, _waiter("a"), [low_costly, high_cheap], dict(quotas.held_gpus), quotas, NOW_S) \
+        == high_cheap, "V2 is preemption's only: reclaim orders by work lost (V3)"
