@@ -295,7 +295,9 @@ def _architecture(cfg: Mapping[str, Any], family: Family) -> Architecture:
         vocab_size=_int(text_cfg, "vocab_size"),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", _bool(text_cfg, "tie_word_embeddings", tie_default)),
         attention_bias=use_bias if family is Family.STARCODER2 else _bool(text_cfg, "attention_bias", False),
-        mlp_bias=use_bias if family is Family.STARCODER2 else _bool(text_cfg, "mlp_bias", False),
+        # gpt-oss's experts are always biased (transformers' GptOssExperts); its config.json has no key for it
+        mlp_bias=use_bias if family is Family.STARCODER2 else family is Family.GPT_OSS or _bool(text_cfg, "mlp_bias",
+                                                                                               False),
         num_experts=_int(text_cfg, "num_local_experts", "num_experts", default=0),
         experts_per_token=_int(text_cfg, "num_experts_per_tok", default=0),
         max_position_embeddings=_int(text_cfg, "max_position_embeddings", default=0),
