@@ -297,74 +297,130 @@ def outside_allocator_bytes(t: TrainingSpec) -> int:
     return k.ZERO3_RANK_OUTSIDE_ALLOCATOR_BYTES if t.zero_stage == 3 else k.DEEPSPEED_RANK_OUTSIDE_ALLOCATOR_BYTES
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a rank's share of the model's parameters lives through a step, under one regime: what it keeps
+    (weights, adapters) and what it gathers for a while (a sharded regime's units)."""
+
+    weights_bytes: float
+    adapter_bytes: float
+    gathered_bytes: int = 0  # the largest set gathered at once for a forward or backward
+    fetch_buffer_bytes: int = 0  # the flat buffer a gather lands in before it is copied out
+    regathered_bytes: int = 0  # experts gathered again in backward (ZeRO-3)
+    backward_gathered_bytes: int = 0  # a second unit gathered beside a unit's backward (FSDP's BACKWARD_PRE)
+
+
+@dataclass(frozen=True)
+class State:
+    """A rank's share of the training state: adapters in their trained dtype where the regime keeps them apart
+    (None: as the placement has them), gradients, optimizer states, and the optimizer step's temporary."""
+
+    adapter_bytes: float | None
+    gradients_bytes: float
+    optimizer_bytes: float
+    optimizer_step_bytes: float
+
+
+def replicated_placement(split: ParameterSplit, t: TrainingSpec) -> Placement:
+    """ZeRO 0-2, or one GPU under a Trainer: every rank holds the whole model (a preference-training run its frozen
+    reference copy too)."""
+    weights = weight_storage_bytes(split, t) + recipes.upcast_weight_bytes(split.total, split.quantised, t)
+    if t.uses_reference_model:
+        weights *= 2  # a frozen reference copy stored like the policy's base weights
+    return Placement(weights, split.adapter * t.precision.element_bytes)
+
+
+def zero3_placement(a: Architecture, split: ParameterSplit, t: TrainingSpec, n: int, b: Buckets) -> Placement:
+    """ZeRO-3 on n ranks: each holds its partition and gathers each module's parameters for its use."""
+    whole = replicated_placement(split, t)
+    dense_bytes = t.precision.element_bytes
+    gathered = fetch_buffer = regathered = 0
+    # On one rank the partition is the whole parameter, which DeepSpeed views in place of gathering it
+    # (partition_parameters.all_gather_coalesced -> _no_gather_coalesced). Simulated, Llama-3.2-1B full at
+    # 2 x 2,048 tokens: 24.69 GiB, where gathering had been planned at 26.56; on an H100, 24.76 (+ cuBLAS's
+    # workspace, benchmarks/results/gpu_measurements_h100.csv).
+    if n > 1:
+        elements, largest = zero3_elements(a, split, t)
+        gathered = stage3_gathered_elements(elements, largest, b) * dense_bytes
+        # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
+        # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
+        fetch_buffer = min(largest, elements) * dense_bytes
+        regathered = regathered_experts_bytes(a, t, b, dense_bytes)
+    # the quantisation constants are the modules' own attributes, which DeepSpeed neither partitions nor gathers
+    constants = quantisation_constant_bytes(split, t)
+    weights = 0 if t.offload is Offload.ALL else (whole.weights_bytes - constants) / n + constants
+    return Placement(weights, whole.adapter_bytes / n, gathered, fetch_buffer, regathered)
+
+
+def fsdp_placement(a: Architecture, split: ParameterSplit, t: TrainingSpec, n: int) -> Placement:
+    """FSDP under a Trainer (planner.trainer_fsdp) on n ranks: each decoder layer a unit, sharded and gathered."""
+    dense_bytes = t.precision.element_bytes
+    counts = parameter_counts(a)
+    # a quantised layer's unit holds its packed 4-bit weights (stored as bf16) and its norms; the quantisation
+    # constants are the modules' own attributes, which FSDP neither shards nor gathers (every rank holds them all)
+    packed = split.quantised * k.NF4_PACKED_BYTES_PER_PARAM
+    constants = quantisation_constant_bytes(split, t)
+    if t.method is Method.FULL:
+        weights = split.total * recipes.trained_param_bytes(t) / n
+    else:
+        weights = (packed + (split.total - split.quantised) * recipes.frozen_weight_bytes(t)) / n + constants
+    # the root unit's bf16 parameters and one decoder layer's, gathered; a second layer's beside a layer's
+    # backward (recipes.fsdp)
+    layer_quantised = split.quantised // a.num_layers
+    layer = int(layer_quantised * k.NF4_PACKED_BYTES_PER_PARAM + (counts.decoder_layer - layer_quantised) * dense_bytes)
+    gathered = (counts.total - a.num_layers * counts.decoder_layer) * dense_bytes + layer
+    backward_gathered = 0 if recipes.checkpoints_outside_fsdp_units(t) else layer
+    # FSDP keeps no adapters apart: its state (trainer_state) has them
+    return Placement(weights, 0, gathered, layer, 0, backward_gathered)
+
+
+def trainer_state(split: ParameterSplit, t: TrainingSpec, n: int) -> State:
+    """A Trainer without DeepSpeed: on one GPU, or its state sharded by FSDP on n ranks."""
+    adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
+    ranks = n if recipes.fsdp(t) else 1
+    return State(adapter / ranks, grads / ranks, optimizer / ranks, step / ranks)
+
+
+def deepspeed_state(a: Architecture, split: ParameterSplit, t: TrainingSpec, n: int, b: Buckets) -> State:
+    """DeepSpeed's ZeRO 0-3 on n ranks: gradients partitioned from stage 2, optimizer states from stage 1 (none on
+    the GPU when offloaded)."""
+    dense_bytes = t.precision.element_bytes
+    grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
+    if t.zero_stage == 1 and n > 1:
+        # backward moves each gradient into the reduce bucket and, once reduced, the rank's own into its
+        # partition; gradients larger than the bucket keep their storage until the step
+        grads = (oversized_trainable_elements(a, split, t.method, b) + split.trainable / n) * dense_bytes
+    optimizer = 0 if t.offload is not Offload.NONE else \
+        split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
+    step = optimizer_step_bytes(t, split.trainable, n, largest_trained_tensor(a, split, t.method))
+    return State(None, grads, optimizer, step)
+
+
+def placement(a: Architecture, split: ParameterSplit, t: TrainingSpec, n: int, b: Buckets) -> Placement:
+    """The regime's placement: ZeRO-3 under DeepSpeed, FSDP under a Trainer, else the whole model on every rank."""
+    if t.zero_stage == 3 and recipes.runs_deepspeed(t):
+        return zero3_placement(a, split, t, n, b)
+    if recipes.fsdp(t):
+        return fsdp_placement(a, split, t, n)
+    return replicated_placement(split, t)
+
+
 @memo(MEMORY_CACHE_ENTRIES)
 def gpu_memory(a: Architecture, t: TrainingSpec, n: int) -> MemoryBreakdown:
-    """`per_gpu_memory` on `n` ranks, for any GPU."""
+    """`per_gpu_memory` on `n` ranks, for any GPU: the regime's placement and state, then what a step adds."""
     recipes.check(a, t, n)
     split = parameter_split(a, t.method, t.lora, t.train_vision_tower, t.freeze_trainable_layers)
     dense_bytes = t.precision.element_bytes
     b = buckets(a, t, n)
-
-    weights: float = weight_storage_bytes(split, t) + recipes.upcast_weight_bytes(split.total, split.quantised, t)
-    if t.uses_reference_model:
-        weights *= 2  # a frozen reference copy stored like the policy's base weights
-    adapter: float = split.adapter * dense_bytes
-    gathered = fetch_buffer = regathered = 0
-    if t.zero_stage == 3 and recipes.runs_deepspeed(t):
-        # On one rank the partition is the whole parameter, which DeepSpeed views in place of gathering it
-        # (partition_parameters.all_gather_coalesced -> _no_gather_coalesced). Simulated, Llama-3.2-1B full at
-        # 2 x 2,048 tokens: 24.69 GiB, where gathering had been planned at 26.56; on an H100, 24.76 (+ cuBLAS's
-        # workspace, benchmarks/results/gpu_measurements_h100.csv).
-        if n > 1:
-            elements, largest = zero3_elements(a, split, t)
-            gathered = stage3_gathered_elements(elements, largest, b) * dense_bytes
-            # a module's parameters are all-gathered into one flat buffer, then copied out of it param by param
-            # (partition_parameters: _all_gather_dtype, AllGatherCoalescedHandle.wait: torch.cat)
-            fetch_buffer = min(largest, elements) * dense_bytes
-            regathered = regathered_experts_bytes(a, t, b, dense_bytes)
-        # the quantisation constants are the modules' own attributes, which DeepSpeed neither partitions nor gathers
-        constants = quantisation_constant_bytes(split, t)
-        weights = 0 if t.offload is Offload.ALL else (weights - constants) / n + constants
-        adapter = adapter / n
-    backward_gathered = 0
-    if recipes.fsdp(t):
-        counts = parameter_counts(a)
-        # a quantised layer's unit holds its packed 4-bit weights (stored as bf16) and its norms; the quantisation
-        # constants are the modules' own attributes, which FSDP neither shards nor gathers (every rank holds them all)
-        packed = split.quantised * k.NF4_PACKED_BYTES_PER_PARAM
-        constants = quantisation_constant_bytes(split, t)
-        if t.method is Method.FULL:
-            weights = split.total * recipes.trained_param_bytes(t) / n
-        else:
-            weights = (packed + (split.total - split.quantised) * recipes.frozen_weight_bytes(t)) / n + constants
-        # the root unit's bf16 parameters and one decoder layer's, gathered; a second layer's beside a layer's
-        # backward (recipes.fsdp)
-        layer_quantised = split.quantised // a.num_layers
-        layer = int(layer_quantised * k.NF4_PACKED_BYTES_PER_PARAM
-                    + (counts.decoder_layer - layer_quantised) * dense_bytes)
-        gathered = (counts.total - a.num_layers * counts.decoder_layer) * dense_bytes + layer
-        fetch_buffer = layer
-        backward_gathered = 0 if recipes.checkpoints_outside_fsdp_units(t) else layer
-    if t.method in (Method.FULL, Method.FREEZE):
-        # the trainable weights are the model's own; report them under weights only
-        adapter = 0
-
-    grads: float
-    optimizer: float
-    step: float
-    if not recipes.runs_deepspeed(t):  # a Trainer without DeepSpeed: on one GPU, or its state sharded by FSDP
-        adapter, grads, optimizer, step = recipes.trainer_state_bytes(split.adapter, split.trainable, t)
-        if recipes.fsdp(t):
-            adapter, grads, optimizer, step = (x / n for x in (adapter, grads, optimizer, step))
-    else:
-        grads = split.trainable * dense_bytes / (n if t.zero_stage >= 2 else 1)
-        if t.zero_stage == 1 and n > 1:
-            # backward moves each gradient into the reduce bucket and, once reduced, the rank's own into its
-            # partition; gradients larger than the bucket keep their storage until the step
-            grads = (oversized_trainable_elements(a, split, t.method, b) + split.trainable / n) * dense_bytes
-        optimizer = 0 if t.offload is not Offload.NONE else \
-            split.trainable * optimizer_bytes_per_trainable_param(t) / (n if t.zero_stage >= 1 else 1)
-        step = optimizer_step_bytes(t, split.trainable, n, largest_trained_tensor(a, split, t.method))
+    place = placement(a, split, t, n, b)
+    state = deepspeed_state(a, split, t, n, b) if recipes.runs_deepspeed(t) else trainer_state(split, t, n)
+    weights, gathered, fetch_buffer = place.weights_bytes, place.gathered_bytes, place.fetch_buffer_bytes
+    regathered, backward_gathered = place.regathered_bytes, place.backward_gathered_bytes
+    grads, optimizer, step = state.gradients_bytes, state.optimizer_bytes, state.optimizer_step_bytes
+    # the trainable weights of a full or partial fine-tune are the model's own: reported under weights only (a
+    # Trainer's state counts the parameters it trains apart)
+    adapter = state.adapter_bytes if state.adapter_bytes is not None else \
+        0 if t.method in (Method.FULL, Method.FREEZE) else place.adapter_bytes
     stream = recipes.activation_spec(t)
     buffers, backward_buffers = _deepspeed_buffer_bytes(t, split, n, b)
     activations, logits, forward_end = activation_terms(a, stream, split, backward_buffers + backward_gathered)
