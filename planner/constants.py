@@ -149,8 +149,8 @@ EAGER_SOFTMAX_BACKWARD_FP32_COPIES = 3
 # Hidden-sized tensors alive in a recomputed layer's forward beside an adapter's fp32 input casts (hf-trainer and
 # trl-sft LoRA, planner/recipes.py adapter_cast_bytes), beyond what the layer saves: the residual, the MLP's input
 # and the down projection's base output the forward holds as locals, the layer output's gradient and what the final
-# norm's backward left. Simulated: trl-sft LoRA on every linear, Llama-3.1-8B 2x2048, Qwen3-8B 1x8192 and
-# Llama-3.2-1B 8x2048 held 6.6 to 8.0 of them (make bench-simulate)
+# norm's backward left. Held to: simulate.csv's trl-sft LoRA rows on every linear ('trl-sft Llama-3.1-8B
+# lora[all-linear] mb2x2048 ckpt sdpa z0 x1', '... Qwen3-8B ... mb1x8192 ...', '... Llama-3.2-1B ... mb8x2048 ...')
 CAST_PEAK_HIDDEN_TENSORS = 7
 # CUDA's native_dropout keeps a bool mask: one byte per element (aten/src/ATen/native/cuda/Dropout.cu).
 DROPOUT_MASK_BYTES = 1

@@ -18,7 +18,7 @@ def _mlp_backward_bytes(a: Architecture, t: TrainingSpec, split: ParameterSplit,
     trains, or an adapter reads it) that input, counted as saved, is freed by then: one fewer (simulated: trl-sft
     QLoRA on q,v and on q,k,v,o, 3; LoRA on every linear, 2). hf-trainer QLoRA's fp32 stream: 2 (simulated). Llama 4's
     sparse layer, the largest: the gradient of every expert's output, which backward reshapes into a copy before the
-    batched matmuls' (simulated: Llama-4-Maverick, 2.5 GiB at 2,048 tokens beside the layer's saved tensors)."""
+    batched matmuls' (simulate.csv's row 'Llama-4-Maverick-17B-128E lora[all-linear] mb1x2048 ckpt sdpa z3 x8')."""
     if a.family is Family.LLAMA4:
         return a.num_experts * a.hidden_size * tokens * t.precision.element_bytes
     if a.num_experts or a.family in LAYER_NORM_FAMILIES:

@@ -8,7 +8,7 @@ ZeRO-3 optimizer partitioned it (engine._configure_distributed_model: module.to(
 zero.Init). So ZeRO-3 shards a QLoRA model only once all of it is on every GPU: on more GPUs each step needs less,
 loading does not. Reported by users (deepspeedai/DeepSpeed#5660, huggingface/peft#1844, 2024: "parameters first be
 fully loaded to each GPU and then be sharded") and simulated (benchmarks/simulate.py counts loading's peak for a
-quantised model: Llama-2-70B QLoRA under ZeRO-3 on 2 ranks peaks there, 0.15 % above the plan).
+quantised model: simulate.csv's row 'Llama-2-70b-hf qlora[all-linear] mb2x2048 ckpt sdpa z3 x2' peaks there).
 
 Then a Trainer's script runs PEFT's prepare_model_for_kbit_training, which casts every parameter that is not 4-bit
 to fp32 (peft.utils.other: the embeddings, norms, output head and a mixture of experts' fused expert tensors),
@@ -43,8 +43,8 @@ def loading_bytes(a: Architecture, split: ParameterSplit, t: TrainingSpec) -> in
     PEFT adds (fp32, whatever casts them later: TRL to bf16, DeepSpeed to the step's dtype). Where PEFT's
     prepare_model_for_kbit_training runs (`t.upcasts_when_loading`), every dense parameter upcast to fp32 too,
     and the bf16 copy of the largest beside its fp32 one as DeepSpeed casts it back (without DeepSpeed, its bf16 source
-    beside its fp32 copy as PEFT casts it: the same bytes). Simulated: Llama-3.2-1B QLoRA under ZeRO-3 on 2 ranks
-    with the upcast, 2,123,472,576 bytes at DeepSpeed's cast of the tied embedding, 122,560 more than these terms."""
+    beside its fp32 copy as PEFT casts it: the same bytes). Simulated with the upcast, the peak at DeepSpeed's cast of
+    the tied embedding: simulate.csv's row 'Llama-3.2-1B qlora[all-linear] mb1x2048 ckpt sdpa z3 x2'."""
     if not split.quantised or recipes.fsdp(t):
         return 0
     stored = int(weight_storage_bytes(split, t)) + split.adapter * recipes.FP32_BYTES

@@ -179,8 +179,8 @@ def optimizer_step_bytes(t: TrainingSpec, trainable: int, world_size: int, large
 def zero3_elements(a: Architecture, split: ParameterSplit, t: TrainingSpec) -> tuple[int, int]:
     """DeepSpeed's elements of the whole model and of its largest module under ZeRO-3: a 4-bit weight is partitioned
     and gathered as its packed storage, which bitsandbytes stores in bf16 (four weights an element; DeepSpeed casts
-    every other parameter, fp32 ones included, to bf16 as it partitions them). Simulated: Llama-3.2-1B QLoRA on 2
-    ranks, 243,269,632 packed elements for its 973,078,528 4-bit weights (make bench-simulate)."""
+    every other parameter, fp32 ones included, to bf16 as it partitions them). Held to: simulate.csv's row
+    'Llama-3.2-1B qlora[all-linear] mb1x2048 ckpt sdpa z3 x2'."""
     counts = parameter_counts(a)
     per_weight = k.NF4_PACKED_BYTES_PER_PARAM / 2 if t.method is Method.QLORA else 1
     layer_quantised = split.quantised // a.num_layers
@@ -193,9 +193,9 @@ def stage3_gathered_elements(total_elements: int, largest_module_elements: int, 
     """Elements ZeRO-3 holds gathered (full copies, beside every rank's partition) in forward and backward: up to
     stage3_max_live_parameters, or the largest module when that alone is bigger (`zero3_elements`). The coordinator
     prefetches until that many are available and, from the second step on (a recorded trace), keeps what the trace
-    marks as used again (partitioned_param_coordinator.fetch_sub_module, __params_to_release). Simulated: after the
-    forward of a Llama-3.2-1B LoRA step on 2 ranks, 1.0e9 of its 1.24e9 parameters were gathered (8 to 12 of its 16
-    layers and the lm_head), 0.97e9 for Llama-3.1-8B (2 layers and the lm_head), 27 % and 11 % of their peaks."""
+    marks as used again (partitioned_param_coordinator.fetch_sub_module, __params_to_release). Held to: simulate.csv's
+    ZeRO-3 rows on several ranks (make bench-simulate), 'Llama-3.2-1B lora[all-linear] mb1x2048 ckpt sdpa z3 x2'
+    among them, where the gathered parameters are a quarter of the peak."""
     return min(max(b.max_live_parameters, largest_module_elements), total_elements)
 
 
@@ -203,7 +203,8 @@ def experts_released_between_uses(a: Architecture, t: TrainingSpec, b: Buckets) 
     """Whether ZeRO-3 releases a layer's experts between their forward and their backward: they outgrow
     stage3_max_live_parameters and a shared expert runs after them, whose fetch (the first of backward) finds too
     many parameters live. Experts that end their layer (Mixtral, Qwen3-MoE, gpt-oss) are reused by backward at once
-    and stay (simulated: Mixtral-8x7B, 1.4e9 expert parameters a layer, within 2 % under ZeRO-3)."""
+    and stay (held to: simulate.csv's rows 'Mixtral-8x7B-v0.1 lora[all-linear] mb1x4096 ckpt sdpa z3 x8' and
+    'Mixtral-8x7B-v0.1 full mb1x2048 ckpt sdpa z3 x8', 1.4e9 expert parameters a layer)."""
     shared_after = a.family in (*SHARED_EXPERTS_MOE, Family.LLAMA4) or (a.family is Family.QWEN2_MOE and
                                                                         a.shared_expert_intermediate_size > 0)
     return t.zero_stage == 3 and layer_expert_params(a) > b.max_live_parameters and shared_after
@@ -214,11 +215,12 @@ def regathered_experts_bytes(a: Architecture, t: TrainingSpec, b: Buckets, dense
     linear wrapper, which saves the parameter rather than its gathered storage, does not cover them. Where ZeRO-3
     releases the experts between uses (`experts_released_between_uses`), backward gathers them again through a flat
     buffer the size of the largest expert tensor while the copy the forward saved is still held: one layer's under
-    checkpointing (the recomputed one), every sparse layer's without it. Simulated: GLM-4.5-Air LoRA under ZeRO-3 on
-    8 ranks, the layer's gate-up and down tensors twice and the gate-up buffer live at the backward's `cat`; without
-    checkpointing, 226 GiB a rank (make bench-simulate). Llama 4's experts are batched matmuls, which save the
-    parameter itself: backward gathers them again through one flat buffer of the layer's expert tensors, and no copy
-    is held (simulated: Llama-4-Scout LoRA under ZeRO-3 on 8 ranks, the buffer beside the copies out of it)."""
+    checkpointing (the recomputed one), every sparse layer's without it: the layer's gate-up and down tensors twice
+    and the gate-up buffer live at the backward's `cat` (simulate.csv's rows 'GLM-4.5-Air lora[all-linear] mb1x2048
+    ckpt eager z3 x8' and, without checkpointing, '... mb1x256 eager z3 x8'). Llama 4's experts are batched matmuls,
+    which save the parameter itself: backward gathers them again through one flat buffer of the layer's expert
+    tensors, and no copy is held (the buffer beside the copies out of it: 'Llama-4-Scout-17B-16E lora[all-linear]
+    mb1x2048 ckpt sdpa z3 x8')."""
     if not experts_released_between_uses(a, t, b):
         return 0
     if a.family is Family.LLAMA4:
@@ -336,9 +338,8 @@ def zero3_placement(a: Architecture, split: ParameterSplit, t: TrainingSpec, n: 
     dense_bytes = t.precision.element_bytes
     gathered = fetch_buffer = regathered = 0
     # On one rank the partition is the whole parameter, which DeepSpeed views in place of gathering it
-    # (partition_parameters.all_gather_coalesced -> _no_gather_coalesced). Simulated, Llama-3.2-1B full at
-    # 2 x 2,048 tokens: 24.69 GiB, where gathering had been planned at 26.56; on an H100, 24.76 (+ cuBLAS's
-    # workspace, benchmarks/results/gpu_measurements_h100.csv).
+    # (partition_parameters.all_gather_coalesced -> _no_gather_coalesced). Held to: simulate.csv's row
+    # 'Llama-3.2-1B full mb2x2048 ckpt sdpa z3 x1' and, on an H100, gpu_measurements_h100.csv's.
     if n > 1:
         elements, largest = zero3_elements(a, split, t)
         gathered = stage3_gathered_elements(elements, largest, b) * dense_bytes

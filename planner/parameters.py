@@ -62,7 +62,8 @@ def parameter_split(arch: Architecture, method: Method, lora: LoraSpec, train_vi
     linear_weights = sum(layer.count * layer.in_features * layer.out_features
                          for layer in linear_layers(arch) if layer.part != "head")
     # bitsandbytes quantises nn.Linear modules only (transformers' replace_with_bnb_linear): a mixture of experts'
-    # fused 3-D expert tensors (transformers 5) stay in bf16 (simulated: Qwen1.5-MoE QLoRA, 25.0 GiB of weights)
+    # fused 3-D expert tensors (transformers 5) stay in bf16 (simulate.csv's row 'Qwen1.5-MoE-A2.7B qlora[q_proj,v_proj]
+    # mb1x1024 ckpt sdpa z0 x1')
     quantised = linear_weights if method.quantises else 0
     if method.uses_adapters:
         layers = tuple(layer for layer in lora_targets(arch, lora.target_modules, "training.lora.target_modules")
