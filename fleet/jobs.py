@@ -2,21 +2,13 @@
 
 Keys: fleet.keys (the table of every key).
 
-Job hash fields: typed in fleet.record.JobRecord, through which every reader outside fleet/ reads them. Each is
-written by one module of fleet/ (none else names them), inside its own atomic step:
-- fleet.lifecycle (Submit, Move, Cancel): schema, plan, priority, queue, gpu_class, gpus, nodes, submitted_at_ms,
-  events_max_len, timeout_s, submitter, team, predicted_s / predicted_low_s / predicted_high_s (the fleet's
-  prediction, executor.service.pricing), price_usd_per_gpu_hour, cost_high_usd, cancel_requested, cancel_reason;
-- fleet.leases (a claim): phase (LOADING), host_id, started_at_ms, fence, hold_from_step, and it clears the last
-  attempt's requests (cancel_requested, preempt_requested, preempted_for, preempt_deadline_ms, retry_at_ms,
-  budget_stop);
-- fleet.events (every event): phase, last_event, last_sequence, feedback, checkpoint_step, finished_at_ms;
-- fleet.recovery (the sweep and a holder's hand-back): fence, host_id, started_at_ms, infra_failures, error past the
-  retry limit, retry_at_ms, retry_reason, retry_kind, gang_attempts, preempt_requested, preempted_for,
-  preempted_for_team, preempt_kind, preempt_deadline_ms;
-- fleet.ledger (a hold's charge): spent_usd, gpu_seconds, lost_gpu_seconds; fleet.budget: budget_stop;
-- the holder, only through JobStore's fenced writes (record_output, record_error, record_replan): output_dir, log_path,
-  error, and an out-of-memory re-plan's plan and oom_replans.
+Job hash fields: typed in fleet.record.JobRecord, through which every reader outside fleet/ reads them; created by
+fleet.lifecycle's Submit (NewJob.fields), then each written only by the modules fleet.record.WRITERS names for it,
+inside their own atomic steps: fleet.lifecycle (Move, Cancel), fleet.leases (a claim: phase LOADING, host, fence, and
+it clears the last attempt's requests), fleet.events (every event: phase, last event, checkpoint step), fleet.recovery
+(the sweep and a holder's hand-back: fence, retries, preemption requests, an error past the retry limit),
+fleet.ledger (a hold's charge), fleet.budget (budget_stop) and the holder, only through JobStore's fenced writes
+(record_output, record_error, record_replan).
 
 The phase field is the job's lock: a worker claims a job only from QUEUED, Cancel of a queued job moves it
 from QUEUED to CANCELLED, both atomically, so a job is never both cancelled and started. The fence field

@@ -20,12 +20,8 @@ from fleet.errors import QueueFullError, no_such_job
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
 from fleet.keys import JOBS_INDEX, job_key, submitter_key, team_jobs_key
-from fleet.record import JobRecord
+from fleet.record import MOVED_FIELDS, JobRecord
 from fleet.retention import Quotas
-
-# What a move replaces in a job record: its plan and what Submit derived from it.
-MOVED_FIELDS = ("plan", "queue", "gpu_class", "gpus", "nodes", "timeout_s", "predicted_s", "predicted_low_s",
-                "predicted_high_s", "price_usd_per_gpu_hour", "cost_high_usd")
 
 
 class Lifecycle:

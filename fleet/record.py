@@ -1,6 +1,8 @@
 """The job record: one Redis hash per job (fleet.keys.job_key), every field typed here once. Readers outside fleet/
-get a JobRecord (JobStore.record, JobStore.records) and never a field by its bytes; the fleet's modules write it, each
-the fields it owns (fleet.jobs' table), a holder's writes through JobStore's fenced methods only."""
+get a JobRecord (JobStore.record, JobStore.records) and never a field by its bytes. fleet.lifecycle's Submit creates
+it with every field (fleet.jobs.NewJob.fields); after that each field is written only by the modules of fleet/ that
+WRITERS names for it, each inside its own atomic step, a holder's writes through JobStore's fenced methods only
+(tests/executor/test_fleet_units.py holds every write in fleet/ to this table)."""
 
 from __future__ import annotations
 
@@ -105,6 +107,35 @@ _CONVERT: dict[str, Callable[[bytes], object]] = {"str": bytes.decode, "bytes": 
 _KINDS = {f.name: str(f.type) for f in fields(JobRecord) if f.name != "job_id"}
 _CONVERTERS = {name.encode(): _CONVERT[kind] for name, kind in _KINDS.items()}  # by the hash's field name
 FIELDS = tuple(_KINDS)
+
+_SUBMIT = ("schema", "priority", "submitted_at_ms", "events_max_len", "submitter", "team")
+# What a Move of a queued job rewrites (fleet.lifecycle): its plan and what Submit derived from it.
+MOVED_FIELDS = ("plan", "queue", "gpu_class", "gpus", "nodes", "timeout_s", "predicted_s", "predicted_low_s",
+         "predicted_high_s", "price_usd_per_gpu_hour", "cost_high_usd")
+# A claim clears the last attempt's requests.
+_CLAIM_CLEARS = ("cancel_requested", "preempt_requested", "preempted_for", "preempt_deadline_ms", "retry_at_ms",
+                 "budget_stop")
+_ASKS_TO_YIELD = ("preempt_requested", "preempted_for", "preempted_for_team", "preempt_kind", "preempt_deadline_ms")
+# The fleet modules that write each field after Submit created the record (module names under fleet/; "jobs" is
+# JobStore's fenced holder writes: record_output, record_error, record_replan).
+WRITERS: dict[str, frozenset[str]] = {name: frozenset(modules) for name, modules in {
+    **dict.fromkeys(_SUBMIT, ()),  # set once, by Submit
+    **dict.fromkeys(MOVED_FIELDS, ("lifecycle",)),  # Move re-plans a queued job; an out-of-memory re-plan's plan below
+    "plan": ("lifecycle", "jobs"),
+    "cancel_reason": ("lifecycle",),
+    "cancel_requested": ("lifecycle", "leases"),
+    "phase": ("leases", "events"),  # a claim (QUEUED -> LOADING), then every event
+    "host_id": ("leases", "recovery"), "started_at_ms": ("leases", "recovery"), "fence": ("leases", "recovery"),
+    "hold_from_step": ("leases",),
+    **dict.fromkeys(_CLAIM_CLEARS[2:], ("leases", "recovery")),
+    "preempt_requested": ("leases", "recovery"), "budget_stop": ("leases", "budget"),
+    **dict.fromkeys(("last_event", "last_sequence", "feedback", "checkpoint_step", "finished_at_ms"), ("events",)),
+    **dict.fromkeys(("infra_failures", "retry_reason", "retry_kind", "gang_attempts", "preempted_for_team",
+                     "preempt_kind"), ("recovery",)),
+    "error": ("recovery", "jobs"),  # past the retry limit; a holder's run that failed
+    **dict.fromkeys(("spent_usd", "gpu_seconds", "lost_gpu_seconds"), ("ledger",)),
+    **dict.fromkeys(("output_dir", "log_path", "oom_replans"), ("jobs",)),
+}.items()}
 
 
 def field_names(*names: str) -> tuple[str, ...]:

@@ -156,3 +156,60 @@ def test_the_lua_scripts_on_a_job_hash_name_only_fields_of_the_record() -> None:
     assert named["claim"] >= {"phase", "fence", "host_id", "hold_from_step", "checkpoint_step"}, "the scan reads them"
     unknown = {name: sorted(fields - set(FIELDS)) for name, fields in named.items() if fields - set(FIELDS)}
     assert not unknown, f"fields the record does not have: {unknown}"
+
+
+_HASH_WRITES = {"hset", "hsetnx", "hincrby", "hincrbyfloat", "hdel"}
+_LUA_WRITE = re.compile(r"redis\.call\('(?:HSET|HSETNX|HINCRBY|HINCRBYFLOAT|HDEL)', KEYS\[1\],([^)]*)\)")
+
+
+def _job_hash_writes(path: Path) -> set[str]:
+    """The job-hash fields a fleet module writes: in a redis-py write (hset, hincrby, ...) whose key is job_key(...) or
+    a name the same function assigned from it, its literal field names and mapping keys, a module-level tuple of
+    names it spreads (its own or imported), and the literal keys of what it hands JobStore's fenced holder write."""
+    import ast
+    import importlib
+
+    tree = ast.parse(path.read_text())
+    module = vars(importlib.import_module(f"fleet.{path.stem}"))
+    tuples = {name: value for name, value in module.items()
+              if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value)}
+    written: set[str] = set()
+
+    def is_job_key(node: ast.AST, names: set[str]) -> bool:
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "job_key") or \
+            (isinstance(node, ast.Name) and node.id in names)
+
+    for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        names = {t.id for n in ast.walk(function) if isinstance(n, ast.Assign) and is_job_key(n.value, set())
+                 for t in n.targets if isinstance(t, ast.Name)}
+        for call in [n for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]:
+            holder = call.func.attr == "_as_holder"
+            if not holder and not (call.func.attr in _HASH_WRITES and call.args and is_job_key(call.args[0], names)):
+                continue
+            for node in [x for arg in (*call.args[1:], *(k.value for k in call.keywords)) for x in ast.walk(arg)]:
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in FIELDS:
+                    written.add(node.value)
+                elif isinstance(node, ast.Name) and node.id in tuples:
+                    written.update(tuples[node.id])
+    return written
+
+
+def test_each_job_hash_field_is_written_only_by_the_modules_the_record_names() -> None:
+    """fleet.record.WRITERS says which modules of fleet/ write each field of a job's hash after Submit created it;
+    every write found in fleet/ (redis-py calls and the Lua scripts on a job's hash) is one the table allows."""
+    from fleet import events, leases, record
+
+    fleet_dir = Path(record.__file__).parent
+    writes = {path.stem: _job_hash_writes(path) for path in fleet_dir.glob("*.py")}
+    for module, script in (("leases", leases._CLAIM), ("leases", leases._RELEASE), ("events", events._PUBLISH)):
+        script = re.sub(r"redis\.call\('HGET', KEYS\[1\], '[a-z_]+'\)", "", script)  # a read inside a write
+        for arguments in _LUA_WRITE.findall(script):
+            writes[module].update(set(re.findall(r"'([a-z_]+)'", arguments)) & set(FIELDS))
+    assert {"phase", "fence", "host_id"} <= writes["leases"] and {"phase", "last_event"} <= writes["events"], \
+        "the scan finds the claim's and the publish's writes"
+    assert {"spent_usd", "budget_stop", "retry_at_ms", "cancel_reason", "plan", "error"} <= set().union(*writes.values())
+    strays = {module: sorted(f for f in fields if module not in record.WRITERS[f])
+              for module, fields in writes.items() if any(module not in record.WRITERS[f] for f in fields)}
+    assert not strays, f"writes fleet.record.WRITERS does not give these modules: {strays}"
+    unwritten = {f for f, modules in record.WRITERS.items() if modules} - set().union(*writes.values())
+    assert not unwritten, f"WRITERS names writers of fields nothing writes: {sorted(unwritten)}"
