@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# a quoted row label: "<recipe> <model> <method>[targets] mb<batch>x<tokens> [ckpt] <attention> z<stage>|fsdp<n> x<ranks>"
-# (benchmarks/simulate_rows.py); a label may wrap onto the next comment line
+# a quoted row label, "<recipe> <model> <method>[targets] mb<batch>x<tokens> [ckpt] <attention> z<stage>|fsdp<n>
+# x<ranks>" (benchmarks/simulate_rows.py); a label may wrap onto the next comment line
 _LABEL = re.compile(r"'([^'\s][^']*? mb\d+x\d+ [^']*?(?:z[0-3]|fsdp\d) x\d+)'")
 
 

@@ -207,7 +207,8 @@ def test_each_job_hash_field_is_written_only_by_the_modules_the_record_names() -
             writes[module].update(set(re.findall(r"'([a-z_]+)'", arguments)) & set(FIELDS))
     assert {"phase", "fence", "host_id"} <= writes["leases"] and {"phase", "last_event"} <= writes["events"], \
         "the scan finds the claim's and the publish's writes"
-    assert {"spent_usd", "budget_stop", "retry_at_ms", "cancel_reason", "plan", "error"} <= set().union(*writes.values())
+    assert {"spent_usd", "budget_stop", "retry_at_ms", "cancel_reason", "plan", "error"} <= \
+        set().union(*writes.values())
     strays = {module: sorted(f for f in fields if module not in record.WRITERS[f])
               for module, fields in writes.items() if any(module not in record.WRITERS[f] for f in fields)}
     assert not strays, f"writes fleet.record.WRITERS does not give these modules: {strays}"

@@ -1,6 +1,6 @@
 """Loading a quantised model (planner.loading): transformers places it whole on every GPU before DeepSpeed's ZeRO-3
 partitions it, so more GPUs lower a step's peak but not loading's; and ZeRO-3 partitions and gathers its 4-bit
-weights as their packed storage (planner.memory.zero3_elements)."""
+weights as their packed storage (planner.regimes.zero3_elements)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from planner import constants as k
 from planner.catalog import default_catalog
 from planner.fit import fit
 from planner.loading import largest_unquantised_params, loading_bytes
-from planner.memory import gpu_memory, zero3_elements
+from planner.memory import gpu_memory
 from planner.parameters import parameter_split, weight_storage_bytes
+from planner.regimes import zero3_elements
 
 CATALOG = default_catalog()
 LLAMA_70B = CATALOG.model("meta-llama/Llama-2-70b-hf")
