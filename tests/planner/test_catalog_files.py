@@ -1,4 +1,4 @@
-"""The catalog is data (planner/data/gpus.csv, prices.csv, models.csv and configs/): every row parses with its source,
+"""The catalog is data (planner/data/gpus.csv, prices.csv, flavors.csv, models.csv and configs/): every row parses with its source,
 every price names a class the catalog has, every model's shape is its stored config.json read as a user's is, and a
 broken row or config is refused naming itself."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import default_catalog
+from planner.data.flavors import FLAVORS, read_flavors
 from planner.data.gpus import GPUS, read_gpus
 from planner.data.models import ALIASES, MODELS, config_path, read_models
 from planner.data.prices import PRICES, read_prices
@@ -68,3 +69,15 @@ def test_a_broken_model_row_or_config_is_refused_naming_it(tmp_path: Path) -> No
     (data / "models.csv").write_text("name,source\nx,y\n")
     with pytest.raises(ValueError, match="the header must be"):
         read_models(data)  # type: ignore[arg-type]
+
+
+def test_every_gpu_flavor_names_a_catalog_class_and_a_broken_flavor_row_names_its_line() -> None:
+    names = {g.name for g in GPUS}
+    gpu_flavors = [f for f in FLAVORS if f.accelerator == "gpu"]
+    assert gpu_flavors and all(f.gpu in names and f.gpu_count > 0 and f.hourly_usd > 0 for f in gpu_flavors)
+    assert all(f.price_source for f in FLAVORS)
+    text = files("planner.data").joinpath("flavors.csv").read_text().splitlines()
+    with pytest.raises(ValueError, match="flavors.csv line 3: accelerator must be one of gpu, cpu, tpu"):
+        read_flavors("\n".join([text[0], text[1], text[2].replace(",cpu,", ",npu,", 1)]))
+    with pytest.raises(ValueError, match="flavors.csv line 2"):
+        read_flavors("\n".join([text[0], text[3].replace(",1,", ",one,", 1)]))
