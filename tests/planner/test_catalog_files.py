@@ -1,6 +1,6 @@
-"""The catalog is data (planner/data/gpus.csv, prices.csv, flavors.csv, models.csv and configs/): every row parses with its source,
-every price names a class the catalog has, every model's shape is its stored config.json read as a user's is, and a
-broken row or config is refused naming itself."""
+"""The catalog is data (planner/data/gpus.csv, prices.csv, flavors.csv, models.csv and configs/): every row parses
+with its source, every price and flavor names a class the catalog has, every model's shape is its stored config.json
+read as a user's is, and a broken row or config is refused naming itself."""
 
 from __future__ import annotations
 
