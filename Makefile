@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	@echo "==> installing DeepSpeed, built against that torch: about a minute"
 	$(PIP) install -q -c constraints.txt --no-build-isolation "deepspeed>=0.18,<1"
 	@echo "==> installing tunefleet and its extras (transformers, PEFT, TRL, rq, the dashboard, test tools)"
-	$(PIP) install -q -c constraints.txt -e '.[train,queue,dashboard,dev,liger]'
+	$(PIP) install -q -c constraints.txt -e '.[train,queue,store,dashboard,dev,liger]'
 	# DeepSpeed compiles its CPU ops (shared-memory allreduce, Adam) on first use; do it once here, not in a test.
 	# executor.training.process points TORCH_EXTENSIONS_DIR at .venv/torch_extensions, so ops build once per venv.
 	@echo "==> compiling DeepSpeed's CPU ops (shared-memory allreduce, Adam) with the C++ compiler, once per .venv:" \

@@ -47,14 +47,15 @@ class HostRegistry:
         self.ttl_s = ttl_s
 
     def heartbeat(self, host_id: str, gpus: HostGpus, running_job_id: str, queues: list[str], work_dir: Path,
-                  work_dir_shared: bool) -> None:
+                  work_dir_shared: bool, checkpoint_store: str = "") -> None:
         now = time.time()
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(host_key(host_id), mapping={"gpu_class": gpus.gpu_class, "gpu_count": gpus.gpu_count,
                                               "gpu_memory_bytes": gpus.gpu_memory_bytes,
                                               "device_name": gpus.device_name, "running_job_id": running_job_id,
                                               "queues": ",".join(queues), "last_heartbeat_s": now,
-                                              "work_dir": str(work_dir), "work_dir_shared": int(work_dir_shared)})
+                                              "work_dir": str(work_dir), "work_dir_shared": int(work_dir_shared),
+                                              "checkpoint_store": checkpoint_store})
         pipe.expire(host_key(host_id), self.ttl_s)
         pipe.zadd(HOSTS_INDEX, {host_id: now})
         pipe.execute()
@@ -113,6 +114,7 @@ class HostRegistry:
                                            running_job_id=record[b"running_job_id"].decode(), last_heartbeat=beat,
                                            work_dir=record.get(b"work_dir", b"").decode(),
                                            work_dir_shared=record.get(b"work_dir_shared") == b"1",
+                                           checkpoint_store=record.get(b"checkpoint_store", b"").decode(),
                                            quarantine_reason=quarantine.get(b"reason", b"").decode()))
             if quarantine:
                 hosts[-1].quarantined_at.FromNanoseconds(int(float(quarantine[b"since_s"]) * 1e9))

@@ -105,6 +105,44 @@ def redis_url(redis_server: str) -> str:
     return redis_server
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3 API server on a free loopback port for the session (moto's server mode, which s3fs's own suite runs
+    against); its buckets live in this process, so a test that stops and starts it keeps them."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    from common.net import free_port
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+S3_SECRET = "s3-secret-never-shown"  # the credentials' secret half: a test greps what users see for it
+
+
+@pytest.fixture()
+def s3_store(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket of the S3 server, as s3://<bucket>/fleet; the endpoint and credentials in this process's
+    environment (botocore's chain reads them; processes the test starts inherit them)."""
+    import re
+
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "tunefleet-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", S3_SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + "-b"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/fleet"
+
+
 # Modules whose every test starts training processes (DeepSpeed ranks on the CPU); a test elsewhere that starts
 # a fleet worker does too. They are marked `training`, and make test-fast leaves them out.
 TRAINING_MODULES = {"test_training", "test_resilience", "test_dpo", "test_vision", "test_multinode", "test_simulate"}

@@ -29,7 +29,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}
 RUN python3.11 -m venv /opt/tunefleet && \
     /opt/tunefleet/bin/pip install --no-cache-dir -c constraints.txt "$(python3.11 -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["train"] if d.startswith("torch")))')" && \
     DS_BUILD_OPS=0 DS_BUILD_FUSED_ADAM=1 DS_BUILD_CPU_ADAM=1 DS_BUILD_UTILS=1 \
-        /opt/tunefleet/bin/pip install --no-cache-dir --no-build-isolation -c constraints.txt ".[train,queue]"
+        /opt/tunefleet/bin/pip install --no-cache-dir --no-build-isolation -c constraints.txt ".[train,queue,store]"
 
 FROM nvidia/cuda:12.8.1-runtime-ubuntu22.04@sha256:fcbbd60a5ad3db3a1c7375bf14546b369b54064c513224310b2026df50c7a9bd AS worker
 ARG DEBIAN_FRONTEND=noninteractive

@@ -162,7 +162,7 @@ class Executor:
                                     "prediction notes and suggestions, or model.config_json")
         run_config_from_plan(plan, output_dir=plan.output_uri or plan.plan_id)  # every check `train` runs first
         gpu_class = plan_gpu_class(plan.hardware, self.catalog)
-        check_shared_output(plan.output_uri, self.hosts.hosts(gpu_class))
+        check_shared_output(plan.output_uri, self.hosts.hosts(gpu_class), plan.hardware.nodes)
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
         if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
@@ -368,7 +368,8 @@ class Executor:
             raise PlanError("gpu_class", f"{request.gpu_class!r} has no healthy host in the fleet; it has "
                                          f"{', '.join(classes) or 'no hosts'}")
         plan = job_from_record(record).plan
-        check_shared_output(plan.output_uri, [h for h in hosts if h.gpu_class == request.gpu_class])
+        check_shared_output(plan.output_uri, [h for h in hosts if h.gpu_class == request.gpu_class],
+                            plan.hardware.nodes)
         most = max(h.gpu_count for h in hosts if h.gpu_class == request.gpu_class)
         best = moves.best_on(plan, request.gpu_class, most, self.accounts.priced_catalog())
         if best is None:

@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 
 from contract.errors import PlanError
+from contract.store import MANIFEST
 from executor.training import adam_replay
 
-MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 DEEPSPEED_TAG = "deepspeed"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")

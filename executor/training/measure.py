@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from executor.training.objective import StepLoss
 
 _RU_MAXRSS_UNIT_BYTES = 1024  # Linux reports ru_maxrss in KiB (getrusage(2))
 
@@ -49,3 +51,27 @@ def library_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
+
+
+@dataclass
+class Window:
+    """Loss, objective metrics, tokens and time since the last progress event (rank 0's micro-batches)."""
+
+    loss_sum: torch.Tensor | float = 0.0
+    micro_batches: int = 0
+    tokens: int = 0
+    started_s: float = 0.0
+    metric_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    metric_count: int = 0
+
+    def add(self, step: StepLoss, tokens: int) -> None:
+        self.loss_sum += step.loss.float()
+        self.micro_batches += 1
+        self.tokens += tokens
+        for name, value in step.metrics.items():
+            self.metric_sums[name] = self.metric_sums.get(name, 0.0) + value.float()
+        self.metric_count += step.count
+
+    def metrics(self) -> dict[str, float]:
+        return {name: float(total) / self.metric_count for name, total in self.metric_sums.items()} \
+            if self.metric_count else {}

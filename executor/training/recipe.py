@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,9 +35,10 @@ from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, JsonlProgressSink, ProgressSink
 from contract.run_config import RunConfig
 from contract.schema import Objective
-from executor.training import checkpoint, corpus, data, determinism, dpo, extensions, memory_guard
+from contract.store import store_from_environment
+from executor.training import checkpoint, corpus, data, determinism, dpo, extensions, memory_guard, remote
 from executor.training.launcher import RANK_EXIT_REFUSED, read_run_config
-from executor.training.measure import library_versions, peak_memory, relative_error, reset_peak_memory
+from executor.training.measure import Window, library_versions, peak_memory, relative_error, reset_peak_memory
 from executor.training.model import Host, check_host, detect_host, load_model, load_reference_model, load_tokenizer
 from executor.training.objective import Batch, BatchObjective, Dpo, Sft, StepLoss
 
@@ -66,30 +67,6 @@ class Setup:
     objective: BatchObjective
 
 
-@dataclass
-class _Window:
-    """Loss, objective metrics, tokens and time since the last progress event (rank 0's micro-batches)."""
-
-    loss_sum: torch.Tensor | float = 0.0
-    micro_batches: int = 0
-    tokens: int = 0
-    started_s: float = 0.0
-    metric_sums: dict[str, torch.Tensor] = field(default_factory=dict)
-    metric_count: int = 0
-
-    def add(self, step: StepLoss, tokens: int) -> None:
-        self.loss_sum += step.loss.float()
-        self.micro_batches += 1
-        self.tokens += tokens
-        for name, value in step.metrics.items():
-            self.metric_sums[name] = self.metric_sums.get(name, 0.0) + value.float()
-        self.metric_count += step.count
-
-    def metrics(self) -> dict[str, float]:
-        return {name: float(total) / self.metric_count for name, total in self.metric_sums.items()} \
-            if self.metric_count else {}
-
-
 class Trainer:
     def __init__(self, cfg: RunConfig, host: Host, rank: int, world_size: int, sink: ProgressSink,
                  progress_interval_s: float, holder: Holder) -> None:
@@ -98,6 +75,9 @@ class Trainer:
         self.holder = holder
         self.frozen_excluded = cfg.training.method.uses_adapters
         self._checkpoint_s = 0.0  # the last checkpoint's duration, for the hang watch
+        store = store_from_environment()  # a fleet without a shared filesystem: checkpoints also go there
+        self.store = remote.RunStore(store, rank, cfg.keep_checkpoints, holder.confirm, self._report_store) \
+            if store is not None else None
 
     def emit(self, phase: int, **fields: Any) -> None:
         if self.rank == 0:
@@ -111,6 +91,8 @@ class Trainer:
             self._first_step.stop()
 
     def _run(self) -> None:
+        if self.store is not None:
+            self.store.check()
         setup = self.setup()
         step, next_g = self._resume(setup.engine, setup.total_steps)
         if step >= setup.total_steps and self.cfg.summary_path.is_file():
@@ -119,14 +101,26 @@ class Trainer:
                       message=f"already complete at step {step}; {self.cfg.final_dir} and "
                               f"{self.cfg.summary_path} are unchanged")
             return
+        if self.store is not None:
+            self.store.start_uploads()
         started = time.perf_counter()
         last = self.loop(setup, step, next_g, stop_step=setup.total_steps)
         loop_s = time.perf_counter() - started
+        self._uploads_done(last)
         if last < setup.total_steps:
             log.info("stopped", step=last, reason="stop file")
-            return  # asked to yield: checkpointed, no export, no terminal event
+            return  # asked to yield: checkpointed (and stored), no export, no terminal event
         self._export(setup.engine, setup.tokenizer)
         self._summary(setup.total_steps, last, steps_run=last - step, loop_s=loop_s)
+
+    def _uploads_done(self, step: int) -> None:
+        if self.store is not None:
+            self._beat(step, 0.0, liveness.CHECKPOINTING)  # waiting on the network is not a hang
+            self.store.finish(step)
+
+    def _report_store(self, step: int, message: str) -> None:
+        self.emit(progress_pb2.PHASE_LOADING if step == 0 else progress_pb2.PHASE_TRAINING, step=step,
+                  message=message)
 
     def setup(self) -> Setup:
         """Tokenizer, tokenized data and its order, and the DeepSpeed engine built from the plan's config."""
@@ -196,7 +190,7 @@ class Trainer:
         cfg, engine, total = self.cfg, s.engine, s.total_steps
         reset_peak_memory()
         first_step, started = step + 1, time.perf_counter()
-        window = _Window(started_s=started)
+        window = Window(started_s=started)
         step_s: float | None = None  # a step's recent duration, for the worker's hang watch
         while step < stop_step:
             step += 1
@@ -216,7 +210,7 @@ class Trainer:
             if step == total or now - window.started_s >= self.progress_interval_s:
                 self._report(step, total, s.order.epoch_of(next_g), engine, window, now,
                              eta_s=(now - started) / (step - first_step + 1) * (total - step))
-                window = _Window(started_s=now)
+                window = Window(started_s=now)
             checkpointed = step == total or bool(cfg.checkpoint_every_steps and step % cfg.checkpoint_every_steps == 0)
             if checkpointed:
                 self._save(engine, step, next_g, step_s, last=step == total)
@@ -225,6 +219,8 @@ class Trainer:
                     self._save(engine, step, next_g, step_s, last=True)
                 return step
             if step < total:
+                if self.store is not None:
+                    self.store.notices(step)
                 self._beat(step, step_s, liveness.TRAINING)
         return step
 
@@ -260,6 +256,9 @@ class Trainer:
         return StepLoss(step.loss.detach(), step.metrics, step.count)  # the graph is not kept alive past backward
 
     def _resume(self, engine: Any, total: int) -> tuple[int, int]:
+        if self.store is not None:
+            self.store.fetch_newer(self.cfg.checkpoint_dir, lambda value: checkpoint.rank0_decides(value,
+                                                                                                   engine.device))
         found = checkpoint.latest(self.cfg.checkpoint_dir)
         if found is None:
             return 0, 0
@@ -298,7 +297,7 @@ class Trainer:
                   peak_gpu_memory_bytes=peak.gpu_reserved_bytes, peak_host_memory_bytes=peak.host_bytes,
                   message=f"first step on the longest batch took {step_time_s:.2f} s; {verdict}")
 
-    def _report(self, step: int, total: int, epoch: float, engine: Any, w: _Window, now: float, eta_s: float) -> None:
+    def _report(self, step: int, total: int, epoch: float, engine: Any, w: Window, now: float, eta_s: float) -> None:
         peak = peak_memory()
         elapsed = max(now - w.started_s, 1e-9)
         self.emit(progress_pb2.PHASE_TRAINING, step=step, total_steps=total, epoch=epoch,
@@ -317,6 +316,8 @@ class Trainer:
             return
         self.emit(progress_pb2.PHASE_CHECKPOINTING, step=step, checkpoint_path=str(path),
                   message=f"checkpoint complete at step {step}")
+        if self.store is not None:
+            self.store.submit(path, step, self.holder.fence)
 
     def _export(self, engine: Any, tokenizer: Any) -> None:
         """The adapter (or full model) with save_pretrained, and the tokenizer, in <output>/final."""
@@ -326,6 +327,8 @@ class Trainer:
             final.mkdir(parents=True, exist_ok=True)
             engine.module.save_pretrained(final, state_dict=state_dict)  # None: the module's own weights
             tokenizer.save_pretrained(final)
+            if self.store is not None:
+                self.store.store_export(final)
         if dist.is_initialized():
             dist.barrier()
 

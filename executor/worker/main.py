@@ -16,8 +16,10 @@ import structlog
 from common import exit_status
 from common.log import configure_logging
 from common.net import route_address
+from contract.errors import PlanError
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
+from contract.store import WORKER_STORE_ENV, worker_store
 from executor.worker import gpu_health
 from executor.worker import runtime as worker_runtime
 from executor.worker.gpus import detect_gpus
@@ -68,9 +70,12 @@ SIGTERM or Ctrl-C drains the worker: the running job writes a checkpoint at the 
 its queue, to resume on the next worker of its class. Keep a pod's termination grace period above
 --drain-grace-s + 60 s.
 
-With more than one worker in a class, --work-dir must be storage every worker of the fleet mounts at the same
-path (NFS, a ReadWriteMany volume): say so with --work-dir-shared. A job whose host is lost resumes there from
-its last complete checkpoint on another worker.
+With more than one worker in a class, a job whose host is lost resumes on another worker from its last complete
+checkpoint, which must reach that worker: either --work-dir is storage every worker mounts at the same path (NFS,
+a ReadWriteMany volume; say so with --work-dir-shared), or every worker keeps checkpoints in an object store
+(--checkpoint-store s3://bucket/prefix; credentials and endpoint from the standard AWS environment, profile or
+instance role, AWS_ENDPOINT_URL for a store other than AWS's). A one-node job's checkpoints are uploaded in the
+background and sealed with a manifest; a job that resumes on a host that never saw it downloads the newest one.
 
 A plan with hardware.nodes = N > 1 runs on N workers of its class at once (a gang): the worker that takes it
 leads (node 0, global rank 0) and N-1 idle workers of the class join it; all start torchrun together against
@@ -81,7 +86,7 @@ the fleet's retry limit. Its output must be on storage every worker mounts (--wo
 Plans read only under --data-root and write only under --output-root (default: --work-dir); workers that
 resume each other's jobs share TUNEFLEET_CHECKPOINT_KEY (checkpoints are signed with it).
 
-exit status: 0 stopped, 3 Redis unreachable at start."""
+exit status: 0 stopped, 2 the checkpoint store cannot be used, 4 Redis unreachable at start."""
 
 
 def _address_towards(redis_url: str) -> str:
@@ -130,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "write only under <output-root>/teams/<team> (a relative output lands in "
                         "<work-dir>/teams/<team>), so no job reads another team's data or outputs or squats a folder "
                         "of another team's; catalog and hub models are unaffected")
+    p.add_argument("--checkpoint-store", default=os.environ.get(WORKER_STORE_ENV, ""), metavar="URI",
+                   help="keep runs' checkpoints (and final exports) in this object store too, e.g. s3://bucket/fleet, "
+                        "so that a job resumes on a host that shares no filesystem with this one (env "
+                        f"{WORKER_STORE_ENV}; checked at start)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     return p
 
@@ -147,6 +156,12 @@ def main(argv: list[str] | None = None, detect: Callable[[Catalog], HostGpus] = 
     if args.hang_after_s < 0 or not args.hang_factor > 0:
         p.error("--hang-after-s must be >= 0 (0: off) and --hang-factor positive")
     configure_logging()
+    if args.checkpoint_store:
+        try:
+            worker_store(args.checkpoint_store)
+        except PlanError as e:
+            print(f"tunefleet worker: --checkpoint-store {e.description}", file=sys.stderr)
+            return exit_status.BAD_INPUT
     gpus = detect(default_catalog())
     if args.gpu_class:
         gpus = HostGpus(args.gpu_class, gpus.gpu_count, gpus.gpu_memory_bytes, gpus.device_name)
@@ -158,7 +173,8 @@ def main(argv: list[str] | None = None, detect: Callable[[Catalog], HostGpus] = 
     runtime = WorkerRuntime(args.redis, args.host_id, gpus, work_dir, Roots.from_arguments(args, work_dir),
                             team_roots=args.team_roots, progress_interval_s=args.progress_interval_s,
                             lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
-                            work_dir_shared=args.work_dir_shared, address=address,
+                            work_dir_shared=args.work_dir_shared, checkpoint_store=args.checkpoint_store,
+                            address=address,
                             gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s),
                             gpu_health=gpu_health.source(), launcher=launcher)
     try:

@@ -1,7 +1,8 @@
 """Where a held job reads and writes on this host: the worker's roots and work dir, or, under --team-roots, its
 team's own part of them (<root>/teams/<team>), so that no team's job reads another team's data or outputs, or claims
 a folder under another team's. A worker holds one job at a time; its runtime asks for the job's place when it takes
-the job (or joins its gang)."""
+the job (or joins its gang). With a checkpoint store (--checkpoint-store), the job's own prefix of it too:
+<store>/jobs/<job id>, under --team-roots <store>/teams/<team>/jobs/<job id>."""
 
 from __future__ import annotations
 
@@ -15,22 +16,24 @@ from contract.errors import PlanError
 from contract.ownership import claim_output, read_paths
 from contract.paths import TEAMS_DIR, Roots
 from contract.run_config import DEFAULT_OUTPUT_PARENT, run_config_from_plan
+from contract.store import job_prefix
 
 
 @dataclass(frozen=True)
 class Place:
     roots: Roots
     work_dir: Path  # where a relative output (and a relative dataset path) lands
+    store: str = ""  # the job's prefix of the worker's checkpoint store; "" for none
 
     @classmethod
-    def of(cls, roots: Roots, work_dir: Path, team: str, team_roots: bool) -> Place:
-        """The place of a job of `team` on a worker with these roots and work dir."""
+    def of(cls, roots: Roots, work_dir: Path, team: str, team_roots: bool, store: str = "", job_id: str = "") -> Place:
+        """The place of job `job_id` of `team` on a worker with these roots, work dir and checkpoint store."""
         if not team_roots:
-            return cls(roots, work_dir)
+            return cls(roots, work_dir, job_prefix(store, job_id) if store else "")
         if not NAME.fullmatch(team):  # as common.identity admits a team: never a '/', nor '.' or '..'
             raise PlanError("team", f"{team!r} cannot name a folder; this worker (--team-roots) runs only jobs of "
                                     "teams from the fleet's identities file")
-        return cls(roots.of_team(team), work_dir / TEAMS_DIR / team)
+        return cls(roots.of_team(team), work_dir / TEAMS_DIR / team, job_prefix(store, job_id, team) if store else "")
 
     def output_dir(self, plan: plan_pb2.Plan, job_id: str, forbidden: tuple[Path, ...]) -> Path:
         """Where the job writes, claimed for it before anything is written (contract.ownership): under the work dir

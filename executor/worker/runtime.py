@@ -36,6 +36,7 @@ from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
 from contract.rendezvous import Rendezvous
 from contract.run_config import launcher_log_path, stop_path
+from contract.store import STORE_ENV
 from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead, wait_for_gang
@@ -101,6 +102,7 @@ class WorkerRuntime:
     lease_ttl_s: float = LEASE_TTL_S
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
     work_dir_shared: bool = False
+    checkpoint_store: str = ""  # an object store runs keep checkpoints in too (contract.store); "" for none
     address: str = "127.0.0.1"  # where the other nodes of a gang reach this host (the rendezvous, collectives)
     gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
     hang: HangPolicy = field(default_factory=HangPolicy)
@@ -127,11 +129,12 @@ class WorkerRuntime:
 
     def heartbeat(self) -> None:
         self.registry.heartbeat(self.host_id, self.gpus, self.running_job_id, self.queues, self.work_dir,
-                                self.work_dir_shared)
+                                self.work_dir_shared, self.checkpoint_store)
 
     def _take_place(self, record: JobRecord) -> None:
-        """Where the job now held reads and writes (executor.worker.placement): its team's part under --team-roots."""
-        self.place = Place.of(self.roots, self.work_dir, record.team, self.team_roots)
+        """Where the job now held reads and writes (executor.worker.placement): its part of roots and store."""
+        self.place = Place.of(self.roots, self.work_dir, record.team, self.team_roots, self.checkpoint_store,
+                              record.job_id)
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -208,7 +211,9 @@ class WorkerRuntime:
                      *[f"--data-root={p}" for p in self.place.roots.data],
                      *[f"--output-root={p}" for p in self.place.roots.output],
                      *(rendezvous.arguments() if rendezvous else [])]
-        return self.launcher(Launch(plan_path, out, arguments, environment or {}, self.place.work_dir,
+        # a one-node run keeps its checkpoints in the store too; a gang's nodes share their output (--work-dir-shared)
+        stored = {STORE_ENV: self.place.store} if self.place.store and rendezvous is None else {}
+        return self.launcher(Launch(plan_path, out, arguments, {**(environment or {}), **stored}, self.place.work_dir,
                                     launcher_log_path(out, rendezvous.node_rank if rendezvous else 0)))
 
     def _supervise(self, attempt: Attempt) -> Outcome:

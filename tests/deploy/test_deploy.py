@@ -323,7 +323,7 @@ def test_images_install_the_versions_the_tests_use_and_start_commands_that_exist
     service, worker = DOCKERFILES["service"].text, DOCKERFILES["worker"].text
     assert "--no-binary=tunefleet -c constraints.txt . &&" in service, "the planner image installs the core only"
     assert '--no-binary=tunefleet -c constraints.txt ".[queue]"' in service
-    assert '-c constraints.txt ".[train,queue]"' in worker
+    assert '-c constraints.txt ".[train,queue,store]"' in worker
     assert '["optional-dependencies"]["train"]' in worker and 'd.startswith("torch")' in worker
     for text in (service, worker):
         assert all("@sha256:" in line for line in text.splitlines()

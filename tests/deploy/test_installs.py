@@ -1,8 +1,8 @@
 """Every image's package set installs and starts — the image test that needs no container engine.
 
 Each image of deploy/docker installs one package set: the planner image the base install (`pip install .`), the
-dashboard image `.[dashboard]`, the executor-service image `.[queue]`, the worker image `.[train,queue]`. For each,
-the test installs that set from what the Dockerfile copies into a virtualenv of its own (pip, under
+dashboard image `.[dashboard]`, the executor-service image `.[queue]`, the worker image `.[train,queue,store]`.
+For each, the test installs that set from what the Dockerfile copies into a virtualenv of its own (pip, under
 constraints.txt, as the Dockerfile does), runs the image's ENTRYPOINT with --help, starts it as its CMD says
 (ports made free) and runs its HEALTHCHECK command against it. The suite's own venv has every extra, which would
 hide an import only an extra provides; this one has only what the image has.
@@ -100,7 +100,7 @@ def queue_venv(dashboard_venv: Path, source: Path) -> Path:
 def worker_venv(queue_venv: Path, source: Path) -> Path:
     _pip(queue_venv, "torch==2.13.0")  # as the worker image and `make install` do: torch, then DeepSpeed against it
     _pip(queue_venv, "--no-build-isolation", "deepspeed")
-    _pip(queue_venv, f"{source}[train,queue]")
+    _pip(queue_venv, f"{source}[train,queue,store]")
     return queue_venv
 
 

@@ -217,7 +217,7 @@ class FleetRequest(_message.Message):
     def __init__(self, gpu_class: _Optional[str] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat", "work_dir", "work_dir_shared", "quarantine_reason", "quarantined_at", "running_team")
+    __slots__ = ("host_id", "gpu_class", "gpu_count", "gpu_memory_bytes", "running_job_id", "last_heartbeat", "work_dir", "work_dir_shared", "quarantine_reason", "quarantined_at", "running_team", "checkpoint_store")
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +229,7 @@ class Host(_message.Message):
     QUARANTINE_REASON_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_AT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TEAM_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STORE_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     gpu_class: str
     gpu_count: int
@@ -240,7 +241,8 @@ class Host(_message.Message):
     quarantine_reason: str
     quarantined_at: _timestamp_pb2.Timestamp
     running_team: str
-    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_dir: _Optional[str] = ..., work_dir_shared: _Optional[bool] = ..., quarantine_reason: _Optional[str] = ..., quarantined_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_team: _Optional[str] = ...) -> None: ...
+    checkpoint_store: str
+    def __init__(self, host_id: _Optional[str] = ..., gpu_class: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., running_job_id: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_dir: _Optional[str] = ..., work_dir_shared: _Optional[bool] = ..., quarantine_reason: _Optional[str] = ..., quarantined_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_team: _Optional[str] = ..., checkpoint_store: _Optional[str] = ...) -> None: ...
 
 class QueueDepth(_message.Message):
     __slots__ = ("queue", "gpu_class", "priority", "depth")
