@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -141,6 +143,33 @@ def s3_store(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.
     bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + "-b"
     boto3.client("s3").create_bucket(Bucket=bucket)
     return f"s3://{bucket}/fleet"
+
+
+@dataclass
+class StoppableS3:
+    """An S3 API server of one test's own, which it stops (an outage) and starts again with its buckets kept."""
+
+    server: Any  # moto.server.ThreadedMotoServer
+    uri: str  # s3://<bucket>/fleet on it
+
+
+@pytest.fixture()
+def stoppable_s3(s3_store: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[StoppableS3]:
+    """s3_store's credentials, on a server of the test's own (stopping the session's would fail other tests);
+    botocore tries each request once (its retries would only lengthen each failed try of tunefleet's)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from common.net import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    boto3.client("s3").create_bucket(Bucket="outage")
+    yield StoppableS3(server, "s3://outage/fleet")
+    server.stop()
 
 
 # Modules whose every test starts training processes (DeepSpeed ranks on the CPU); a test elsewhere that starts

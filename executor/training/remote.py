@@ -169,7 +169,11 @@ class Uploader:
         self.newest_sealed = job.step
         self._notice(f"checkpoint step {job.step} stored and sealed in {self.store.where(sealed.prefix)} "
                      f"({job.bytes / MiB:.1f} MiB in {took_s:.1f} s)")
-        self.store.prune(self.keep)
+        try:
+            self.store.prune(self.keep)
+        except Exception as e:  # what is kept is only what the next prune deletes; the run goes on
+            self._notice(f"deleting checkpoints older than step {job.step} from {self.store.uri} failed "
+                         f"({type(e).__name__}: {str(e)[:200]}); the next sealed checkpoint tries again")
 
 
 def deadline_from_environment(environ: dict[str, str] | None = None) -> float:

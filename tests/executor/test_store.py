@@ -11,9 +11,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
-from common.net import free_port
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.store import MANIFEST, Store, job_prefix, worker_store
 from executor.training import checkpoint, remote
@@ -125,14 +123,9 @@ def test_a_wrong_bucket_or_credentials_in_the_uri_are_refused_naming_it(s3_store
     worker_store(s3_store)  # the real bucket passes
 
 
-def test_uploads_go_on_through_an_outage_and_fail_the_run_only_after_the_deadline(s3_store, tmp_path, monkeypatch):
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries would only lengthen each failed try
-    boto3.client("s3").create_bucket(Bucket="outage")
-    store = Store("s3://outage/fleet/jobs/j")
+def test_uploads_go_on_through_an_outage_and_fail_the_run_only_after_the_deadline(stoppable_s3, tmp_path):
+    server = stoppable_s3.server
+    store = Store(job_prefix(stoppable_s3.uri, "j"))
     slept: list[float] = []
     restarted = threading.Event()
 
@@ -153,11 +146,21 @@ def test_uploads_go_on_through_an_outage_and_fail_the_run_only_after_the_deadlin
 
     failing = remote.Uploader(store, lambda: True, keep=2, deadline_s=0.5, sleep=lambda s: time.sleep(0.2))
     server.stop()
-    try:
-        failing.submit(_local_checkpoint(tmp_path / "b", 2), 2, 1)
-        with pytest.raises(TrainingFailedError, match="could not be stored in s3://outage/fleet/jobs/j"):
-            failing.close(timeout_s=60)
-        server.start()
-        assert [s.step for s in store.sealed()] == [1], "a failed upload deletes nothing"
-    finally:
-        server.stop()
+    failing.submit(_local_checkpoint(tmp_path / "b", 2), 2, 1)
+    with pytest.raises(TrainingFailedError, match="could not be stored in s3://outage/fleet/jobs/j"):
+        failing.close(timeout_s=60)
+    server.start()
+    assert [s.step for s in store.sealed()] == [1], "a failed upload deletes nothing"
+
+
+def test_a_prune_that_fails_after_a_seal_leaves_the_run_going(s3_store, tmp_path):
+    class Unprunable(Store):
+        def prune(self, keep: int) -> None:
+            raise OSError("connection reset while listing")
+
+    uploader = remote.Uploader(Unprunable(job_prefix(s3_store, "j")), lambda: True, keep=1)
+    uploader.submit(_local_checkpoint(tmp_path, 1), 1, 1)
+    uploader.close(timeout_s=60)  # raises the upload thread's failure, if any
+    notices = uploader.notices()
+    assert any("checkpoint step 1 stored and sealed" in n for n in notices), notices
+    assert any("deleting checkpoints older than step 1" in n and "failed (OSError" in n for n in notices), notices
