@@ -215,9 +215,11 @@ def follow(responses: Iterator[executor_pb2.WatchResponse], predicted_bytes: int
     columns = (TextColumn("{task.fields[phase]:<13}", markup=False), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]}", markup=False), TextColumn("{task.fields[speed]}", markup=False),
                TextColumn("eta {task.fields[eta]}", markup=False), TextColumn("{task.fields[memory]}", markup=False),
-               TextColumn("{task.fields[checkpoint]}", markup=False), TimeElapsedColumn())
+               TextColumn("{task.fields[checkpoint]}", markup=False), TextColumn("{task.fields[stored]}", markup=False),
+               TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task("job", total=None, phase="waiting", loss="-", speed="", eta="-", memory="", checkpoint="")
+        task = bar.add_task("job", total=None, phase="waiting", loss="-", speed="", eta="-", memory="", checkpoint="",
+                            stored="")
         for r in responses:
             if r.HasField("history_trimmed"):
                 bar.console.print(f"history trimmed: events before {r.history_trimmed.first_available_sequence} "
@@ -226,7 +228,7 @@ def follow(responses: Iterator[executor_pb2.WatchResponse], predicted_bytes: int
             if not r.HasField("event"):
                 continue
             e = last = r.event
-            if e.message and e.phase not in (progress_pb2.PHASE_TRAINING, progress_pb2.PHASE_CHECKPOINTING):
+            if e.message and e.phase != progress_pb2.PHASE_CHECKPOINTING:  # a checkpoint shows in its column
                 bar.console.print(f"[{phase_name(e.phase)}] {e.message}", markup=False, highlight=False)
             fields: dict[str, object] = {"phase": phase_name(e.phase), "completed": e.step}
             if e.total_steps:
@@ -242,6 +244,8 @@ def follow(responses: Iterator[executor_pb2.WatchResponse], predicted_bytes: int
             if memory := _memory(e, predicted_bytes):
                 fields["memory"] = memory
             if e.checkpoint_path:
-                fields["checkpoint"] = f"ckpt @ {e.step}"
+                fields["checkpoint"] = f"ckpt @ {e.step}"  # written on the host
+            if e.HasField("stored_checkpoint"):
+                fields["stored"] = f"stored @ {e.stored_checkpoint.step}"  # sealed in the object store
             bar.update(task, **fields)  # type: ignore[arg-type]
     return last

@@ -24,6 +24,7 @@ from contract.errors import PlanError, TrainingFailedError
 WORKER_STORE_ENV = "TUNEFLEET_CHECKPOINT_STORE"  # a worker's --checkpoint-store
 STORE_ENV = "TUNEFLEET_RUN_STORE"  # a run's own prefix of it (<store>[/teams/<team>]/jobs/<job id>), set by its worker
 STORE_DEADLINE_ENV = "TUNEFLEET_STORE_DEADLINE_S"  # how long uploads may fail before the run fails (seconds)
+STORE_KEEP_ENV = "TUNEFLEET_STORE_KEEP"  # how many sealed checkpoints the store keeps (a worker's --store-keep)
 MANIFEST = "manifest.json"  # a checkpoint's seal: each file's size and SHA-256, signed (executor.training.checkpoint)
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
@@ -176,6 +177,11 @@ def job_prefix(uri: str, job_id: str, team: str = "") -> str:
     """A job's prefix of a worker's store: <store>/jobs/<job id>, or under --team-roots <store>/teams/<team>/jobs/…
     (so no team's job reads or overwrites another team's checkpoints)."""
     return f"{uri.rstrip('/')}/{f'teams/{team}/' if team else ''}jobs/{job_id}"
+
+
+def run_environment(job_store: str, keep: int) -> dict[str, str]:
+    """What a worker tells a run of its store: the job's prefix and how many sealed checkpoints to keep."""
+    return {STORE_ENV: job_store, STORE_KEEP_ENV: str(keep)} if job_store else {}
 
 
 def store_from_environment(environ: dict[str, str] | None = None) -> Store | None:

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
-from tunefleet.v1 import executor_pb2, progress_pb2
+from tunefleet.v1 import executor_pb2
 
 from clients.fleet_render import expected_start, feedback_text, phase_name, priority_name
 from common.bounds import parse_count
@@ -38,11 +38,6 @@ async def jobs(dash: Dashboard, request: Request, session: Session) -> Response:
     return dash.render(request, "jobs.html", rows=[present.job_row(j) for j in listing.jobs],
                        next_page=listing.next_page_token, phases=present.PHASES, phase=q.get("phase", ""),
                        gpu_class=gpu_class, first_page=not token)
-
-
-def _checkpoints(events: list[progress_pb2.ProgressEvent]) -> list[dict[str, object]]:
-    return [{"step": e.step, "path": e.checkpoint_path, "time": present.stamp(e.time)}
-            for e in events if e.checkpoint_path]
 
 
 async def job(dash: Dashboard, request: Request, session: Session) -> Response:

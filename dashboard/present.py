@@ -163,7 +163,8 @@ def event_json(e: progress_pb2.ProgressEvent) -> dict[str, object]:
             "learning_rate": e.learning_rate, "tokens_per_s": e.tokens_per_s,
             "peak_memory_bytes": e.peak_gpu_memory_bytes or e.peak_host_memory_bytes,
             "memory_kind": "GPU" if e.peak_gpu_memory_bytes else "host", "eta": duration(e.eta_s),
-            "message": e.message, "checkpoint": e.checkpoint_path}
+            "message": e.message, "checkpoint": e.checkpoint_path,
+            "stored_step": e.stored_checkpoint.step, "stored": e.stored_checkpoint.uri}
 
 
 def job_facts(job: executor_pb2.Job) -> dict[str, object]:

@@ -72,6 +72,10 @@
       li.textContent = "step " + e.step + ": " + e.checkpoint + " (" + e.time + ")";
       checkpoints.appendChild(li);
     }
+    if (e.stored) {  // written on the host (the list) and sealed in the object store (this line) differ while uploading
+      document.getElementById("stored-checkpoint").textContent = "step " + e.stored_step + ": " + e.stored + " (" + e.time + ")";
+      document.getElementById("stored").hidden = false;
+    }
     if (e.metric && e.step > lastStep) {  // only a training event measures a step: others carry no loss or rate
       lastStep = e.step;
       loss.push(e.step, [e.loss]);

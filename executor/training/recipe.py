@@ -76,8 +76,8 @@ class Trainer:
         self.frozen_excluded = cfg.training.method.uses_adapters
         self._checkpoint_s = 0.0  # the last checkpoint's duration, for the hang watch
         store = store_from_environment()  # a fleet without a shared filesystem: checkpoints also go there
-        self.store = remote.RunStore(store, rank, cfg.keep_checkpoints, holder.confirm, self._report_store) \
-            if store is not None else None
+        self.store = remote.RunStore(store, rank, remote.keep_from_environment(cfg.keep_checkpoints), holder.confirm,
+                                     self._report_store) if store is not None else None
 
     def emit(self, phase: int, **fields: Any) -> None:
         if self.rank == 0:
@@ -118,9 +118,11 @@ class Trainer:
             self._beat(step, 0.0, liveness.CHECKPOINTING)  # waiting on the network is not a hang
             self.store.finish(step)
 
-    def _report_store(self, step: int, message: str) -> None:
+    def _report_store(self, step: int, notice: remote.Notice) -> None:
+        stored = progress_pb2.StoredCheckpoint(step=notice.stored_step, uri=notice.stored_uri) \
+            if notice.stored_uri else None
         self.emit(progress_pb2.PHASE_LOADING if step == 0 else progress_pb2.PHASE_TRAINING, step=step,
-                  message=message)
+                  message=notice.message, stored_checkpoint=stored)
 
     def setup(self) -> Setup:
         """Tokenizer, tokenized data and its order, and the DeepSpeed engine built from the plan's config."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.errors import LeaseLostError, TrainingFailedError
-from contract.store import FINAL, STORE_DEADLINE_ENV, Store
+from contract.store import FINAL, STORE_DEADLINE_ENV, STORE_KEEP_ENV, Store
 from executor.training import checkpoint
 
 # How long uploads may fail in a row before the run fails: what a lost host costs at most beyond the work since its
@@ -70,6 +70,15 @@ def newest_into(store: Store, root: Path, key: bytes, local_step: int,
 
 
 @dataclass(frozen=True)
+class Notice:
+    """What the uploads did, for the run's progress: a message, and the checkpoint it sealed in the store if any."""
+
+    message: str
+    stored_step: int = 0
+    stored_uri: str = ""
+
+
+@dataclass(frozen=True)
 class _Upload:
     staged: Path  # hard links to the checkpoint's files: the local retention may delete the checkpoint meanwhile
     step: int
@@ -86,7 +95,7 @@ class Uploader:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.store, self.may_seal, self.keep, self.deadline_s, self._sleep = store, may_seal, keep, deadline_s, sleep
         self._queue: queue.Queue[_Upload | None] = queue.Queue(maxsize=UPLOAD_QUEUE)
-        self._notices: list[str] = []
+        self._notices: list[Notice] = []
         self._lock = threading.Lock()
         self._failure: Exception | None = None
         self.newest_sealed = 0  # the newest step sealed in the store by this run
@@ -109,7 +118,7 @@ class Uploader:
         self._queue.put(_Upload(staged, step, fence, size))
         return time.monotonic() - started
 
-    def notices(self) -> list[str]:
+    def notices(self) -> list[Notice]:
         with self._lock:
             taken, self._notices = self._notices, []
         return taken
@@ -125,9 +134,9 @@ class Uploader:
             self._thread.join(timeout_s)
         self.raise_if_failed()
 
-    def _notice(self, message: str) -> None:
+    def _notice(self, message: str, stored_step: int = 0, stored_uri: str = "") -> None:
         with self._lock:
-            self._notices.append(message)
+            self._notices.append(Notice(message, stored_step, stored_uri))
 
     def _work(self) -> None:
         while (job := self._queue.get()) is not None:
@@ -167,8 +176,9 @@ class Uploader:
                          "still owns the job; the next checkpoint tries again")
             return
         self.newest_sealed = job.step
-        self._notice(f"checkpoint step {job.step} stored and sealed in {self.store.where(sealed.prefix)} "
-                     f"({job.bytes / MiB:.1f} MiB in {took_s:.1f} s)")
+        uri = self.store.where(sealed.prefix)
+        self._notice(f"checkpoint step {job.step} stored and sealed in {uri} ({job.bytes / MiB:.1f} MiB in "
+                     f"{took_s:.1f} s)", job.step, uri)
         try:
             self.store.prune(self.keep)
         except Exception as e:  # what is kept is only what the next prune deletes; the run goes on
@@ -181,13 +191,19 @@ def deadline_from_environment(environ: dict[str, str] | None = None) -> float:
     return float(value) if value else STORE_DEADLINE_S
 
 
+def keep_from_environment(default: int, environ: dict[str, str] | None = None) -> int:
+    """The sealed checkpoints the store keeps: the worker's --store-keep, else the run's local retention."""
+    value = (os.environ if environ is None else environ).get(STORE_KEEP_ENV, "")
+    return max(1, int(value)) if value else default
+
+
 class RunStore:
     """A run's side of its store, as the trainer calls it: checked before the model loads, the newest checkpoint
     fetched before resuming, each sealed checkpoint handed to rank 0's uploads, their notices reported as progress,
     all of them waited for before the run ends, and the export stored. Ranks other than 0 only wait for rank 0."""
 
     def __init__(self, store: Store, rank: int, keep: int, may_seal: Callable[[], bool],
-                 report: Callable[[int, str], None]) -> None:
+                 report: Callable[[int, Notice], None]) -> None:
         self.store, self.rank, self.keep, self.may_seal, self.report = store, rank, keep, may_seal, report
         self.uploader: Uploader | None = None
 
@@ -202,7 +218,7 @@ class RunStore:
         if self.rank == 0:
             found = checkpoint.latest(root)
             newest_into(self.store, root, checkpoint.signing_key(), found[0].step if found else 0,
-                        lambda message: self.report(0, message))
+                        lambda message: self.report(0, Notice(message)))
         decide(True)
 
     def start_uploads(self) -> None:
@@ -216,13 +232,13 @@ class RunStore:
         waited_s = self.uploader.submit(path, step, fence)
         self.notices(step)
         if waited_s >= STORE_WAIT_REPORTED_S:
-            self.report(step, f"training waited {waited_s:.1f} s for the upload of the checkpoint before it")
+            self.report(step, Notice(f"training waited {waited_s:.1f} s for the upload of the checkpoint before it"))
 
     def notices(self, step: int) -> None:
         """What the uploads did since the last step, as progress; their failure stops the run."""
         if self.uploader is not None:
-            for message in self.uploader.notices():
-                self.report(step, message)
+            for notice in self.uploader.notices():
+                self.report(step, notice)
             self.uploader.raise_if_failed()
 
     def finish(self, step: int) -> None:
@@ -236,5 +252,5 @@ class RunStore:
     def store_export(self, final: Path) -> None:
         started = time.monotonic()
         stored = self.store.upload_tree(final, FINAL)
-        self.report(0, f"stored the export in {self.store.uri}/{FINAL} ({stored / MiB:.1f} MiB in "
-                       f"{time.monotonic() - started:.1f} s)")
+        self.report(0, Notice(f"stored the export in {self.store.uri}/{FINAL} ({stored / MiB:.1f} MiB in "
+                              f"{time.monotonic() - started:.1f} s)"))

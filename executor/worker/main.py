@@ -19,6 +19,7 @@ from common.net import route_address
 from contract.errors import PlanError
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S
+from contract.run_config import DEFAULT_KEEP_CHECKPOINTS
 from contract.store import WORKER_STORE_ENV, worker_store
 from executor.worker import gpu_health
 from executor.worker import runtime as worker_runtime
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep runs' checkpoints (and final exports) in this object store too, e.g. s3://bucket/fleet, "
                         "so that a job resumes on a host that shares no filesystem with this one (env "
                         f"{WORKER_STORE_ENV}; checked at start)")
+    p.add_argument("--store-keep", type=int, default=DEFAULT_KEEP_CHECKPOINTS, metavar="N",
+                   help="the newest N sealed checkpoints of a job stay in the store (older ones are deleted only "
+                        "after a newer one is sealed); default %(default)s")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     return p
 
@@ -153,6 +157,8 @@ def main(argv: list[str] | None = None, detect: Callable[[Catalog], HostGpus] = 
         p.error(f"--lease-ttl-s must be at least {2 * RENEW_INTERVAL_S:g} (two renewals) and --drain-grace-s >= 0")
     if not args.gang_timeout_s > 0:
         p.error("--gang-timeout-s must be positive")
+    if args.store_keep < 1:
+        p.error("--store-keep must be at least 1: the newest sealed checkpoint is what a lost host resumes from")
     if args.hang_after_s < 0 or not args.hang_factor > 0:
         p.error("--hang-after-s must be >= 0 (0: off) and --hang-factor positive")
     configure_logging()
@@ -174,6 +180,7 @@ def main(argv: list[str] | None = None, detect: Callable[[Catalog], HostGpus] = 
                             team_roots=args.team_roots, progress_interval_s=args.progress_interval_s,
                             lease_ttl_s=args.lease_ttl_s, drain_grace_s=args.drain_grace_s,
                             work_dir_shared=args.work_dir_shared, checkpoint_store=args.checkpoint_store,
+                            store_keep=args.store_keep,
                             address=address,
                             gang_timeout_s=args.gang_timeout_s, hang=HangPolicy(args.hang_factor, args.hang_after_s),
                             gpu_health=gpu_health.source(), launcher=launcher)

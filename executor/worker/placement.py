@@ -17,6 +17,7 @@ from contract.ownership import claim_output, read_paths
 from contract.paths import TEAMS_DIR, Roots
 from contract.run_config import DEFAULT_OUTPUT_PARENT, run_config_from_plan
 from contract.store import job_prefix
+from fleet.record import JobRecord
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,9 @@ class Place:
     store: str = ""  # the job's prefix of the worker's checkpoint store; "" for none
 
     @classmethod
-    def of(cls, roots: Roots, work_dir: Path, team: str, team_roots: bool, store: str = "", job_id: str = "") -> Place:
-        """The place of job `job_id` of `team` on a worker with these roots, work dir and checkpoint store."""
+    def of(cls, roots: Roots, work_dir: Path, team_roots: bool, job: JobRecord, store: str = "") -> Place:
+        """The place of a job on a worker with these roots, work dir and checkpoint store."""
+        team, job_id = job.team, job.job_id
         if not team_roots:
             return cls(roots, work_dir, job_prefix(store, job_id) if store else "")
         if not NAME.fullmatch(team):  # as common.identity admits a team: never a '/', nor '.' or '..'

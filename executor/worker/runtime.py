@@ -35,8 +35,8 @@ from contract.liveness import heartbeat_path
 from contract.paths import Roots
 from contract.progress import DEFAULT_PROGRESS_INTERVAL_S, TERMINAL_PHASES, log_tail
 from contract.rendezvous import Rendezvous
-from contract.run_config import launcher_log_path, stop_path
-from contract.store import STORE_ENV
+from contract.run_config import DEFAULT_KEEP_CHECKPOINTS, launcher_log_path, stop_path
+from contract.store import run_environment
 from executor.worker import gpu_health, holder
 from executor.worker.control import Held, JobControl
 from executor.worker.gang_lead import GangLead, wait_for_gang
@@ -103,6 +103,7 @@ class WorkerRuntime:
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S
     work_dir_shared: bool = False
     checkpoint_store: str = ""  # an object store runs keep checkpoints in too (contract.store); "" for none
+    store_keep: int = DEFAULT_KEEP_CHECKPOINTS  # the sealed checkpoints a job keeps there
     address: str = "127.0.0.1"  # where the other nodes of a gang reach this host (the rendezvous, collectives)
     gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S
     hang: HangPolicy = field(default_factory=HangPolicy)
@@ -133,8 +134,7 @@ class WorkerRuntime:
 
     def _take_place(self, record: JobRecord) -> None:
         """Where the job now held reads and writes (executor.worker.placement): its part of roots and store."""
-        self.place = Place.of(self.roots, self.work_dir, record.team, self.team_roots, self.checkpoint_store,
-                              record.job_id)
+        self.place = Place.of(self.roots, self.work_dir, self.team_roots, record, self.checkpoint_store)
 
     def run(self, job_id: str) -> dict[str, Any]:
         claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
@@ -212,7 +212,7 @@ class WorkerRuntime:
                      *[f"--output-root={p}" for p in self.place.roots.output],
                      *(rendezvous.arguments() if rendezvous else [])]
         # a one-node run keeps its checkpoints in the store too; a gang's nodes share their output (--work-dir-shared)
-        stored = {STORE_ENV: self.place.store} if self.place.store and rendezvous is None else {}
+        stored = run_environment(self.place.store, self.store_keep) if rendezvous is None else {}
         return self.launcher(Launch(plan_path, out, arguments, {**(environment or {}), **stored}, self.place.work_dir,
                                     launcher_log_path(out, rendezvous.node_rank if rendezvous else 0)))
 

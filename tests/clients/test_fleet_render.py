@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import time
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from clients.fleet_render import feedback_text, fleet_text
+from clients.fleet_render import feedback_text, fleet_text, follow
 
 
 def _in(seconds: float) -> Timestamp:
@@ -47,3 +48,24 @@ def test_feedback_sets_a_multi_node_step_time_against_the_planned_step_and_its_c
                      [c.strip() for c in row.split("  ") if c.strip()], strict=False))
     assert cells["of it comm s"] == "0.750" and cells["ranks on nodes"] == "16 on 2"
     assert "+25.0%" in row, "measured step time against the prediction"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_watch_on_a_terminal_shows_the_checkpoint_written_apart_from_the_one_sealed_in_the_store() -> None:
+    stored = "s3://b/fleet/jobs/j/checkpoints/step-00000020/f1"
+    events = [progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=25, total_steps=40, loss=2.5),
+              progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=26, message="checkpoint step 20 "
+                                         f"stored and sealed in {stored} (1.0 MiB in 0.2 s)",
+                                         stored_checkpoint=progress_pb2.StoredCheckpoint(step=20, uri=stored)),
+              progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CHECKPOINTING, step=30, checkpoint_path="/o/c/30"),
+              progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_TRAINING, step=31, message="storing checkpoint "
+                                         "step 30 failed (EndpointConnectionError: …); retrying in 1 s")]
+    out = _Terminal()
+    follow(iter(executor_pb2.WatchResponse(event=e) for e in events), out=out)
+    text = out.getvalue()
+    assert "ckpt @ 30" in text and "stored @ 20" in text, text
+    assert "storing checkpoint step 30 failed" in text, "an upload's trouble is printed above the bar"

@@ -88,6 +88,10 @@ def test_only_training_events_are_metric_points_and_a_finished_job_shows_no_loss
               progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_CHECKPOINTING, step=10),
               progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_DONE, step=10)]
     assert [present.event_json(e)["metric"] for e in events] == [True, False, False]
+    sealed = present.event_json(progress_pb2.ProgressEvent(
+        phase=progress_pb2.PHASE_TRAINING, step=12, stored_checkpoint=progress_pb2.StoredCheckpoint(step=10, uri="s3://b/c")))
+    assert (sealed["stored_step"], sealed["stored"], sealed["checkpoint"]) == (10, "s3://b/c", ""), \
+        "the job page shows the checkpoint sealed in the store apart from those written"
     done = executor_pb2.Job(job_id="j", phase=progress_pb2.PHASE_DONE, last_event=events[-1])
     assert present.job_row(done).loss == "-", "a finished job's loss is no 0.0000"
     running = executor_pb2.Job(job_id="j", phase=progress_pb2.PHASE_TRAINING, last_event=events[0], spent_usd=0.52,

@@ -5,6 +5,8 @@ file, pruned only after a newer seal, uploads retried through an outage and fail
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,9 +14,13 @@ from pathlib import Path
 import boto3
 import pytest
 
+from common import exit_status
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
+from contract.paths import Roots
 from contract.store import MANIFEST, Store, job_prefix, worker_store
 from executor.training import checkpoint, remote
+from executor.worker.placement import Place
+from fleet.record import JobRecord
 
 KEY = b"test-checkpoint-key"
 
@@ -139,8 +145,11 @@ def test_uploads_go_on_through_an_outage_and_fail_the_run_only_after_the_deadlin
     server.stop()
     uploader.submit(_local_checkpoint(tmp_path / "a", 1), 1, 1)
     uploader.close(timeout_s=60)
-    notices = uploader.notices()
+    raw = uploader.notices()
+    notices = [n.message for n in raw]
     assert any("storing checkpoint step 1 failed" in n and "retrying in 1 s" in n for n in notices), notices
+    assert [(n.stored_step, n.stored_uri) for n in raw if n.stored_uri] == \
+        [(1, "s3://outage/fleet/jobs/j/checkpoints/step-00000001/f1")], "the seal's event names what it sealed"
     assert any("checkpoint step 1 stored and sealed" in n for n in notices), notices
     assert [s.step for s in store.sealed()] == [1] and slept
 
@@ -161,6 +170,29 @@ def test_a_prune_that_fails_after_a_seal_leaves_the_run_going(s3_store, tmp_path
     uploader = remote.Uploader(Unprunable(job_prefix(s3_store, "j")), lambda: True, keep=1)
     uploader.submit(_local_checkpoint(tmp_path, 1), 1, 1)
     uploader.close(timeout_s=60)  # raises the upload thread's failure, if any
-    notices = uploader.notices()
+    notices = [n.message for n in uploader.notices()]
     assert any("checkpoint step 1 stored and sealed" in n for n in notices), notices
     assert any("deleting checkpoints older than step 1" in n and "failed (OSError" in n for n in notices), notices
+
+
+def test_each_team_s_jobs_keep_checkpoints_under_its_own_prefix_which_the_worker_names(s3_store, tmp_path):
+    roots = Roots((tmp_path,), (tmp_path,))
+    vision, nlp = (Place.of(roots, tmp_path, True, JobRecord(job, team=team), s3_store)
+                   for job, team in (("v1", "vision"), ("n1", "nlp")))
+    assert (vision.store, nlp.store) == (f"{s3_store}/teams/vision/jobs/v1", f"{s3_store}/teams/nlp/jobs/n1")
+    assert Place.of(roots, tmp_path, False, JobRecord("v1", team="vision"), s3_store).store == f"{s3_store}/jobs/v1"
+    assert Place.of(roots, tmp_path, True, JobRecord("v1", team="vision")).store == "", "no store, no prefix"
+    Store(vision.store).upload(_local_checkpoint(tmp_path / "v", 3), 3, 1, lambda: True)
+    assert [s.step for s in Store(vision.store).sealed()] == [3] and Store(nlp.store).sealed() == []
+    with pytest.raises(PlanError, match="cannot name a folder"):  # a team that could climb out of its prefix
+        Place.of(roots, tmp_path, True, JobRecord("x", team="../nlp"), s3_store)
+
+
+def test_a_worker_whose_store_cannot_be_used_exits_2_naming_it_before_it_takes_a_job(s3_store, tmp_path):
+    for uri, why in ((s3_store.replace("s3://", "s3://missing-"), "cannot be written"),
+                     ("s3://key:secret@bucket/fleet", "put no credentials in the URI")):
+        done = subprocess.run([sys.executable, "-m", "launch", "worker", "--redis", "redis://127.0.0.1:1/0",
+                               "--work-dir", str(tmp_path), "--checkpoint-store", uri],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == exit_status.BAD_INPUT == 2, done.stderr
+        assert "--checkpoint-store" in done.stderr and why in done.stderr and "secret" not in done.stderr, done.stderr

@@ -341,6 +341,14 @@ def test_an_output_only_one_host_sees_is_refused_when_several_serve_the_class() 
     with pytest.raises(PlanError) as e:
         check_shared_output("runs/x", mixed)
     assert "host(s) b of this class do not share" in e.value.description
+    stored = [executor_pb2.Host(host_id=n, work_dir=f"/local/{n}", checkpoint_store="s3://b/fleet") for n in "ab"]
+    check_shared_output("runs/x", stored)  # a one-node job resumes from the store every worker keeps
+    with pytest.raises(PlanError) as e:
+        check_shared_output("runs/x", stored, nodes=2)  # a gang's nodes write one checkpoint together
+    assert "--work-dir-shared" in e.value.description
+    with pytest.raises(PlanError) as e:
+        check_shared_output("runs/x", [stored[0], host("b", "/local/b", False)])
+    assert "with --checkpoint-store" in e.value.description, "a host without the store cannot resume the job"
 
 
 def test_places_follow_the_replayed_start_order_and_a_held_back_reason_counts_the_jobs_ahead(

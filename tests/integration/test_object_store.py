@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.cookiejar
 import re
 import signal
+import time
 import urllib.parse
 import urllib.request
 
@@ -42,11 +43,12 @@ from tests.integration.training_helpers import exported
 pytestmark = [pytest.mark.integration, pytest.mark.training, pytest.mark.timeout(600)]
 TOTAL, EVERY = 40, 10  # steps, and a checkpoint every EVERY of them
 LEASE = ("--lease-ttl-s", "10")  # a lost host's lease lapses sooner than the default 30 s
+DETECTION_BOUND_S = 60.0  # a lost host's job is requeued within a minute (README, "Fleet guarantees")
 
 
-def _workers(start_worker, store: str) -> dict[str, object]:
+def _workers(start_worker, store: str, *extra: str) -> dict[str, object]:
     """Two workers sharing no directory: a --work-dir each, checkpoints in the store."""
-    return {w.host_id: w for w in (start_worker(h, extra=(*LEASE, "--checkpoint-store", store))
+    return {w.host_id: w for w in (start_worker(h, extra=(*LEASE, "--checkpoint-store", store, *extra))
                                    for h in ("host-a", "host-b"))}
 
 
@@ -87,7 +89,7 @@ def _dashboard_pages(executor: str, job_id: str) -> str:
 def test_a_killed_host_s_job_resumes_from_the_store_on_a_host_sharing_no_directory_bit_for_bit(
         start_service, start_worker, tiny_model, counting_data, s3_store, redis_url, tmp_path):
     service = start_service(policy=FleetPolicy(retry_backoff_s=1.0), sweep_interval_s=1.0)
-    workers = _workers(start_worker, s3_store)
+    workers = _workers(start_worker, s3_store, "--store-keep", "1")
     store = Store(job_prefix(s3_store, "lost"))
     with ExecutorClient(service.address, timeout_s=60) as client:
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
@@ -96,6 +98,7 @@ def test_a_killed_host_s_job_resumes_from_the_store_on_a_host_sharing_no_directo
         lost = _holder(client, "lost")
         tree = process_tree(workers[lost].proc.pid)
         send_signal(tree, signal.SIGKILL)  # power loss: worker, launcher and ranks at once
+        killed_at = time.time()
         psutil.wait_procs(tree, timeout=WAIT_S)
         sealed_at_kill = store.sealed()[-1].step
         rest = watch_until(client, "lost", lambda e: False, after=before[-1].sequence)
@@ -105,7 +108,14 @@ def test_a_killed_host_s_job_resumes_from_the_store_on_a_host_sharing_no_directo
         pages = _dashboard_pages(service.address, "lost")
     survivor = ({"host-a", "host-b"} - {lost}).pop()
     assert job.phase == progress_pb2.PHASE_DONE and job.host_id == survivor, job.error
+    assert job.infra_failures == 1
     assert_once_in_order(events)
+    requeued = next(e for e in rest if e.phase == progress_pb2.PHASE_QUEUED)
+    assert f"host {lost} stopped renewing its lease" in requeued.message and "retry 1 of 3" in requeued.message
+    detection_s = requeued.time.ToNanoseconds() / 1e9 - killed_at
+    assert detection_s < DETECTION_BOUND_S, f"the lost host was noticed after {detection_s:.0f} s"
+    stored = before[-1].stored_checkpoint
+    assert stored.step == EVERY and stored.uri == f"{store.uri}/checkpoints/step-{EVERY:08d}/f1", stored
     uploading = [e for e in before if e.message.startswith("uploading checkpoint step")]
     assert uploading and " MiB) to s3://" in uploading[0].message
     downloaded = [e for e in rest if e.message.startswith(f"downloaded checkpoint step {sealed_at_kill} from ")]
@@ -117,7 +127,8 @@ def test_a_killed_host_s_job_resumes_from_the_store_on_a_host_sharing_no_directo
     assert not (workers[lost].work_dir / "lost" / "final").exists()
     final = checkpoint_states(out)[-1]
     assert (final.step, final.next_micro_batch) == (TOTAL, TOTAL)
-    assert store.sealed()[-1].step == TOTAL and store.fs.exists(f"{store.root}/{FINAL}/adapter_config.json")
+    assert [s.step for s in store.sealed()] == [TOTAL], "--store-keep 1: the newest sealed checkpoint only"
+    assert store.fs.exists(f"{store.root}/{FINAL}/adapter_config.json")
 
     straight = tmp_path / "straight"
     plan = make_plan(tiny_model, counting_data, straight, plan_id="lost", max_steps=TOTAL, checkpoint_every=EVERY)

@@ -1,14 +1,14 @@
-"""Fleet resilience end to end: hosts killed, paused and drained, Redis restarted, low-priority work preempted —
-with real redis-server, real `tunefleet worker` processes and real DeepSpeed training of a tiny Llama on the CPU.
-Nothing is lost (every event once, in order), nothing runs twice (a stale host writes nothing), and every
-interrupted job ends where an uninterrupted run would."""
+"""Fleet resilience end to end: hosts paused and drained, Redis restarted, low-priority work preempted — with real
+redis-server, real `tunefleet worker` processes and real DeepSpeed training of a tiny Llama on the CPU. Nothing is
+lost (every event once, in order), nothing runs twice (a stale host writes nothing), and every interrupted job ends
+where an uninterrupted run would. A host killed outright: test_object_store (its checkpoints reach the next host
+through the object store; through a shared mount, test_fleet's drained worker and test_multinode's lost node)."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,53 +34,10 @@ from tests.integration.fleet_helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-DETECTION_BOUND_S = 60.0  # the issue's bound: a lost host's job is requeued within a minute
 
 
 def _holder(client: ExecutorClient, job_id: str) -> str:
     return str(wait_for(lambda: client.get(job_id).host_id, f"a host to take {job_id}"))
-
-
-def test_a_killed_host_s_job_resumes_on_another_worker_from_its_last_checkpoint(
-        start_service, start_worker, tiny_model, counting_data, tmp_path):
-    service = start_service(policy=FleetPolicy(retry_backoff_s=1.0), sweep_interval_s=1.0)
-    shared = tmp_path / "shared"
-    lease = ("--lease-ttl-s", "10")  # the lost host's lease lapses sooner than the default 30 s
-    workers = {w.host_id: w for w in (start_worker("host-a", shared_dir=shared, extra=lease),
-                                      start_worker("host-b", shared_dir=shared, extra=lease))}
-    total = 60  # a killed or paused host's ranks make no step until the run resumes
-    with ExecutorClient(service.address, timeout_s=60) as client:
-        wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
-        client.submit(fleet_plan(tiny_model, counting_data, "killed", max_steps=total, checkpoint_every=10))
-        before = watch_until(client, "killed", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
-        lost = _holder(client, "killed")
-        # power loss: worker, launcher and ranks at once
-        tree = process_tree(workers[lost].proc.pid)
-        send_signal(tree, signal.SIGKILL)
-        killed_at = time.time()
-        psutil.wait_procs(tree, timeout=WAIT_S)
-        # the last checkpoint sealed on disk when the host died (its CHECKPOINTING event may have died with it)
-        sealed_at_kill = checkpoint_states(shared / "killed")[-1].step
-
-        rest = watch_until(client, "killed", lambda e: False, after=before[-1].sequence)
-        events = all_events(client, "killed")
-        job = client.get("killed")
-    survivor = ({"host-a", "host-b"} - {lost}).pop()
-    requeued = next(e for e in rest if e.phase == progress_pb2.PHASE_QUEUED)
-    assert f"host {lost} stopped renewing its lease" in requeued.message and "retry 1 of 3" in requeued.message
-    detection_s = requeued.time.ToNanoseconds() / 1e9 - killed_at
-    assert detection_s < DETECTION_BOUND_S, f"the lost host was noticed after {detection_s:.0f} s"
-
-    last_reported = max(e.step for e in events if e.phase == progress_pb2.PHASE_CHECKPOINTING
-                        and e.sequence < requeued.sequence)
-    assert sealed_at_kill >= last_reported
-    resumed = [e for e in rest if e.phase == progress_pb2.PHASE_LOADING and "resumed from" in e.message]
-    assert resumed and resumed[0].step == sealed_at_kill, "it must resume from the last complete checkpoint"
-    assert events[-1].phase == progress_pb2.PHASE_DONE and events[-1].step == total, events[-1].message
-    assert job.host_id == survivor and job.infra_failures == 1
-    assert_once_in_order(events)
-    final = checkpoint_states(shared / "killed")[-1]
-    assert (final.step, final.next_micro_batch) == (total, total), "ends where an uninterrupted run ends"
 
 
 def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btunefleet/v1/progress.proto\x12\x0ctunefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\x03\n\rProgressEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x05phase\x18\x04 \x01(\x0e\x32\x13.tunefleet.v1.Phase\x12\x0c\n\x04step\x18\x05 \x01(\x04\x12\x13\n\x0btotal_steps\x18\x06 \x01(\x04\x12\r\n\x05\x65poch\x18\x07 \x01(\x01\x12\x0c\n\x04loss\x18\x08 \x01(\x01\x12\x15\n\rlearning_rate\x18\t \x01(\x01\x12\x14\n\x0ctokens_per_s\x18\n \x01(\x01\x12\x1d\n\x15peak_gpu_memory_bytes\x18\x0b \x01(\x04\x12\x1e\n\x16peak_host_memory_bytes\x18\x0c \x01(\x04\x12\r\n\x05\x65ta_s\x18\r \x01(\x01\x12\x0f\n\x07message\x18\x0e \x01(\t\x12\x17\n\x0f\x63heckpoint_path\x18\x0f \x01(\t\x12\x39\n\x07metrics\x18\x10 \x03(\x0b\x32(.tunefleet.v1.ProgressEvent.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xf9\x03\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\'\n\x1fpredicted_peak_gpu_memory_bytes\x18\x01 \x01(\x04\x12&\n\x1emeasured_peak_gpu_memory_bytes\x18\x02 \x01(\x04\x12(\n measured_peak_gpu_reserved_bytes\x18\x03 \x01(\x04\x12\x1d\n\x15predicted_step_time_s\x18\x04 \x01(\x01\x12\x1c\n\x14measured_step_time_s\x18\x05 \x01(\x01\x12\x1e\n\x16predicted_tokens_per_s\x18\x06 \x01(\x01\x12\x1d\n\x15measured_tokens_per_s\x18\x07 \x01(\x01\x12\r\n\x05nodes\x18\x08 \x01(\r\x12\x12\n\nworld_size\x18\t \x01(\r\x12&\n\x1epredicted_communication_time_s\x18\n \x01(\x01\x12\x45\n\x10library_versions\x18\x0b \x03(\x0b\x32+.tunefleet.v1.Feedback.LibraryVersionsEntry\x12,\n$predicted_allocated_gpu_memory_bytes\x18\x0c \x01(\x04\x1a\x36\n\x14LibraryVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\xbc\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x10\n\x0cPHASE_QUEUED\x10\x01\x12\x11\n\rPHASE_LOADING\x10\x02\x12\x13\n\x0fPHASE_PREFLIGHT\x10\x03\x12\x12\n\x0ePHASE_TRAINING\x10\x04\x12\x17\n\x13PHASE_CHECKPOINTING\x10\x05\x12\x0e\n\nPHASE_DONE\x10\x06\x12\x10\n\x0cPHASE_FAILED\x10\x07\x12\x13\n\x0fPHASE_CANCELLED\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btunefleet/v1/progress.proto\x12\x0ctunefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x04\n\rProgressEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x05phase\x18\x04 \x01(\x0e\x32\x13.tunefleet.v1.Phase\x12\x0c\n\x04step\x18\x05 \x01(\x04\x12\x13\n\x0btotal_steps\x18\x06 \x01(\x04\x12\r\n\x05\x65poch\x18\x07 \x01(\x01\x12\x0c\n\x04loss\x18\x08 \x01(\x01\x12\x15\n\rlearning_rate\x18\t \x01(\x01\x12\x14\n\x0ctokens_per_s\x18\n \x01(\x01\x12\x1d\n\x15peak_gpu_memory_bytes\x18\x0b \x01(\x04\x12\x1e\n\x16peak_host_memory_bytes\x18\x0c \x01(\x04\x12\r\n\x05\x65ta_s\x18\r \x01(\x01\x12\x0f\n\x07message\x18\x0e \x01(\t\x12\x17\n\x0f\x63heckpoint_path\x18\x0f \x01(\t\x12\x39\n\x07metrics\x18\x10 \x03(\x0b\x32(.tunefleet.v1.ProgressEvent.MetricsEntry\x12\x39\n\x11stored_checkpoint\x18\x11 \x01(\x0b\x32\x1e.tunefleet.v1.StoredCheckpoint\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"-\n\x10StoredCheckpoint\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0b\n\x03uri\x18\x02 \x01(\t\"\xf9\x03\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\'\n\x1fpredicted_peak_gpu_memory_bytes\x18\x01 \x01(\x04\x12&\n\x1emeasured_peak_gpu_memory_bytes\x18\x02 \x01(\x04\x12(\n measured_peak_gpu_reserved_bytes\x18\x03 \x01(\x04\x12\x1d\n\x15predicted_step_time_s\x18\x04 \x01(\x01\x12\x1c\n\x14measured_step_time_s\x18\x05 \x01(\x01\x12\x1e\n\x16predicted_tokens_per_s\x18\x06 \x01(\x01\x12\x1d\n\x15measured_tokens_per_s\x18\x07 \x01(\x01\x12\r\n\x05nodes\x18\x08 \x01(\r\x12\x12\n\nworld_size\x18\t \x01(\r\x12&\n\x1epredicted_communication_time_s\x18\n \x01(\x01\x12\x45\n\x10library_versions\x18\x0b \x03(\x0b\x32+.tunefleet.v1.Feedback.LibraryVersionsEntry\x12,\n$predicted_allocated_gpu_memory_bytes\x18\x0c \x01(\x04\x1a\x36\n\x14LibraryVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\xbc\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x10\n\x0cPHASE_QUEUED\x10\x01\x12\x11\n\rPHASE_LOADING\x10\x02\x12\x13\n\x0fPHASE_PREFLIGHT\x10\x03\x12\x12\n\x0ePHASE_TRAINING\x10\x04\x12\x17\n\x13PHASE_CHECKPOINTING\x10\x05\x12\x0e\n\nPHASE_DONE\x10\x06\x12\x10\n\x0cPHASE_FAILED\x10\x07\x12\x13\n\x0fPHASE_CANCELLED\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,14 +36,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROGRESSEVENT_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_FEEDBACK_LIBRARYVERSIONSENTRY']._loaded_options = None
   _globals['_FEEDBACK_LIBRARYVERSIONSENTRY']._serialized_options = b'8\001'
-  _globals['_PHASE']._serialized_start=1053
-  _globals['_PHASE']._serialized_end=1241
+  _globals['_PHASE']._serialized_start=1159
+  _globals['_PHASE']._serialized_end=1347
   _globals['_PROGRESSEVENT']._serialized_start=79
-  _globals['_PROGRESSEVENT']._serialized_end=542
-  _globals['_PROGRESSEVENT_METRICSENTRY']._serialized_start=496
-  _globals['_PROGRESSEVENT_METRICSENTRY']._serialized_end=542
-  _globals['_FEEDBACK']._serialized_start=545
-  _globals['_FEEDBACK']._serialized_end=1050
-  _globals['_FEEDBACK_LIBRARYVERSIONSENTRY']._serialized_start=996
-  _globals['_FEEDBACK_LIBRARYVERSIONSENTRY']._serialized_end=1050
+  _globals['_PROGRESSEVENT']._serialized_end=601
+  _globals['_PROGRESSEVENT_METRICSENTRY']._serialized_start=555
+  _globals['_PROGRESSEVENT_METRICSENTRY']._serialized_end=601
+  _globals['_STOREDCHECKPOINT']._serialized_start=603
+  _globals['_STOREDCHECKPOINT']._serialized_end=648
+  _globals['_FEEDBACK']._serialized_start=651
+  _globals['_FEEDBACK']._serialized_end=1156
+  _globals['_FEEDBACK_LIBRARYVERSIONSENTRY']._serialized_start=1102
+  _globals['_FEEDBACK_LIBRARYVERSIONSENTRY']._serialized_end=1156
 # @@protoc_insertion_point(module_scope)

@@ -32,7 +32,7 @@ PHASE_FAILED: Phase
 PHASE_CANCELLED: Phase
 
 class ProgressEvent(_message.Message):
-    __slots__ = ("job_id", "sequence", "time", "phase", "step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "peak_gpu_memory_bytes", "peak_host_memory_bytes", "eta_s", "message", "checkpoint_path", "metrics")
+    __slots__ = ("job_id", "sequence", "time", "phase", "step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "peak_gpu_memory_bytes", "peak_host_memory_bytes", "eta_s", "message", "checkpoint_path", "metrics", "stored_checkpoint")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class ProgressEvent(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    STORED_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     sequence: int
     time: _timestamp_pb2.Timestamp
@@ -72,7 +73,16 @@ class ProgressEvent(_message.Message):
     message: str
     checkpoint_path: str
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[float] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., peak_host_memory_bytes: _Optional[int] = ..., eta_s: _Optional[float] = ..., message: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    stored_checkpoint: StoredCheckpoint
+    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[float] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., peak_host_memory_bytes: _Optional[int] = ..., eta_s: _Optional[float] = ..., message: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., stored_checkpoint: _Optional[_Union[StoredCheckpoint, _Mapping]] = ...) -> None: ...
+
+class StoredCheckpoint(_message.Message):
+    __slots__ = ("step", "uri")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    uri: str
+    def __init__(self, step: _Optional[int] = ..., uri: _Optional[str] = ...) -> None: ...
 
 class Feedback(_message.Message):
     __slots__ = ("predicted_peak_gpu_memory_bytes", "measured_peak_gpu_memory_bytes", "measured_peak_gpu_reserved_bytes", "predicted_step_time_s", "measured_step_time_s", "predicted_tokens_per_s", "measured_tokens_per_s", "nodes", "world_size", "predicted_communication_time_s", "library_versions", "predicted_allocated_gpu_memory_bytes")
