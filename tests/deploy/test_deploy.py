@@ -30,15 +30,19 @@ from planner import serve as planner_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("dev", "prod")
+OVERLAYS = ("dev", "prod", "object-store")  # object-store: prod with checkpoints in S3, no shared volume
 KUBERNETES_VERSION = "1.32.0"  # the oldest release the manifests promise (native gRPC probes are GA since 1.27)
 TOOLS = ROOT / ".venv-deploy"
 # Secrets the prod overlay expects to exist (created outside git, as the README says), with their keys.
 SECRETS = {"tunefleet-token": {"token"}, "tunefleet-redis": {"password", "url"},
-           "tunefleet-checkpoint-key": {"key"},
+           "tunefleet-checkpoint-key": {"key"}, "tunefleet-s3": {"access-key-id", "secret-access-key"},
            "tunefleet-tls": {"tls.crt", "tls.key", "ca.crt"}}
 # Environment variables read by other programs than tunefleet, each with its reader.
-FOREIGN_ENV = {"DS_ACCELERATOR": "DeepSpeed's accelerator choice", "REDISCLI_AUTH": "redis-cli's password"}
+FOREIGN_ENV = {"DS_ACCELERATOR": "DeepSpeed's accelerator choice", "REDISCLI_AUTH": "redis-cli's password",
+               "AWS_ENDPOINT_URL": "botocore's S3 endpoint", "AWS_ACCESS_KEY_ID": "botocore's credentials",
+               "AWS_SECRET_ACCESS_KEY": "botocore's credentials",
+               "AWS_SHARED_CREDENTIALS_FILE": "botocore's credentials file",
+               "MINIO_ROOT_USER_FILE": "MinIO's root user", "MINIO_ROOT_PASSWORD_FILE": "MinIO's root password"}
 
 
 def _tool(name: str, path: Path | None = None) -> str:
@@ -133,7 +137,8 @@ def _flag(args: list[str], name: str) -> str | None:
 def test_every_rendered_object_validates_against_the_kubernetes_schemas(rendered, overlay: str) -> None:
     kinds = {obj["kind"] for obj in rendered[overlay]}
     assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet",
-            "PersistentVolumeClaim", "NetworkPolicy"} <= kinds
+            "NetworkPolicy"} <= kinds
+    assert ("PersistentVolumeClaim" in kinds) == (overlay != "object-store"), "a shared volume only where it is used"
     for obj in rendered[overlay]:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)  # raises naming the bad field
 
@@ -214,11 +219,11 @@ def test_the_dashboard_serves_where_its_probes_and_service_look_and_reaches_both
         assert services[name]["spec"]["ports"][0]["port"] == port
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["TUNEFLEET_EXECUTOR"].endswith(":50052") and env["TUNEFLEET_PLANNER"].endswith(":50051")
-        assert ("--tls-ca" in container["args"]) == (overlay == "prod"), "TLS services need the dashboard's CA"
+        assert ("--tls-ca" in container["args"]) == (overlay != "dev"), "TLS services need the dashboard's CA"
 
 
 def test_environment_variables_are_ones_the_code_or_a_named_program_reads(rendered) -> None:
-    source = "\n".join(p.read_text() for d in ("common", "planner", "executor", "clients", "dashboard")
+    source = "\n".join(p.read_text() for d in ("common", "contract", "planner", "executor", "clients", "dashboard")
                        for p in (ROOT / d).rglob("*.py"))
     names = {e["name"] for objects in rendered.values() for _, c in _containers(objects) for e in c.get("env", [])}
     compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
@@ -241,11 +246,13 @@ def test_secret_references_resolve_to_documented_secrets_and_keys(rendered) -> N
                 base = name.rsplit("-", 1)[0] if overlay == "dev" and name not in SECRETS else name
                 assert base in SECRETS and (key is None or key in SECRETS[base]), (overlay, name, key)
                 assert f"kubectl -n tunefleet create secret generic {base} " in readme, f"README: create {base}"
-    assert generated == {k: v for k, v in SECRETS.items() if k != "tunefleet-tls"}
+    assert generated == {k: v for k, v in SECRETS.items() if k not in ("tunefleet-tls", "tunefleet-s3")}
 
 
-def test_workers_get_a_grace_period_that_covers_the_drain_and_share_their_work_dir(rendered) -> None:
-    for objects in rendered.values():
+def test_workers_get_a_grace_period_that_covers_the_drain_and_their_checkpoints_reach_each_other(rendered) -> None:
+    """Every worker's checkpoints reach the others: a work dir all of them mount (a ReadWriteMany claim, with
+    --work-dir-shared) or, in the object-store overlay, the store every one of them keeps checkpoints in."""
+    for overlay, objects in rendered.items():
         workers = [(n, s) for n, s, _ in _pod_specs(objects) if _image(s["containers"][0]) == "tunefleet-worker"]
         assert workers
         claims = set()
@@ -253,11 +260,18 @@ def test_workers_get_a_grace_period_that_covers_the_drain_and_share_their_work_d
             args = spec["containers"][0]["args"]
             drain_s = float(_flag(args, "--drain-grace-s") or DEFAULT_DRAIN_GRACE_S)
             assert spec["terminationGracePeriodSeconds"] > drain_s + STOP_GRACE_S, name
-            assert "--work-dir-shared" in args
             env = {e["name"]: e for e in spec["containers"][0]["env"]}
             assert env["TUNEFLEET_WORKER_ADDRESS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}, name
             mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
             volume = next(v for v in spec["volumes"] if v["name"] == mounts[_flag(args, "--work-dir")])
+            if overlay == "object-store":
+                assert "--work-dir-shared" not in args and "emptyDir" in volume, name
+                store = env["TUNEFLEET_CHECKPOINT_STORE"]["valueFrom"]["configMapKeyRef"]
+                config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == store["name"])
+                assert config["data"][store["key"]].startswith("s3://")
+                assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"} <= set(env), name
+                continue
+            assert "--work-dir-shared" in args
             claims.add(volume["persistentVolumeClaim"]["claimName"])
         pvcs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PersistentVolumeClaim"}
         assert all(pvcs[c]["spec"]["accessModes"] == ["ReadWriteMany"] for c in claims)
@@ -307,6 +321,9 @@ def test_compose_services_run_commands_the_code_accepts_in_a_health_gated_order(
             if "healthcheck" in service:
                 _accepts(service["healthcheck"]["test"][1:])
         for dependency, condition in (service.get("depends_on") or {}).items():
+            if services[dependency].get("restart") == "no":  # a one-shot step (the store's bucket): done first
+                assert condition == {"condition": "service_completed_successfully"}, name
+                continue
             assert condition == {"condition": "service_healthy"} and "healthcheck" in services[dependency], name
     assert services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
 
