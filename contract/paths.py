@@ -4,6 +4,10 @@ output roots. Paths are resolved (symlinks and '..' followed) before they are co
 
 Defaults: both are the current directory, or for a fleet worker its --work-dir. Set them with --data-root /
 --output-root, or TUNEFLEET_DATA_ROOTS / TUNEFLEET_OUTPUT_ROOTS (directories separated by ':').
+
+A --data-root may also be an object-store prefix (s3://bucket/prefix): a plan may then name a dataset file or a
+model folder under it, which the run reads through the host's cache (executor.training.inputs). Such a root adds to
+the local ones (the default stays); under --team-roots it becomes <prefix>/teams/<team>, as a directory does.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ DATA_ROOTS_ENV = "TUNEFLEET_DATA_ROOTS"
 OUTPUT_ROOTS_ENV = "TUNEFLEET_OUTPUT_ROOTS"
 
 
+def is_uri(name: str) -> bool:
+    """A name of object storage (s3://bucket/key, gs://, az://), not of this host's filesystem."""
+    return "://" in name and not name.startswith("file://")
+
+
 def _roots(value: str, default: Path) -> tuple[Path, ...]:
     named = [Path(p).expanduser().resolve() for p in value.split(os.pathsep) if p]
     return tuple(named) or (default.resolve(),)
@@ -32,6 +41,7 @@ def _roots(value: str, default: Path) -> tuple[Path, ...]:
 class Roots:
     data: tuple[Path, ...]
     output: tuple[Path, ...]
+    stores: tuple[str, ...] = ()  # object-store prefixes plans may read datasets and model folders from
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, default: Path | None = None) -> Roots:
@@ -41,9 +51,11 @@ class Roots:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
         """--data-root and --output-root, as `tunefleet train` and `tunefleet worker` take them."""
-        p.add_argument("--data-root", type=Path, action="append", default=[],
+        p.add_argument("--data-root", action="append", default=[],
                        help=f"datasets and local model folders are read only under these (repeat; env "
-                            f"{DATA_ROOTS_ENV}; default the current directory, or a worker's --work-dir)")
+                            f"{DATA_ROOTS_ENV}; default the current directory, or a worker's --work-dir); an "
+                            "object-store prefix (s3://bucket/prefix) lets plans name datasets and model folders "
+                            "under it")
         p.add_argument("--output-root", type=Path, action="append", default=[],
                        help=f"runs write only under these (repeat; env {OUTPUT_ROOTS_ENV}; default as --data-root)")
 
@@ -51,17 +63,35 @@ class Roots:
     def from_arguments(cls, args: argparse.Namespace, default: Path | None = None) -> Roots:
         """The flags of add_arguments, else the environment, else `default` (the current directory)."""
         env = cls.from_environment(default=default)
-        return cls(tuple(p.resolve() for p in args.data_root) or env.data,
-                   tuple(p.resolve() for p in args.output_root) or env.output)
+        local = tuple(Path(p).expanduser().resolve() for p in args.data_root if not is_uri(p))
+        return cls(local or env.data, tuple(p.resolve() for p in args.output_root) or env.output,
+                   tuple(p.rstrip("/") for p in args.data_root if is_uri(p)))
+
+    def arguments(self) -> list[str]:
+        """These roots as the flags of add_arguments (what a worker hands its runs)."""
+        return [*[f"--data-root={p}" for p in (*self.data, *self.stores)], *[f"--output-root={p}" for p in self.output]]
 
     def of_team(self, team: str) -> Roots:
         """The roots a job of `team` may use: <root>/teams/<team> of each (a team name is a plain name: common.identity
         admits letters, digits and _.@- only, never a '/' or '..')."""
-        return Roots(tuple(r / TEAMS_DIR / team for r in self.data), tuple(r / TEAMS_DIR / team for r in self.output))
+        return Roots(tuple(r / TEAMS_DIR / team for r in self.data), tuple(r / TEAMS_DIR / team for r in self.output),
+                     tuple(f"{r}/{TEAMS_DIR}/{team}" for r in self.stores))
 
     def readable(self, field: str, path: str | Path) -> Path:
         """`path` resolved, if it lies under a data root; else PlanError naming `field`."""
         return _inside(field, path, self.data, "data", DATA_ROOTS_ENV)
+
+    def readable_uri(self, field: str, uri: str) -> str:
+        """`uri` (no trailing '/'), if it lies under an object-store data root; else PlanError naming `field`."""
+        scheme, _, rest = uri.partition("://")
+        if any(part in ("", ".", "..") for part in rest.rstrip("/").split("/")):
+            raise PlanError(field, f"{echo(uri)} has an empty, '.' or '..' part; name the object plainly")
+        named = uri.rstrip("/")
+        if any(named == root or named.startswith(root + "/") for root in self.stores):
+            return named
+        raise PlanError(field, f"{echo(uri)} is outside this host's object-store data roots "
+                               f"({', '.join(self.stores) or 'none'}); use a prefix under one of them, or add one with "
+                               f"--data-root {scheme}://bucket/prefix")
 
     def writable(self, field: str, path: str | Path) -> Path:
         """`path` resolved, if it lies under an output root; else PlanError naming `field`."""

@@ -31,17 +31,18 @@ FINAL = "final"
 _SEALED = re.compile(r"step-(\d{8})/f(\d+)/" + re.escape(MANIFEST) + "$")
 
 
-def _filesystem(uri: str) -> tuple[Any, str]:
+def filesystem(uri: str, field: str = "checkpoint_store") -> tuple[Any, str]:
+    """The fsspec filesystem of `uri` and the path in it; PlanError naming `field` when it cannot be had."""
     try:
         import fsspec
     except ImportError as e:  # the 'store' extra
-        raise PlanError("checkpoint_store", f"{uri}: object storage needs fsspec and s3fs; install them with: pip "
-                                            "install 'tunefleet[store]'") from e
+        raise PlanError(field, f"{uri}: object storage needs fsspec and s3fs; install them with: pip install "
+                               "'tunefleet[store]'") from e
     try:
         # each store its own client: a cached one would keep an endpoint and credentials read before
         fs, root = fsspec.core.url_to_fs(uri, skip_instance_cache=True)
     except (ImportError, ValueError) as e:
-        raise PlanError("checkpoint_store", f"{uri}: {e}") from e
+        raise PlanError(field, f"{uri}: {e}") from e
     return fs, str(root).rstrip("/")
 
 
@@ -59,7 +60,7 @@ class Store:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri.rstrip("/")
-        self.fs, self.root = _filesystem(self.uri)
+        self.fs, self.root = filesystem(self.uri)
 
     def where(self, path: str) -> str:
         """`path` of the store's namespace as a URI (for messages)."""

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunefleet.v1 import progress_pb2
+from google.protobuf import json_format
+from tunefleet.v1 import plan_pb2, progress_pb2
 
 from contract import oom
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
@@ -33,7 +34,7 @@ from contract.progress import (
 )
 from contract.rendezvous import Rendezvous
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
-from executor.training import corpus, data, determinism, native
+from executor.training import corpus, data, determinism, inputs, native
 from executor.training.model import check_host, check_model, detect_host
 from executor.training.process import WITHOUT_BITSANDBYTES_ENV
 
@@ -101,9 +102,20 @@ class CheckReport:
     gpus: int
 
 
+def _localised(plan_path: Path, roots: Roots | None) -> tuple[bytes, plan_pb2.Plan, Roots]:
+    """The plan as its ranks read it, and the roots it is confined to: object-store inputs replaced by this host's
+    cached copies of them (executor.training.inputs), which become readable."""
+    plan_bytes = plan_path.read_bytes()
+    named = parse_plan(plan_bytes, str(plan_path))
+    plan, roots = inputs.localise(named, roots or Roots.from_environment(), inputs.cache_dir(),
+                                  lambda message: print(message, file=sys.stderr, flush=True))
+    return (plan_bytes if plan is named else json_format.MessageToJson(plan).encode()), plan, roots
+
+
 def check_plan(plan_path: Path, output_dir: str | None = None, roots: Roots | None = None) -> CheckReport:
     """Run every check `train` runs before it starts, and say what the run would be; trains nothing."""
-    cfg = read_run_config(plan_path, output_dir)
+    _, plan, roots = _localised(plan_path, roots)
+    cfg = run_config_from_plan(plan, output_dir)
     examples, order = check(cfg, roots)
     t = cfg.training
     return CheckReport(cfg, len(examples), sum(e.trained_tokens for e in examples),
@@ -164,10 +176,9 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     file (checkpoint written) or on INTERRUPT_SIGNAL ends without a terminal event. One node of a multi-node run
     (a Rendezvous) records no end either: the gang leader decides it, knowing whether a node was lost.
     """
-    plan_bytes = plan_path.read_bytes()
-    cfg = run_config_from_plan(parse_plan(plan_bytes, str(plan_path)), output_dir)
+    plan_bytes, plan, roots = _localised(plan_path, roots)
+    cfg = run_config_from_plan(plan, output_dir)
     _check_nodes(cfg, rendezvous)
-    roots = roots or Roots.from_environment()
     examples, _ = check(cfg, roots)
     claim_output(cfg.output_dir, cfg.plan_id, roots.output, read_paths(cfg, Path.cwd()))
     saved = _save_plan(plan_bytes, cfg)

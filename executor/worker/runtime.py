@@ -208,8 +208,7 @@ class WorkerRuntime:
     def _launch(self, plan_path: Path, out: Path, rendezvous: Rendezvous | None = None,
                 environment: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         arguments = ["--supervised", "--progress-interval-s", str(self.progress_interval_s),
-                     *[f"--data-root={p}" for p in self.place.roots.data],
-                     *[f"--output-root={p}" for p in self.place.roots.output],
+                     *self.place.roots.arguments(),
                      *(rendezvous.arguments() if rendezvous else [])]
         # a one-node run keeps its checkpoints in the store too; a gang's nodes share their output (--work-dir-shared)
         stored = run_environment(self.place.store, self.store_keep) if rendezvous is None else {}
