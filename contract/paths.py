@@ -42,6 +42,7 @@ class Roots:
     data: tuple[Path, ...]
     output: tuple[Path, ...]
     stores: tuple[str, ...] = ()  # object-store prefixes plans may read datasets and model folders from
+    output_stores: tuple[str, ...] = ()  # object-store prefixes a plan's output_uri may name
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, default: Path | None = None) -> Roots:
@@ -56,26 +57,35 @@ class Roots:
                             f"{DATA_ROOTS_ENV}; default the current directory, or a worker's --work-dir); an "
                             "object-store prefix (s3://bucket/prefix) lets plans name datasets and model folders "
                             "under it")
-        p.add_argument("--output-root", type=Path, action="append", default=[],
-                       help=f"runs write only under these (repeat; env {OUTPUT_ROOTS_ENV}; default as --data-root)")
+        p.add_argument("--output-root", action="append", default=[],
+                       help=f"runs write only under these (repeat; env {OUTPUT_ROOTS_ENV}; default as --data-root); "
+                            "an object-store prefix (s3://bucket/prefix) lets a plan's output_uri name one under it "
+                            "(its checkpoints and final export go there)")
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, default: Path | None = None) -> Roots:
         """The flags of add_arguments, else the environment, else `default` (the current directory)."""
         env = cls.from_environment(default=default)
-        local = tuple(Path(p).expanduser().resolve() for p in args.data_root if not is_uri(p))
-        return cls(local or env.data, tuple(p.resolve() for p in args.output_root) or env.output,
-                   tuple(p.rstrip("/") for p in args.data_root if is_uri(p)))
+        def local(values: list[str]) -> tuple[Path, ...]:
+            return tuple(Path(p).expanduser().resolve() for p in values if not is_uri(p))
+
+        def stores(values: list[str]) -> tuple[str, ...]:
+            return tuple(p.rstrip("/") for p in values if is_uri(p))
+
+        return cls(local(args.data_root) or env.data, local(args.output_root) or env.output, stores(args.data_root),
+                   stores(args.output_root))
 
     def arguments(self) -> list[str]:
         """These roots as the flags of add_arguments (what a worker hands its runs)."""
-        return [*[f"--data-root={p}" for p in (*self.data, *self.stores)], *[f"--output-root={p}" for p in self.output]]
+        return [*[f"--data-root={p}" for p in (*self.data, *self.stores)],
+                *[f"--output-root={p}" for p in (*self.output, *self.output_stores)]]
 
     def of_team(self, team: str) -> Roots:
         """The roots a job of `team` may use: <root>/teams/<team> of each (a team name is a plain name: common.identity
         admits letters, digits and _.@- only, never a '/' or '..')."""
         return Roots(tuple(r / TEAMS_DIR / team for r in self.data), tuple(r / TEAMS_DIR / team for r in self.output),
-                     tuple(f"{r}/{TEAMS_DIR}/{team}" for r in self.stores))
+                     tuple(f"{r}/{TEAMS_DIR}/{team}" for r in self.stores),
+                     tuple(f"{r}/{TEAMS_DIR}/{team}" for r in self.output_stores))
 
     def readable(self, field: str, path: str | Path) -> Path:
         """`path` resolved, if it lies under a data root; else PlanError naming `field`."""
@@ -83,15 +93,11 @@ class Roots:
 
     def readable_uri(self, field: str, uri: str) -> str:
         """`uri` (no trailing '/'), if it lies under an object-store data root; else PlanError naming `field`."""
-        scheme, _, rest = uri.partition("://")
-        if any(part in ("", ".", "..") for part in rest.rstrip("/").split("/")):
-            raise PlanError(field, f"{echo(uri)} has an empty, '.' or '..' part; name the object plainly")
-        named = uri.rstrip("/")
-        if any(named == root or named.startswith(root + "/") for root in self.stores):
-            return named
-        raise PlanError(field, f"{echo(uri)} is outside this host's object-store data roots "
-                               f"({', '.join(self.stores) or 'none'}); use a prefix under one of them, or add one with "
-                               f"--data-root {scheme}://bucket/prefix")
+        return _under(field, uri, self.stores, "data")
+
+    def writable_uri(self, field: str, uri: str) -> str:
+        """`uri` (no trailing '/'), if it lies under an object-store output root; else PlanError naming `field`."""
+        return _under(field, uri, self.output_stores, "output")
 
     def writable(self, field: str, path: str | Path) -> Path:
         """`path` resolved, if it lies under an output root; else PlanError naming `field`."""
@@ -102,6 +108,18 @@ class Roots:
         readable; a hub id that is not a local path passes."""
         if name.startswith(("/", ".", "~")) or Path(name).expanduser().exists():
             self.readable(field, Path(name).expanduser())
+
+
+def _under(field: str, uri: str, roots: tuple[str, ...], kind: str) -> str:
+    scheme, _, rest = uri.partition("://")
+    if any(part in ("", ".", "..") for part in rest.rstrip("/").split("/")):
+        raise PlanError(field, f"{echo(uri)} has an empty, '.' or '..' part; name the object plainly")
+    named = uri.rstrip("/")
+    if any(named == root or named.startswith(root + "/") for root in roots):
+        return named
+    raise PlanError(field, f"{echo(uri)} is outside this host's object-store {kind} roots "
+                           f"({', '.join(roots) or 'none'}); use a prefix under one of them, or add one with "
+                           f"--{kind}-root {scheme}://bucket/prefix")
 
 
 def _inside(field: str, path: str | Path, roots: tuple[Path, ...], kind: str, env: str) -> Path:

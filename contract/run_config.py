@@ -24,6 +24,7 @@ from contract import training as training_spec
 from contract.deepspeed_keys import check_deepspeed_config
 from contract.errors import InvalidFieldError, PlanError
 from contract.limits import DEEPSPEED_JSON_CHARS, NAME_BYTES, PLAN_BOUNDS
+from contract.paths import is_uri
 from contract.schema import Loss, Method, Objective, Optimizer, Precision, Recipe, Sharding, TrainingSpec
 
 DEFAULT_EPOCHS = 1.0
@@ -104,6 +105,9 @@ class RunConfig:
     nodes: int = 1  # hosts the run spans (a fleet gang, fleet.gangs); world_size / nodes ranks on each
     on_oom: oom.Policy = field(default_factory=oom.Policy)
     deterministic: bool = False  # hyperparameters.deterministic: reproducible GPU kernels (executor.training)
+    # output_uri as an object-store prefix (s3://bucket/prefix): checkpoints and the final export go there
+    # (executor.training.remote); output_dir is then the host's local part of the output (default runs/<plan id>).
+    output_store: str = ""
 
     @property
     def ranks_per_node(self) -> int:
@@ -276,8 +280,13 @@ def default_output(plan_id: str) -> str:
     return f"{DEFAULT_OUTPUT_PARENT}/{plan_id}"
 
 
+def output_store(plan: plan_pb2.Plan) -> str:
+    """The plan's output_uri when it names object storage (s3://bucket/prefix), else ""."""
+    return plan.output_uri.rstrip("/") if is_uri(plan.output_uri) else ""
+
+
 def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
-    uri = output_dir or plan.output_uri or default_output(plan.plan_id)
+    uri = output_dir or ("" if output_store(plan) else plan.output_uri) or default_output(plan.plan_id)
     _path_form("output_uri", uri)
     if Path(uri.removeprefix("file://")) in (Path("."), Path("/")):
         raise PlanError("output_uri", f"{echo(uri)} is the host's work dir (or root) itself; name a directory of "
@@ -289,8 +298,8 @@ def _output_dir(plan: plan_pb2.Plan, output_dir: str | None) -> Path:
     if uri.startswith("file://"):
         uri = uri.removeprefix("file://")
     elif "://" in uri:
-        raise PlanError("output_uri", f"{echo(uri)}: this executor writes to local paths only; "
-                                      "give a directory (or file:// URI), or pass --output")
+        raise PlanError("output_uri", f"{echo(uri)}: --output names a local directory (the output_uri of a plan may "
+                                      "be s3://bucket/prefix)")
     if ".." in Path(uri).parts:
         raise PlanError("output_uri", f"{echo(uri)} climbs out with '..'; name the directory itself (under the "
                                       "host's output roots)")
@@ -343,6 +352,9 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
     nodes = hw.nodes or 1
     if nodes > MAX_NODES:
         raise PlanError("hardware.nodes", f"is {nodes}; a fleet gang spans at most {MAX_NODES} hosts")
+    if output_store(plan) and nodes > 1:
+        raise PlanError("output_uri", f"is {output_store(plan)}, and the run spans {nodes} hosts, whose ranks write "
+                                      "one checkpoint together: give it a directory on storage every node mounts")
     world_size = (hw.gpus_per_node or 1) * nodes
     t = _training(plan, world_size)
     w = plan.workload
@@ -352,6 +364,7 @@ def run_config_from_plan(plan: plan_pb2.Plan, output_dir: str | None = None) -> 
         plan_id=plan.plan_id, model_path=model_path, dataset=_dataset(plan), training=t, world_size=world_size,
         max_steps=w.max_steps, epochs=w.epochs or DEFAULT_EPOCHS, seed=h.seed,
         checkpoint_every_steps=h.checkpoint_every_steps, output_dir=_output_dir(plan, output_dir),
+        output_store=output_store(plan),
         deepspeed_config_json=_deepspeed_json(plan, t, world_size),
         predicted=Predicted(peak_gpu_memory_bytes=fit.per_gpu.total_bytes,
                             allocated_gpu_memory_bytes=max(0, fit.per_gpu.total_bytes - fit.per_gpu.cuda_context_bytes

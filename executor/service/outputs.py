@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 from tunefleet.v1 import executor_pb2
 
 from contract.errors import PlanError
+from contract.paths import is_uri
 
 
 def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host], nodes: int = 1) -> None:
@@ -15,8 +16,8 @@ def check_shared_output(output_uri: str, hosts: list[executor_pb2.Host], nodes: 
     them, through storage they all mount (a worker started with --work-dir-shared) or the object store each keeps
     checkpoints in (--checkpoint-store), not stay on one host's disk. A multi-node run's nodes write one checkpoint
     together: they need the shared mount."""
-    if len(hosts) < 2 or (nodes <= 1 and all(h.checkpoint_store for h in hosts)):
-        return
+    if len(hosts) < 2 or (nodes <= 1 and all(h.checkpoint_store for h in hosts)) or is_uri(output_uri):
+        return  # (an object-store output of a multi-node plan is refused with the plan: contract.run_config)
     path = output_uri.removeprefix("file://")
     shared = sorted({h.work_dir for h in hosts if h.work_dir_shared})
     unshared = sorted(h.host_id for h in hosts if not h.work_dir_shared)

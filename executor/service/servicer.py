@@ -16,6 +16,7 @@ from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 from common.identity import UNAUTHENTICATED_ADMIN, Identity, Role
 from contract.errors import PlanError
 from contract.limits import MAX_STORED_PLAN_BYTES
+from contract.paths import is_uri
 from contract.run_config import run_config_from_plan
 from executor.service import moves, scoping
 from executor.service.accounts import Accounts
@@ -160,7 +161,8 @@ class Executor:
             raise PlanError("plan", f"is {plan.ByteSize():,} bytes serialized; the fleet stores at most "
                                     f"{MAX_STORED_PLAN_BYTES:,} per job (a real plan is 2-10 KB): trim "
                                     "prediction notes and suggestions, or model.config_json")
-        run_config_from_plan(plan, output_dir=plan.output_uri or plan.plan_id)  # every check `train` runs first
+        # every check `train` runs first (an object-store output: its local part is the default)
+        run_config_from_plan(plan, output_dir=None if is_uri(plan.output_uri) else plan.output_uri or plan.plan_id)
         gpu_class = plan_gpu_class(plan.hardware, self.catalog)
         check_shared_output(plan.output_uri, self.hosts.hosts(gpu_class), plan.hardware.nodes)
         priority = request.priority or executor_pb2.PRIORITY_NORMAL

@@ -34,6 +34,7 @@ from contract.progress import (
 )
 from contract.rendezvous import Rendezvous
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
+from contract.store import STORE_ENV
 from executor.training import corpus, data, determinism, inputs, native
 from executor.training.model import check_host, check_model, detect_host
 from executor.training.process import WITHOUT_BITSANDBYTES_ENV
@@ -74,6 +75,8 @@ def confine(cfg: RunConfig, roots: Roots) -> None:
     """The run reads only under the host's data roots and writes only under its output roots (contract.paths),
     into an output directory no other run owns (contract.ownership)."""
     roots.writable("output_uri", cfg.output_dir)
+    if cfg.output_store:
+        roots.writable_uri("output_uri", cfg.output_store)
     check_output(cfg.output_dir, cfg.plan_id, roots.output, read_paths(cfg, Path.cwd()))
     if cfg.dataset.local_path:
         roots.readable("dataset.local_path", cfg.dataset.local_path)
@@ -194,6 +197,8 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
     if not detect_host().has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
         env.update(native.isa_cap(env))  # once per environment and CPU (cached): AMX that dies with SIGILL
+    if cfg.output_store:  # the plan's own store: its checkpoints and export go there (executor.training.remote)
+        env[STORE_ENV] = cfg.output_store
     if rendezvous:
         env.update(rendezvous.environment())
     elif supervised and not cfg.on_oom.disabled:

@@ -1,7 +1,8 @@
-"""Issue 57, item 6: datasets and model folders on object storage (executor.training.inputs, contract.paths), against
-a real S3 API server on loopback (moto's server mode): read through the host's cache keyed by every file's ETag and
-size, so a second run downloads nothing; allowed only under the host's object-store data roots (a team's part of them
-under --team-roots); a real training run reads both from the store."""
+"""Issue 57, items 1 and 6: a plan's output, its dataset and its model folder on object storage
+(executor.training.inputs, contract.paths), against a real S3 API server on loopback (moto's server mode). Inputs
+are read through the host's cache keyed by every file's ETag and size, so a second run downloads nothing; only under
+the host's object-store data roots (a team's part of them under --team-roots); a real training run reads both from
+the store. An output prefix gets the run's checkpoints and export; only under the host's object-store output roots."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from pathlib import Path
 
 import boto3
 import pytest
+from tunefleet.v1 import executor_pb2
 
 from contract.errors import PlanError
 from contract.paths import Roots
+from contract.run_config import run_config_from_plan
+from contract.store import Store
 from devtools.tiny import make_plan, write_plan
+from executor.service.outputs import check_shared_output
 from executor.training import inputs
 from executor.training.launcher import train
 
@@ -85,3 +90,26 @@ def test_a_run_reads_its_dataset_and_model_from_the_store_and_a_second_run_downl
     with pytest.raises(PlanError) as e:
         train(write_plan(refused, tmp_path / "refused.json"), progress_interval_s=0, roots=roots)
     assert e.value.field == "dataset.local_path"
+
+
+@pytest.mark.training
+def test_a_plan_whose_output_is_an_object_store_prefix_stores_its_checkpoints_and_export_there(
+        s3_store, tiny_model, counting_data, tmp_path):
+    roots = Roots((tmp_path.resolve(), tiny_model.resolve()), (tmp_path.resolve(),), (), (f"{s3_store}/outputs",))
+    plan = make_plan(tiny_model, counting_data, tmp_path / "unused", plan_id="stored", max_steps=4, checkpoint_every=2)
+    plan.output_uri = f"{s3_store}/outputs/stored"
+    local = tmp_path / "local"
+    result = train(write_plan(plan, tmp_path / "stored.json"), output_dir=str(local), progress_interval_s=0,
+                   roots=roots)
+    assert result.succeeded, result.last_event.message
+    store = Store(plan.output_uri)
+    assert [s.step for s in store.sealed()] == [2, 4] and store.fs.exists(f"{store.root}/final/adapter_config.json")
+    assert (local / "summary.json").is_file(), "events, logs and the summary stay on the host"
+    plan.output_uri = f"{s3_store}/elsewhere/stored"
+    with pytest.raises(PlanError) as e:
+        train(write_plan(plan, tmp_path / "elsewhere.json"), output_dir=str(local), roots=roots)
+    assert e.value.field == "output_uri" and "outside this host's object-store output roots" in e.value.description
+    plan.output_uri, plan.hardware.nodes = f"{s3_store}/outputs/stored", 2
+    with pytest.raises(PlanError, match="storage every node mounts"):  # a gang's nodes write one checkpoint
+        run_config_from_plan(plan)
+    assert check_shared_output(f"{s3_store}/outputs/x", [executor_pb2.Host(host_id=h) for h in "ab"]) is None

@@ -399,3 +399,14 @@ def test_a_job_held_back_behind_its_own_teams_jobs_is_told_so(fleet, executor, t
     reason = executor.get(executor_pb2.GetRequest(job_id="nlp-b")).job.pending_reason
     assert reason == ("waits for its team's limit: team nlp holds 0 cpu GPU(s) and its 1 job(s) ahead of it will take "
                       "1 more, against its quota of 1 plus 0 it may borrow; it starts as the team's jobs end")
+
+
+def test_submit_takes_an_object_store_output_for_one_node_and_refuses_it_for_a_gang(
+        executor, tiny_model, counting_data) -> None:
+    plan = make_plan(tiny_model, counting_data, SHARED / "x", plan_id="to-s3")
+    plan.output_uri = "s3://bucket/fleet/outputs/to-s3"
+    assert executor.submit(executor_pb2.SubmitRequest(plan=plan)).created  # type: ignore[arg-type]
+    plan.plan_id, plan.hardware.nodes = "gang-to-s3", 2
+    with pytest.raises(PlanError) as e:
+        executor.submit(executor_pb2.SubmitRequest(plan=plan))  # type: ignore[arg-type]
+    assert e.value.field == "output_uri" and "every node mounts" in e.value.description
