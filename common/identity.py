@@ -18,6 +18,7 @@ The same file may set a team's monthly budget and the fleet's own GPU prices (th
     [[team]]
     name = "vision"
     monthly_budget_usd = 2000.0
+    store = "s3://ml-outputs/vision"   # optional: where its one-node jobs naming no output_uri keep their checkpoints
 
     [prices]                     # USD per GPU-hour, by GPU class; overrides the catalog's public prices
     "a100-80gb" = 1.10
@@ -102,6 +103,7 @@ class TeamPolicy:
     weight: float = 1.0  # its share of a GPU class against other teams' (fleet.fairshare)
     quota_gpus: dict[str, int] = field(default_factory=dict)  # GPU class -> GPUs it is guaranteed (nominal quota)
     borrow_gpus: dict[str, int] = field(default_factory=dict)  # GPU class -> most GPUs it may use beyond its quota
+    store: str = ""  # where a one-node job of the team that names no output_uri keeps its checkpoints and export
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
                 not NAME.fullmatch(entry["name"]):
             raise IdentitiesError(f"{at}: name must be 1-64 letters, digits, '_', '.', '@' or '-'")
-        unknown = set(entry) - {"name", "monthly_budget_usd", "weight", "quota_gpus", "borrow_gpus"}
+        unknown = set(entry) - {"name", "monthly_budget_usd", "weight", "quota_gpus", "borrow_gpus", "store"}
         if unknown:
             raise IdentitiesError(f"{at} ({entry['name']}) has unknown keys {sorted(unknown)}")
         if entry["name"] in teams:
@@ -155,8 +157,19 @@ def _teams(document: dict[str, object], where: str) -> dict[str, TeamPolicy]:
         teams[entry["name"]] = TeamPolicy(entry["name"], None if budget is None else _number(
             budget, f"{at} ({entry['name']}): monthly_budget_usd"), float(weight),
             _gpus_by_class(entry.get("quota_gpus", {}), f"{at} ({entry['name']}): quota_gpus"),
-            _gpus_by_class(entry.get("borrow_gpus", {}), f"{at} ({entry['name']}): borrow_gpus"))
+            _gpus_by_class(entry.get("borrow_gpus", {}), f"{at} ({entry['name']}): borrow_gpus"),
+            _store(entry.get("store", ""), f"{at} ({entry['name']}): store"))
     return teams
+
+
+def _store(value: object, at: str) -> str:
+    """An object-store prefix (s3://bucket/prefix) with no credentials in it."""
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9+.-]*://[^@\s]+", value):
+        raise IdentitiesError(f"{at} must be an object-store prefix such as \"s3://bucket/teams/vision\" (no "
+                              f"credentials in it), not {value!r}")
+    return value.rstrip("/")
 
 
 def _gpus_by_class(table: object, at: str) -> dict[str, int]:

@@ -63,6 +63,11 @@ class Accounts:
         return pricing.job_price(plan, self.priced_catalog(), self.price(gpu_class, plan, gpus_total), gpus_total,
                                  hold)
 
+    def team_store(self, team: str) -> str:
+        """The team's default store (its [[team]] table's store), or "" for none."""
+        policy = self.directory().teams.get(team)
+        return policy.store if policy is not None else ""
+
     def budget_rule(self, who: Identity, team: str, cost_high_usd: float, override: bool) -> tuple[BudgetRule | None,
                                                                                                  str]:
         """The budget a job of `team` must fit (None: none, or an admin's override), and what the audit says of it.

@@ -161,6 +161,9 @@ class Executor:
             raise PlanError("plan", f"is {plan.ByteSize():,} bytes serialized; the fleet stores at most "
                                     f"{MAX_STORED_PLAN_BYTES:,} per job (a real plan is 2-10 KB): trim "
                                     "prediction notes and suggestions, or model.config_json")
+        team = self.accounts.owning_team(who, request.team)
+        if not plan.output_uri and plan.hardware.nodes <= 1 and (store := self.accounts.team_store(team)):
+            plan.output_uri = f"{store}/{plan.plan_id}"  # the team's default store
         # every check `train` runs first (an object-store output: its local part is the default)
         run_config_from_plan(plan, output_dir=None if is_uri(plan.output_uri) else plan.output_uri or plan.plan_id)
         gpu_class = plan_gpu_class(plan.hardware, self.catalog)
@@ -168,7 +171,6 @@ class Executor:
         priority = request.priority or executor_pb2.PRIORITY_NORMAL
         if priority not in queues.TIERS:
             raise PlanError("priority", f"unknown priority {priority}; use PRIORITY_HIGH, _NORMAL or _LOW")
-        team = self.accounts.owning_team(who, request.team)
         if who.role is not Role.ADMIN:  # the fleet's operators (and a server without identities) are not limited
             retention.check_rate(self.connection, self.config.quotas, who.principal, team, now_ms() / 1000)
         new, priced_note = self._new_job(plan, gpu_class, priority, who, team)

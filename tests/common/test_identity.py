@@ -31,6 +31,9 @@ GOOD = f'[[identity]]\nprincipal = "alice"\nteam = "vision"\nrole = "submitter"\
     (GOOD.replace("a" * 64, token_sha256("")), "the hash of an empty token"),
     (GOOD + GOOD.replace("a" * 64, "b" * 64), "identity 2: principal alice is listed twice"),
     (GOOD + GOOD.replace('"alice"', '"bob"'), "identity 2 (bob): the same token as alice"),
+    (GOOD + '[[team]]\nname = "vision"\nstore = "s3://key:secret@bucket/vision"\n', "store must be an object-store "
+                                                                                    "prefix"),
+    (GOOD + '[[team]]\nname = "vision"\nstore = "/mnt/vision"\n', "store must be an object-store prefix"),
 ])
 def test_a_file_that_cannot_be_used_is_refused_naming_the_entry_and_the_field(text: str, words: str) -> None:
     with pytest.raises(IdentitiesError) as e:

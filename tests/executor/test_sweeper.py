@@ -12,6 +12,7 @@ import pytest
 import redis
 from tunefleet.v1 import executor_pb2, plan_pb2, progress_pb2
 
+from common.identity import Identities, Identity, Role
 from contract.errors import LeaseLostError, PlanError
 from contract.progress import new_event
 from devtools.tiny import make_plan
@@ -410,3 +411,21 @@ def test_submit_takes_an_object_store_output_for_one_node_and_refuses_it_for_a_g
     with pytest.raises(PlanError) as e:
         executor.submit(executor_pb2.SubmitRequest(plan=plan))  # type: ignore[arg-type]
     assert e.value.field == "output_uri" and "every node mounts" in e.value.description
+
+
+def test_a_team_s_default_store_is_the_output_of_its_one_node_jobs_that_name_none(
+        executor, tiny_model, counting_data, tmp_path) -> None:
+    ids = tmp_path / "identities.toml"
+    ids.write_text(f'[[identity]]\nprincipal = "alice"\nteam = "vision"\nrole = "submitter"\ntoken_sha256 = '
+                   f'"{"a" * 64}"\n\n[[team]]\nname = "vision"\nstore = "s3://outputs/vision/"\n')
+    executor.accounts.identities = Identities.from_file(ids)
+    alice = Identity("alice", "vision", Role.SUBMITTER)
+
+    def submitted(plan_id: str, output_uri: str = "", nodes: int = 1) -> str:
+        plan = make_plan(tiny_model, counting_data, Path(plan_id), plan_id=plan_id, nodes=nodes)
+        plan.output_uri = output_uri
+        return executor.submit(executor_pb2.SubmitRequest(plan=plan), alice).job.plan.output_uri  # type: ignore[arg-type]
+
+    assert submitted("defaulted") == "s3://outputs/vision/defaulted"
+    assert submitted("own", "s3://elsewhere/own") == "s3://elsewhere/own", "a plan's own output stands"
+    assert submitted("gang", "", nodes=2) == "", "a gang's nodes need a shared mount, not the store"
