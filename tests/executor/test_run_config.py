@@ -45,7 +45,8 @@ def _plan() -> plan_pb2.Plan:
     (set_field("hardware.nodes", 65), "hardware.nodes", "at most 64 hosts"),
     (set_field("plan_id", "../etc"), "plan_id", "letters"),
     (set_field("model.weights", ""), "model.weights", "model id"),
-    (set_field("output_uri", "s3://bucket/run"), "output_uri", "local paths"),
+    (lambda p: (set_field("output_uri", "s3://bucket/run")(p), set_field("hardware.nodes", 2)(p)), "output_uri",
+     "every node mounts"),  # one node may store its output in object storage; a gang's write one checkpoint
     (set_field("deepspeed_config_json", ""), "deepspeed_config_json", "empty"),
     (set_field("deepspeed_config_json", "{not json"), "deepspeed_config_json", "JSON"),
     (edit_deepspeed(train_micro_batch_size_per_gpu=8), "deepspeed_config_json", "train_micro_batch_size_per_gpu"),
