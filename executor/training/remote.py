@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.errors import LeaseLostError, TrainingFailedError
+from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.store import FINAL, STORE_DEADLINE_ENV, STORE_KEEP_ENV, Store
 from executor.training import checkpoint
 
@@ -186,6 +186,25 @@ class Uploader:
                          f"({type(e).__name__}: {str(e)[:200]}); the next sealed checkpoint tries again")
 
 
+def wait_for_store(store: Store, deadline_s: float, notice: Callable[[str], None],
+                   sleep: Callable[[float], None] = time.sleep) -> None:
+    """Store.check, tried again with backoff while the store cannot be reached (an outage must not fail the job that
+    starts meanwhile), for at most deadline_s; a missing bucket or credentials it refuses fail at once."""
+    started, wait_s = time.monotonic(), RETRY_FIRST_S
+    while True:
+        try:
+            store.check()
+            return
+        except PlanError as e:
+            failing_s = time.monotonic() - started
+            if isinstance(e.__cause__, FileNotFoundError | PermissionError) or failing_s >= deadline_s:
+                raise
+            notice(f"{store.uri} cannot be reached ({type(e.__cause__).__name__}); trying again in {wait_s:.0f} s "
+                   f"(for at most {deadline_s:.0f} s)")
+            sleep(min(wait_s, max(0.0, deadline_s - failing_s)))
+            wait_s = min(wait_s * 2, RETRY_MAX_S)
+
+
 def deadline_from_environment(environ: dict[str, str] | None = None) -> float:
     value = (os.environ if environ is None else environ).get(STORE_DEADLINE_ENV, "")
     return float(value) if value else STORE_DEADLINE_S
@@ -208,8 +227,8 @@ class RunStore:
         self.uploader: Uploader | None = None
 
     def check(self) -> None:
-        if self.rank == 0:
-            self.store.check()  # a wrong bucket, endpoint or credentials: refused before the model loads
+        if self.rank == 0:  # a wrong bucket or credentials: refused before the model loads; an outage: waited out
+            wait_for_store(self.store, deadline_from_environment(), lambda message: self.report(0, Notice(message)))
 
     def fetch_newer(self, root: Path, decide: Callable[[bool], bool]) -> None:
         """Rank 0 downloads the store's newest sealed checkpoint when it is newer than this host's (the job ran

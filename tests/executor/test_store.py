@@ -196,3 +196,23 @@ def test_a_worker_whose_store_cannot_be_used_exits_2_naming_it_before_it_takes_a
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == exit_status.BAD_INPUT == 2, done.stderr
         assert "--checkpoint-store" in done.stderr and why in done.stderr and "secret" not in done.stderr, done.stderr
+
+
+def test_a_run_starting_during_an_outage_waits_for_the_store_and_a_missing_bucket_fails_at_once(
+        stoppable_s3, tmp_path):
+    server, notices, slept = stoppable_s3.server, [], []
+
+    def sleep(seconds: float) -> None:  # the backoff: the store comes back during the first wait
+        slept.append(seconds)
+        server.start()
+
+    server.stop()
+    remote.wait_for_store(Store(job_prefix(stoppable_s3.uri, "j")), 60.0, notices.append, sleep)
+    assert slept == [1.0] and "cannot be reached (EndpointConnectionError); trying again in 1 s" in notices[0], notices
+    server.stop()
+    with pytest.raises(PlanError, match="cannot be written"):  # down past the deadline
+        remote.wait_for_store(Store(job_prefix(stoppable_s3.uri, "j")), 0.5, notices.append, lambda s: None)
+    server.start()
+    with pytest.raises(PlanError, match="missing-outage/fleet cannot be written") as e:
+        remote.wait_for_store(Store("s3://missing-outage/fleet"), 60.0, notices.append, slept.append)
+    assert isinstance(e.value.__cause__, FileNotFoundError) and slept == [1.0], "a missing bucket is not waited for"
