@@ -4,7 +4,7 @@ executor.training.remote's background uploads, against an S3 API server on loopb
 process, as the tests use).
 
 1. Upload and download: one sealed checkpoint put into the store (Store.upload, manifest last) and fetched back
-   with every file's SHA-256 checked (Store.fetch): MiB, seconds, MB/s.
+   with every file's SHA-256 and the signature checked (Store.fetch, checkpoint.verify): MiB, seconds, MB/s.
 2. The training stall per checkpoint: the local save alone (what a run without a store waits for) against the
    local save plus handing the checkpoint to the uploads (RunStore.submit: hard links and the bounded queue),
    with `--interval-s` of training (a sleep: the GPU's time) between checkpoints, the two in turns. Goal: the
@@ -32,11 +32,11 @@ import torch
 
 from benchmarks.common import as_single_rank, print_table, write_csv
 from common.net import free_port
+from common.units import MiB
 from common.wait import wait_until
 from contract.store import Store, job_prefix
 from executor.training import checkpoint, remote
 
-MiB = remote.MiB
 BYTES_PER_PARAMETER = 12  # fp32 weights and AdamW's two fp32 moments: what a ZeRO-0 checkpoint of this model holds
 WIDTH = 2048
 STALL_GOAL = 1.10  # the goal: the stall with uploads at most the local save's time + 10 %
@@ -124,7 +124,7 @@ def _run(root: Path, engine: object, args: argparse.Namespace) -> tuple[list[lis
     up_s = time.perf_counter() - started
     assert sealed is not None
     started = time.perf_counter()
-    why = store.fetch(sealed, root / "fetched")
+    why = store.fetch(sealed, root / "fetched") or checkpoint.verify(root / "fetched", checkpoint.signing_key())
     down_s = time.perf_counter() - started
     assert not why, why
     rows = [["upload (files, then the manifest)", f"{size / MiB:.0f}", f"{up_s:.2f}", f"{size / up_s / 1e6:.0f}"],

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from tunefleet.v1 import plan_pb2
 
+from common.units import MiB
 from contract.errors import PlanError
 from contract.paths import Roots, is_uri
 from contract.store import filesystem
@@ -30,7 +31,6 @@ from contract.store import filesystem
 CACHE_ENV = "TUNEFLEET_STORE_CACHE"
 DEFAULT_CACHE = Path(".tunefleet-cache") / "store"
 COMPLETE = ".complete"  # written last into a cached copy's folder
-MiB = 1 << 20
 
 
 def cache_dir(environ: dict[str, str] | None = None) -> Path:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.units import MiB
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.store import FINAL, STORE_DEADLINE_ENV, STORE_KEEP_ENV, Store
 from executor.training import checkpoint
@@ -39,7 +40,6 @@ from executor.training import checkpoint
 STORE_DEADLINE_S = 900.0
 UPLOAD_QUEUE = 1  # checkpoints that may wait beside the one uploading before a step waits
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # upload retry backoff: doubling from the first, capped
-MiB = 1 << 20
 STORE_WAIT_REPORTED_S = 0.1  # a step that waited this long for room in the upload queue says so
 
 
