@@ -29,11 +29,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from common.units import MiB
 from contract.errors import LeaseLostError, PlanError, TrainingFailedError
 from contract.store import FINAL, STORE_DEADLINE_ENV, STORE_KEEP_ENV, Store
 from executor.training import checkpoint
+
+T = TypeVar("T")
 
 # How long uploads may fail in a row before the run fails: what a lost host costs at most beyond the work since its
 # last checkpoint while the store is unreachable (README, "Storage").
@@ -152,24 +155,19 @@ class Uploader:
 
     def _upload(self, job: _Upload) -> None:
         started = time.monotonic()
-        wait_s = RETRY_FIRST_S
-        while True:
-            try:
-                sealed = self.store.upload(job.staged, job.step, job.fence, self.may_seal)
-                break
-            except (LeaseLostError, TrainingFailedError):
-                raise
-            except Exception as e:
-                failing_s = time.monotonic() - started
-                if failing_s >= self.deadline_s:
-                    raise TrainingFailedError(
-                        f"checkpoint step {job.step} could not be stored in {self.store.uri} for {failing_s:.0f} s "
-                        f"({type(e).__name__}: {str(e)[:300]}); the run stops so that a lost host costs no more "
-                        f"than the work since the last stored checkpoint") from e
-                self._notice(f"storing checkpoint step {job.step} failed ({type(e).__name__}: {str(e)[:200]}); "
-                             f"retrying in {wait_s:.0f} s")
-                self._sleep(min(wait_s, max(0.0, self.deadline_s - failing_s)))
-                wait_s = min(wait_s * 2, RETRY_MAX_S)
+        try:
+            sealed = retried(lambda: self.store.upload(job.staged, job.step, job.fence, self.may_seal),
+                             lambda e: isinstance(e, LeaseLostError | TrainingFailedError), self.deadline_s,
+                             lambda e, wait_s: self._notice(f"storing checkpoint step {job.step} failed "
+                                                            f"({type(e).__name__}: {str(e)[:200]}); retrying in "
+                                                            f"{wait_s:.0f} s"), self._sleep)
+        except (LeaseLostError, TrainingFailedError):
+            raise
+        except Exception as e:
+            raise TrainingFailedError(
+                f"checkpoint step {job.step} could not be stored in {self.store.uri} for "
+                f"{time.monotonic() - started:.0f} s ({type(e).__name__}: {str(e)[:300]}); the run stops so that a "
+                f"lost host costs no more than the work since the last stored checkpoint") from e
         took_s = time.monotonic() - started
         if sealed is None:
             self._notice(f"checkpoint step {job.step} uploaded but not sealed: the fleet could not confirm this run "
@@ -186,23 +184,33 @@ class Uploader:
                          f"({type(e).__name__}: {str(e)[:200]}); the next sealed checkpoint tries again")
 
 
+def retried(attempt: Callable[[], T], final: Callable[[Exception], bool], deadline_s: float,
+            on_retry: Callable[[Exception, float], None], sleep: Callable[[float], None] = time.sleep) -> T:
+    """attempt() until it succeeds, waiting RETRY_FIRST_S after the first failure, doubling up to RETRY_MAX_S; a
+    failure `final` says no retry helps, or one after deadline_s of failures, is raised. Each retry is announced
+    first: on_retry(the failure, the seconds it waits)."""
+    started, wait_s = time.monotonic(), RETRY_FIRST_S
+    while True:
+        try:
+            return attempt()
+        except Exception as e:
+            failing_s = time.monotonic() - started
+            if final(e) or failing_s >= deadline_s:
+                raise
+            on_retry(e, wait_s)
+            sleep(min(wait_s, max(0.0, deadline_s - failing_s)))
+            wait_s = min(wait_s * 2, RETRY_MAX_S)
+
+
 def wait_for_store(store: Store, deadline_s: float, notice: Callable[[str], None],
                    sleep: Callable[[float], None] = time.sleep) -> None:
     """Store.check, tried again with backoff while the store cannot be reached (an outage must not fail the job that
     starts meanwhile), for at most deadline_s; a missing bucket or credentials it refuses fail at once."""
-    started, wait_s = time.monotonic(), RETRY_FIRST_S
-    while True:
-        try:
-            store.check()
-            return
-        except PlanError as e:
-            failing_s = time.monotonic() - started
-            if isinstance(e.__cause__, FileNotFoundError | PermissionError) or failing_s >= deadline_s:
-                raise
-            notice(f"{store.uri} cannot be reached ({type(e.__cause__).__name__}); trying again in {wait_s:.0f} s "
-                   f"(for at most {deadline_s:.0f} s)")
-            sleep(min(wait_s, max(0.0, deadline_s - failing_s)))
-            wait_s = min(wait_s * 2, RETRY_MAX_S)
+    retried(store.check,
+            lambda e: not isinstance(e, PlanError) or isinstance(e.__cause__, FileNotFoundError | PermissionError),
+            deadline_s, lambda e, wait_s: notice(f"{store.uri} cannot be reached ({type(e.__cause__).__name__}); "
+                                                 f"trying again in {wait_s:.0f} s (for at most {deadline_s:.0f} s)"),
+            sleep)
 
 
 def deadline_from_environment(environ: dict[str, str] | None = None) -> float:

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import boto3
@@ -153,7 +152,7 @@ def test_uploads_go_on_through_an_outage_and_fail_the_run_only_after_the_deadlin
     assert any("checkpoint step 1 stored and sealed" in n for n in notices), notices
     assert [s.step for s in store.sealed()] == [1] and slept
 
-    failing = remote.Uploader(store, lambda: True, keep=2, deadline_s=0.5, sleep=lambda s: time.sleep(0.2))
+    failing = remote.Uploader(store, lambda: True, keep=2, deadline_s=0.5, sleep=lambda s: None)
     server.stop()
     failing.submit(_local_checkpoint(tmp_path / "b", 2), 2, 1)
     with pytest.raises(TrainingFailedError, match="could not be stored in s3://outage/fleet/jobs/j"):
