@@ -14,8 +14,8 @@ from tunefleet.v1 import plan_pb2
 from common.identity import NAME
 from contract.errors import PlanError
 from contract.ownership import claim_output, read_paths
-from contract.paths import TEAMS_DIR, Roots, is_uri
-from contract.run_config import DEFAULT_OUTPUT_PARENT, run_config_from_plan
+from contract.paths import TEAMS_DIR, Roots
+from contract.run_config import DEFAULT_OUTPUT_PARENT, output_store, run_config_from_plan
 from contract.store import job_prefix
 from fleet.record import JobRecord
 
@@ -41,11 +41,10 @@ class Place:
         """Where the job writes, claimed for it before anything is written (contract.ownership): under the work dir
         when relative, inside the output roots, apart from its model and data, from every other job's output and from
         `forbidden` (the worker's own dirs); PlanError naming the field when not."""
-        if is_uri(plan.output_uri):  # object storage: checkpoints and the export go there, the rest stays here
-            self.roots.writable_uri("output_uri", plan.output_uri)
-        uri = "" if is_uri(plan.output_uri) else plan.output_uri.removeprefix("file://")
-        uri = uri or job_id
-        path = Path(uri)
+        store = output_store(plan)
+        if store:  # object storage: checkpoints and the export go there, the rest stays here
+            self.roots.writable_uri("output_uri", store)
+        path = Path(("" if store else plan.output_uri.removeprefix("file://")) or job_id)
         out = self.roots.writable("output_uri", path if path.is_absolute() else self.work_dir / path)
         cfg = run_config_from_plan(plan, output_dir=str(out))
         return claim_output(out, job_id, (*forbidden, self.work_dir, self.work_dir / DEFAULT_OUTPUT_PARENT,

@@ -36,6 +36,11 @@ def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT
         pytest.fail(f"timed out waiting for {what}")
 
 
+def holder_of(client: ExecutorClient, job_id: str) -> str:
+    """The host that runs the job, once one does."""
+    return str(wait_for(lambda: client.get(job_id).host_id, f"a host to take {job_id}"))
+
+
 def watch_until(client: ExecutorClient, job_id: str, done: Callable[[progress_pb2.ProgressEvent], bool],
                  after: int = 0) -> list[progress_pb2.ProgressEvent]:
     seen = []

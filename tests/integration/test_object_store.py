@@ -33,6 +33,7 @@ from tests.integration.fleet_helpers import (
     assert_once_in_order,
     checkpoint_states,
     fleet_plan,
+    holder_of,
     process_tree,
     send_signal,
     wait_for,
@@ -50,10 +51,6 @@ def _workers(start_worker, store: str, *extra: str) -> dict[str, object]:
     """Two workers sharing no directory: a --work-dir each, checkpoints in the store."""
     return {w.host_id: w for w in (start_worker(h, extra=(*LEASE, "--checkpoint-store", store, *extra))
                                    for h in ("host-a", "host-b"))}
-
-
-def _holder(client: ExecutorClient, job_id: str) -> str:
-    return str(wait_for(lambda: client.get(job_id).host_id, f"a host to take {job_id}"))
 
 
 def _sealed_event(e: progress_pb2.ProgressEvent) -> bool:
@@ -95,7 +92,7 @@ def test_a_killed_host_s_job_resumes_from_the_store_on_a_host_sharing_no_directo
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
         client.submit(fleet_plan(tiny_model, counting_data, "lost", max_steps=TOTAL, checkpoint_every=EVERY))
         before = watch_until(client, "lost", _sealed_event)
-        lost = _holder(client, "lost")
+        lost = holder_of(client, "lost")
         tree = process_tree(workers[lost].proc.pid)
         send_signal(tree, signal.SIGKILL)  # power loss: worker, launcher and ranks at once
         killed_at = time.time()
@@ -158,7 +155,7 @@ def test_a_stale_holder_whose_upload_outlived_its_lease_stores_its_files_but_can
         wait_for(lambda: len(client.fleet().hosts) == 2, "both workers to register")
         client.submit(fleet_plan(tiny_model, counting_data, "paused", max_steps=TOTAL, checkpoint_every=EVERY))
         before = watch_until(client, "paused", _sealed_event)
-        stale = _holder(client, "paused")
+        stale = holder_of(client, "paused")
         fresh = ({"host-a", "host-b"} - {stale}).pop()
         stoppable_s3.server.stop()  # the store is unreachable: the next checkpoint's upload fails and is retried
         failing = watch_until(client, "paused", lambda e: bool(re.match(r"storing checkpoint step \d+ failed",

@@ -27,6 +27,7 @@ from tests.integration.fleet_helpers import (
     assert_once_in_order,
     checkpoint_states,
     fleet_plan,
+    holder_of,
     process_tree,
     send_signal,
     wait_for,
@@ -34,10 +35,6 @@ from tests.integration.fleet_helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-
-
-def _holder(client: ExecutorClient, job_id: str) -> str:
-    return str(wait_for(lambda: client.get(job_id).host_id, f"a host to take {job_id}"))
 
 
 def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
@@ -54,7 +51,7 @@ def test_a_paused_host_that_lost_its_lease_writes_nothing_when_it_wakes(
         submitted = fleet_plan(tiny_model, counting_data, "paused", max_steps=total, checkpoint_every=10)
         client.submit(submitted)
         before = watch_until(client, "paused", lambda e: e.phase == progress_pb2.PHASE_CHECKPOINTING)
-        stale = _holder(client, "paused")
+        stale = holder_of(client, "paused")
         fresh = ({"host-a", "host-b"} - {stale}).pop()
         paused = process_tree(workers[stale].proc.pid)
         send_signal(paused, signal.SIGSTOP)  # the whole host freezes (or is cut off) past its lease
