@@ -53,8 +53,9 @@ lock: $(STAMP) ## record the versions .venv runs in constraints.txt (after a del
 	{ sed -n '/^#/p' constraints.txt; $(PIP) freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
-redis: ## install redis-server from Debian's packages if it is missing (tests start their own on a free port)
-	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+redis: ## install redis-server and redis-sentinel from Debian's packages if missing (tests start their own on free ports)
+	@command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq redis-server redis-sentinel >/dev/null; }
 
 run: $(STAMP) redis ## the main job: Redis, planner, executor, a worker and the dashboard; plan, submit and watch a tiny job to DONE (RUN_ARGS=--keep-serving keeps them up)
 	$(PY) -m devtools.demo $(RUN_ARGS)

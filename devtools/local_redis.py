@@ -26,11 +26,12 @@ class RedisServerError(RuntimeError):
 
 
 def start_redis_server(directory: Path, appendonly: bool = False, log: IO[bytes] | int = subprocess.DEVNULL,
-                       port: int = 0, host: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], str]:
+                       port: int = 0, host: str = "127.0.0.1",
+                       extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
     """Start redis-server with its data in `directory` (AOF on when asked, fsynced every second; no RDB
-    snapshots) on host:port (port 0: a free one) and wait, bounded by START_TIMEOUT_S, until it answers; returns the
-    process and its URL. Started again on the same directory and port, an AOF server has every write acknowledged
-    before a clean stop (SIGTERM)."""
+    snapshots; `extra`: more redis-server arguments) on host:port (port 0: a free one) and wait, bounded by
+    START_TIMEOUT_S, until it answers; returns the process and its URL. Started again on the same directory and
+    port, an AOF server has every write acknowledged before a clean stop (SIGTERM)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisServerError("redis-server is not installed: apt-get install redis-server (make redis does)")
@@ -39,7 +40,7 @@ def start_redis_server(directory: Path, appendonly: bool = False, log: IO[bytes]
     password = "" if ipaddress.ip_address(host).is_loopback else secrets.token_hex(16)
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", host, "--dir", str(directory),
                              "--appendonly", "yes" if appendonly else "no", "--save", "",
-                             *(["--requirepass", password] if password else [])],
+                             *(["--requirepass", password] if password else []), *extra],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"redis://{':' + password + '@' if password else ''}{host}:{port}/0"
     deadline = time.monotonic() + START_TIMEOUT_S

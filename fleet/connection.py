@@ -1,8 +1,11 @@
-"""The fleet's Redis connections: every process rides out a Redis restart on its own.
+"""The fleet's Redis connections: every process rides out a Redis restart, or a Sentinel failover, on its own.
 
 A command that meets a dropped connection is retried with exponential backoff and jitter (redis-py's Retry)
-for about the time a Redis restart takes with its append-only file loaded; past that it raises, and each
-caller decides (the worker keeps its run going, a gRPC call answers UNAVAILABLE, a sweep waits for the next).
+for about the time a Redis restart or a failover takes; past that it raises, and each caller decides (the worker
+keeps its run going, a gRPC call answers UNAVAILABLE, a sweep waits for the next). Behind Sentinel
+(fleet.redis_url), each new connection asks the sentinels where the primary is now (redis-py's Sentinel
+support), so a retry after a failover reaches the promoted replica; a connection to a primary that was demoted
+meanwhile fails with READONLY and is retried the same way.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import structlog
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from fleet.redis_url import RedisAddress, parse_redis_url
 
 
 @dataclass(frozen=True)
@@ -38,12 +44,44 @@ PROBE_TIMEOUT_S = 1.0
 log = structlog.get_logger("fleet.connection")
 
 
-def connect(url: str, policy: RetryPolicy = SERVICE_RETRY) -> redis.Redis:
-    """A client for the fleet's Redis at `url` that retries through connection loss."""
-    return redis.Redis.from_url(
-        url, retry=Retry(ExponentialWithJitterBackoff(cap=policy.cap_s, base=policy.base_s), policy.retries),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError], socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=SOCKET_TIMEOUT_S, health_check_interval=30)
+# No retries: a probe, or a durable acknowledgement's wait (fleet.durability), answers for one server only.
+NO_RETRY = RetryPolicy(retries=0, cap_s=0.0)
+
+
+class FleetRedis(redis.Redis):
+    """A client of the fleet's Redis that knows its address (its durability settings, its probe's target)."""
+
+    address: RedisAddress = RedisAddress()
+    _once: FleetRedis | None = None
+
+    def without_retries(self) -> FleetRedis:
+        """A client of the same Redis that does not retry (one server answers; fleet.durability's confirmations)."""
+        if self._once is None:
+            self._once = connect(self.address, NO_RETRY, SOCKET_TIMEOUT_S)
+        return self._once
+
+
+def connect(url: str | RedisAddress, policy: RetryPolicy = SERVICE_RETRY,
+            timeout_s: float = SOCKET_TIMEOUT_S) -> FleetRedis:
+    """A client for the fleet's Redis at `url` (fleet.redis_url; RedisUrlError when it cannot be read) that retries
+    through connection loss and follows a Sentinel failover."""
+    address = url if isinstance(url, RedisAddress) else parse_redis_url(url)
+    retry = Retry(ExponentialWithJitterBackoff(cap=policy.cap_s, base=policy.base_s), policy.retries) \
+        if policy.retries else Retry(NoBackoff(), 0)
+    kwargs: dict[str, Any] = dict(retry=retry, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                  retry_on_error=[redis.ConnectionError, redis.TimeoutError] if policy.retries else [],
+                                  health_check_interval=30)
+    client: FleetRedis
+    if address.managed:
+        sentinels = Sentinel(list(address.sentinels), sentinel_kwargs=dict(
+            socket_timeout=min(timeout_s, PROBE_TIMEOUT_S), socket_connect_timeout=min(timeout_s, PROBE_TIMEOUT_S),
+            password=address.sentinel_password))
+        client = sentinels.master_for(address.service, redis_class=FleetRedis, db=address.db,
+                                      username=address.username, password=address.password, **kwargs)
+    else:
+        client = cast(FleetRedis, FleetRedis.from_url(address.url, **kwargs))
+    client.address = address
+    return client
 
 
 def reach(connection: redis.Redis) -> None:
@@ -56,12 +94,8 @@ class Reachability:
     connection of its own, no retries): a service reports NOT_SERVING and refuses calls at once while it does
     not, instead of each call waiting out the retries. Listeners hear every change."""
 
-    def __init__(self, connection: redis.Redis, interval_s: float = PROBE_INTERVAL_S) -> None:
-        kwargs: dict[str, Any] = dict(connection.connection_pool.connection_kwargs)
-        kwargs.update(socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S,
-                      retry=Retry(NoBackoff(), 0), retry_on_error=[])
-        pool = redis.ConnectionPool(connection_class=connection.connection_pool.connection_class, **kwargs)
-        self._probe = redis.Redis(connection_pool=pool)
+    def __init__(self, connection: FleetRedis, interval_s: float = PROBE_INTERVAL_S) -> None:
+        self._probe = connect(connection.address, NO_RETRY, PROBE_TIMEOUT_S)
         self._interval_s = interval_s
         self.up = True
         self.listeners: list[Callable[[bool], None]] = []

@@ -19,11 +19,13 @@ from tunefleet.v1 import progress_pb2
 
 from contract.errors import LeaseLostError
 from contract.progress import TERMINAL_PHASES
+from fleet import durability
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN, EVENTS_RETENTION_S, now_ms
 from fleet.keys import FINISHED, events_key, job_key
 
 log = structlog.get_logger("fleet.events")
 EVENT_FIELD = b"e"
+PUBLISH_PAGE = 100  # events sent in one pipeline (and confirmed by one WAIT) by publish_in_order
 
 # KEYS: job hash, stream, the finished jobs' index (fleet.retention). ARGV: sequence, event bytes, phase, terminal
 # (0/1), now ms, retention s, Feedback bytes (stored with the event that carries it, so a client that sees DONE also
@@ -51,6 +53,16 @@ return 1
 """
 
 
+def _published(event: progress_pb2.ProgressEvent, result: int, fence: int) -> bool:
+    """What the publish script's answer says: published (True), already there (False), or raises."""
+    if result == -1:
+        raise KeyError(f"no job {event.job_id}")
+    if result == -2:
+        raise LeaseLostError(f"job {event.job_id} moved to another host (this publisher holds fence {fence}); "
+                             f"event {event.sequence} refused")
+    return bool(result == 1)
+
+
 def sequence_of(entry_id: bytes | str) -> int:
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return int(text.partition("-")[0])
@@ -72,34 +84,40 @@ class EventLog:
         """Append a stamped event (job_id and sequence set); False when it was already there. With a pipeline
         (the caller's transaction) the publish is queued there and True returned. With a fence, raises
         LeaseLostError when the job has moved to another holder."""
-        result = self._publish(keys=[job_key(event.job_id), events_key(event.job_id), FINISHED],
-                               args=[event.sequence, event.SerializeToString(), event.phase,
-                                     int(event.phase in TERMINAL_PHASES), now_ms(), EVENTS_RETENTION_S,
-                                     feedback.SerializeToString() if feedback is not None else b"", fence,
-                                     event.step if event.phase == progress_pb2.PHASE_CHECKPOINTING else "",
-                                     event.job_id],
-                               client=pipeline)
-        if pipeline is not None:
-            return True
-        if result == -1:
-            raise KeyError(f"no job {event.job_id}")
-        if result == -2:
-            raise LeaseLostError(f"job {event.job_id} moved to another host (this publisher holds fence {fence}); "
-                                 f"event {event.sequence} refused")
-        return bool(result == 1)
+        result = self._queue_publish(pipeline or self.redis, event, feedback, fence)
+        return True if pipeline is not None else _published(event, result, fence)
+
+    def _queue_publish(self, client: Any, event: progress_pb2.ProgressEvent, feedback: progress_pb2.Feedback | None,
+                       fence: int) -> Any:
+        return self._publish(keys=[job_key(event.job_id), events_key(event.job_id), FINISHED],
+                             args=[event.sequence, event.SerializeToString(), event.phase,
+                                   int(event.phase in TERMINAL_PHASES), now_ms(), EVENTS_RETENTION_S,
+                                   feedback.SerializeToString() if feedback is not None else b"", fence,
+                                   event.step if event.phase == progress_pb2.PHASE_CHECKPOINTING else "",
+                                   event.job_id],
+                             client=client)
 
     def publish_in_order(self, events: list[tuple[progress_pb2.ProgressEvent, progress_pb2.Feedback | None]],
                          fence: int = 0) -> int:
-        """Publish (event, Feedback) pairs oldest first, stopping at the first Redis error: the stream refuses an
-        event older than its newest, so publishing past a gap would lose the gap for good. Returns how many are
-        in the stream now (published, or already there); LeaseLostError and KeyError as publish raises them."""
-        for done, (event, feedback) in enumerate(events):
+        """Publish (event, Feedback) pairs oldest first, a page at a time, each page confirmed on a replica
+        (fleet.durability) before it counts: a page a failover may have lost is published again (the stream's ids
+        make that harmless). Stops at the first Redis error: the stream refuses an event older than its newest, so
+        publishing past a gap would lose the gap for good. Returns how many are in the stream now (published, or
+        already there); LeaseLostError and KeyError as publish raises them."""
+        for start in range(0, len(events), PUBLISH_PAGE):
+            page = events[start:start + PUBLISH_PAGE]
+
+            def queue(pipe: Any, page: list[tuple[progress_pb2.ProgressEvent, Any]] = page) -> None:
+                for event, feedback in page:
+                    self._queue_publish(pipe, event, feedback, fence)
             try:
-                self.publish(event, feedback, fence=fence)
+                replies = durability.pipelined(self.redis, "events", queue)
             except redis.RedisError as e:
-                log.warning("events.publish_waiting", sequence=event.sequence, waiting=len(events) - done,
+                log.warning("events.publish_waiting", sequence=page[0][0].sequence, waiting=len(events) - start,
                             error=str(e))
-                return done
+                return start
+            for (event, _), result in zip(page, replies, strict=True):
+                _published(event, result, fence)
         return len(events)
 
     def last_sequence(self, job_id: str) -> int:

@@ -55,6 +55,8 @@ RETRYING = PREFIX + "retrying"
 POLICY = PREFIX + "policy"
 HOSTS_INDEX = PREFIX + "hosts"
 AUDIT_STREAM = PREFIX + "audit"
+# A counter each durable acknowledgement bumps, so WAIT has a write of its own to wait for (fleet.durability).
+DURABLE_MARK = PREFIX + "durable-mark"
 LEDGER_STREAM = PREFIX + "ledger"
 TEAM_SHARES = PREFIX + "team-shares"
 USAGE = PREFIX + "usage"

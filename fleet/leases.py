@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from contract.errors import LeaseLostError
+from fleet import durability
 from fleet.keys import RUNNING_SET, job_key, lease_key
 
 # A lease outlives its last renewal by LEASE_TTL_S; a worker renews every RENEW_INTERVAL_S. A lost host is
@@ -85,9 +86,13 @@ class Leases:
         self._release = connection.register_script(_RELEASE)
 
     def claim(self, job_id: str, host_id: str, now_ms: int, queued: int, loading: int) -> int | str:
-        """The job's new fence when this host now holds it; otherwise why not (the phase number, or 'missing')."""
-        result = self._claim(keys=[job_key(job_id), lease_key(job_id), RUNNING_SET],
-                             args=[host_id, now_ms, queued, loading, int(self.ttl_s * 1000), job_id])
+        """The job's new fence when this host now holds it; otherwise why not (the phase number, or 'missing').
+        The claim is confirmed on a replica before it is returned (fleet.durability): a fence that a failover could
+        erase would let the promoted replica grant the same fence to another host. NotReplicatedError (its `replies`
+        hold the claim's answer) when it was not: the caller must not start the run."""
+        result = durability.pipelined(self.redis, "claim", lambda pipe: self._claim(
+            keys=[job_key(job_id), lease_key(job_id), RUNNING_SET],
+            args=[host_id, now_ms, queued, loading, int(self.ttl_s * 1000), job_id], client=pipe))[0]
         return result if isinstance(result, int) else result.decode()
 
     def renew(self, job_id: str, host_id: str, fence: int) -> bool:

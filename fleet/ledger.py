@@ -19,6 +19,7 @@ from typing import Any
 import redis
 from tunefleet.v1 import progress_pb2
 
+from fleet import durability
 from fleet.fairshare import charge_usage
 from fleet.keys import HOLD_MODEL, LEDGER_STREAM, job_key, spend_key
 from fleet.record import JobRecord
@@ -125,7 +126,11 @@ def _learn_hold(pipe: Any, record: JobRecord, end_ms: int) -> None:
 
 
 def charge(pipe: Any, record: JobRecord, outcome: str, end_ms: int | None = None) -> Charge | None:
-    """Charge the hold that ends now, inside the caller's pipeline (a transaction, or one made for it)."""
+    """Charge the hold that ends now, inside the caller's transaction (the record read under its WATCH), once: a hold
+    already charged (its fence recorded as charged_fence) is not charged again, so a charge that a Redis failover may
+    have lost is safely made again (charge_ended, the sweeper's cleanup of an ended job)."""
+    if record.fence and record.charged_fence == record.fence:
+        return None
     end_ms = end_ms or int(time.time() * 1000)
     cost = charge_of(record, end_ms, outcome)
     if cost is None:
@@ -136,6 +141,7 @@ def charge(pipe: Any, record: JobRecord, outcome: str, end_ms: int | None = None
                               "usd": cost.usd, "start_ms": record.started_at_ms},
               maxlen=LEDGER_MAX_ENTRIES, approximate=True)
     key = job_key(record.job_id)
+    pipe.hset(key, "charged_fence", record.fence)
     pipe.hincrbyfloat(key, "spent_usd", cost.usd)
     pipe.hincrbyfloat(key, "gpu_seconds", cost.gpu_seconds)
     pipe.hincrbyfloat(key, "lost_gpu_seconds", cost.lost_gpu_seconds)
@@ -153,15 +159,25 @@ OUTCOME_OF_PHASE = {progress_pb2.PHASE_DONE: DONE, progress_pb2.PHASE_FAILED: FA
                     progress_pb2.PHASE_CANCELLED: CANCELLED}
 
 
-def charge_ended(connection: Any, job_id: str) -> Charge | None:
-    """Charge the hold of a job its holder has just ended (released) with a terminal phase."""
-    record = JobRecord.parse(job_id, connection.hgetall(job_key(job_id)))
-    outcome = OUTCOME_OF_PHASE.get(record.phase)
-    if outcome is None:
-        return None
-    pipe = connection.pipeline(transaction=True)
-    cost = charge(pipe, record, outcome)
-    pipe.execute()
+def charge_ended(connection: Any, job_id: str, end_ms: int | None = None) -> Charge | None:
+    """Charge the hold of a job its holder has just ended (released) with a terminal phase, once (charge), and
+    confirm it on a replica (fleet.durability; NotReplicatedError: it may be made again)."""
+    key = job_key(job_id)
+    while True:
+        with connection.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                record = JobRecord.parse(job_id, pipe.hgetall(key))
+                outcome = OUTCOME_OF_PHASE.get(record.phase)
+                if outcome is None:
+                    return None
+                pipe.multi()
+                cost = charge(pipe, record, outcome, end_ms)
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
+    durability.confirm(connection, "ledger charge")
     return cost
 
 

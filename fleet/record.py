@@ -51,6 +51,7 @@ class JobRecord:
     spent_usd: float = 0.0
     gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
+    charged_fence: int = 0  # the fence of the last hold charged (fleet.ledger charges each hold once)
     hold_from_step: int = 0
     checkpoint_step: int = 0
     fence: int = 0
@@ -133,7 +134,7 @@ WRITERS: dict[str, frozenset[str]] = {name: frozenset(modules) for name, modules
     **dict.fromkeys(("infra_failures", "retry_reason", "retry_kind", "gang_attempts", "preempted_for_team",
                      "preempt_kind"), ("recovery",)),
     "error": ("recovery", "jobs"),  # past the retry limit; a holder's run that failed
-    **dict.fromkeys(("spent_usd", "gpu_seconds", "lost_gpu_seconds"), ("ledger",)),
+    **dict.fromkeys(("spent_usd", "gpu_seconds", "lost_gpu_seconds", "charged_fence"), ("ledger",)),
     **dict.fromkeys(("output_dir", "log_path", "oom_replans"), ("jobs",)),
 }.items()}
 

@@ -122,6 +122,9 @@ class Sweeper:
                 if not raw or record.phase in TERMINAL_PHASES or record.phase not in RUNNING_PHASES:
                     pipe.multi()
                     pipe.srem(RUNNING_SET, job_id)
+                    if record.phase in ledger.OUTCOME_OF_PHASE:  # its holder's charge, if a failover lost it
+                        ledger.charge(pipe, record, ledger.OUTCOME_OF_PHASE[record.phase],
+                                      record.finished_at_ms or None)
                     pipe.execute()
                     return False
                 host = record.host_id
@@ -359,3 +362,20 @@ def requeue_held(connection: Any, job_id: str, fence: int, message: str) -> bool
         _end_hold(pipe, events, record, progress_pb2.PHASE_QUEUED, message, ledger.GIVEN_BACK)
         job_queues.enqueue(job_id, record.queue, record.timeout_s, pipeline=pipe, at_front=True)
     return _as_holder(connection, job_id, fence, write)
+
+
+def give_back_unconfirmed(connection: Any, job_id: str, claimed: int | str | None, host_id: str) -> bool:
+    """After a claim a replica did not confirm (fleet.durability): the run must not start. Give the job back to the
+    front of its queue if the claim stands on the primary reached now; if it does not (a failover lost it) and the
+    job waits without a place in its queue (its dequeue was replicated, its claim was not), put it back there: a
+    second entry is harmless, a claim takes a job once. Whether it waits in its queue now."""
+    if isinstance(claimed, int) and requeue_held(connection, job_id, claimed, f"host {host_id} took the job but "
+                                                 "no replica confirmed it in time; back to the front of its queue"):
+        return True
+    record = JobRecord.parse(job_id, connection.hgetall(job_key(job_id)))
+    job_queues = queues.JobQueues(connection)
+    if record.phase != progress_pb2.PHASE_QUEUED or record.retry_at_ms or not record.queue:
+        return False
+    if job_queues.position(job_id, record.queue) is None:
+        job_queues.enqueue(job_id, record.queue, record.timeout_s, at_front=True)
+    return True

@@ -20,7 +20,7 @@ from executor.service.servicer import (
     ExecutorConfig,
 )
 from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S
-from fleet import connection
+from fleet import connection, redis_url
 from fleet.connection import reach
 from fleet.jobs import DEFAULT_EVENTS_MAX_LEN
 from fleet.recovery import (
@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the tunefleet ExecutorService: Submit plans to the fleet's Redis queues, Get/List/Cancel "
                     "jobs, Watch their progress, and see the Fleet. Workers run with 'tunefleet worker'.")
     add_server_arguments(parser, os.environ.get("TUNEFLEET_EXECUTOR_BIND", DEFAULT_ADDRESS), DEFAULT_WORKERS)
-    parser.add_argument("--redis", default=os.environ.get("TUNEFLEET_REDIS", DEFAULT_REDIS),
-                        help="Redis URL of the fleet (env TUNEFLEET_REDIS; default %(default)s)")
+    parser.add_argument("--redis", type=redis_url.argument, default=os.environ.get("TUNEFLEET_REDIS", DEFAULT_REDIS),
+                        help="Redis URL of the fleet (env TUNEFLEET_REDIS; default %(default)s): redis://host:port/db, "
+                             "or redis+sentinel://host:26379[,host:26379...]/service[/db] behind Sentinel")
     parser.add_argument("--heartbeat-interval-s", type=float, default=DEFAULT_HEARTBEAT_INTERVAL_S,
                         help="Watch sends a heartbeat after this many idle seconds (default %(default)s)")
     parser.add_argument("--events-max-len", type=int, default=DEFAULT_EVENTS_MAX_LEN,
@@ -128,7 +129,8 @@ def serve(argv: list[str] | None = None) -> int:
     try:
         fleet_policy = _policy(args)
     except redis.RedisError as e:
-        print(f"tunefleet serve executor: cannot reach Redis at {args.redis} ({e}); start redis-server or pass "
+        print(f"tunefleet serve executor: cannot reach Redis at {redis_url.parse_redis_url(args.redis).redacted()} "
+              f"({e}); start redis-server or pass "
               "--redis URL", file=sys.stderr)
         return 3
     config = ExecutorConfig(heartbeat_interval_s=args.heartbeat_interval_s, events_max_len=args.events_max_len,
@@ -143,7 +145,8 @@ def serve(argv: list[str] | None = None) -> int:
     try:
         reach(executor.connection)
     except redis.RedisError as e:
-        print(f"tunefleet serve executor: cannot reach Redis at {args.redis} ({e}); start redis-server or pass "
+        print(f"tunefleet serve executor: cannot reach Redis at {redis_url.parse_redis_url(args.redis).redacted()} "
+              f"({e}); start redis-server or pass "
               "--redis URL", file=sys.stderr)
         return 3
     return run_until_signalled("executor", lambda: create_server(args.address, executor, options), options,

@@ -22,7 +22,8 @@ from common.rpc import ServerOptions, build_server, call_stream, call_unary
 from contract.limits import PLAN_BOUNDS
 from executor.service.metrics import EVENTS_STREAMED, register_fleet_collector
 from executor.service.servicer import Executor, ExecutorConfig
-from fleet import connection
+from fleet import connection, durability
+from fleet.durability import NotReplicatedError
 from fleet.errors import FleetUnavailableError
 from planner.catalog import default_catalog
 
@@ -46,6 +47,8 @@ def _redis_reachable(executor: Executor, fn: Callable[[Any], Any]) -> Callable[[
             raise FleetUnavailableError("the fleet's Redis is unreachable; retry shortly")
         try:
             return fn(request)
+        except NotReplicatedError as e:
+            raise FleetUnavailableError(str(e)) from e
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise FleetUnavailableError(f"the fleet's Redis is unreachable ({e}); retry shortly") from e
     return call
@@ -78,11 +81,14 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         def with_caller(r: Any) -> Any:
             who = caller(self._identities, context.invocation_metadata())
             try:
-                return fn(r, who)
+                answer = fn(r, who)
             except REFUSALS as e:
-                if audited:
-                    self._executor.audit_log.record_denied(who, audited, _target(r), str(e))
+                if audited and self._executor.audit_log.record_denied(who, audited, _target(r), str(e)):
+                    durability.confirm(self._executor.connection, f"audit of a refused {audited}")
                 raise
+            if audited:  # a call that writes answers once a replica holds what it wrote (fleet.durability)
+                durability.confirm(self._executor.connection, audited)
+            return answer
         return call_unary(_redis_reachable(self._executor, with_caller), request, context)
 
     def Submit(self, request, context):  # noqa: N802

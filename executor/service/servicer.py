@@ -32,7 +32,7 @@ from executor.service.watch import DEFAULT_HEARTBEAT_INTERVAL_S, Watcher
 from fleet import queues, retention
 from fleet.audit import AuditLog
 from fleet.budget import open_hold_usd
-from fleet.connection import Reachability
+from fleet.connection import FleetRedis, Reachability
 from fleet.errors import no_such_job
 from fleet.eta import Start
 from fleet.event_hub import StreamHub
@@ -93,7 +93,7 @@ class ExecutorConfig:
 
 
 class Executor:
-    def __init__(self, connection: redis.Redis, catalog: Catalog, config: ExecutorConfig | None = None) -> None:
+    def __init__(self, connection: FleetRedis, catalog: Catalog, config: ExecutorConfig | None = None) -> None:
         self.connection = connection
         self.catalog = catalog
         self.config = config or ExecutorConfig()

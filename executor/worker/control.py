@@ -14,6 +14,7 @@ import redis
 import structlog
 from tunefleet.v1 import progress_pb2
 
+from contract.errors import LeaseLostError
 from executor.worker.publisher import Publisher
 from executor.worker.supervision import Finished, LeaseLost, Outcome, Requeue, Stop
 from fleet import queues
@@ -114,3 +115,12 @@ def what_is_kept(out: Path) -> str:
     if checkpoints.is_dir() and any(p.is_dir() and p.name.startswith("step-") for p in checkpoints.iterdir()):
         return f"checkpoints kept in {checkpoints}"
     return "no checkpoint had been written (a rerun starts from step 0)"
+
+
+def adopt_hand_back(held: Held) -> None:
+    """The fleet's event of a job this worker gave back, into the file too, unless another host took the job
+    meanwhile (that host's worker adopts it)."""
+    try:
+        held.events.adopt()
+    except LeaseLostError:
+        log.info("job.taken_before_adopting", job_id=held.job_id)

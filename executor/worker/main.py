@@ -27,11 +27,12 @@ from executor.worker.gpus import detect_gpus
 from executor.worker.launching import Launcher, start_training
 from executor.worker.runtime import DEFAULT_DRAIN_GRACE_S, DEFAULT_WORK_DIR, WorkerRuntime
 from executor.worker.watchdog import DEFAULT_HANG_FACTOR, DEFAULT_HANG_FLOOR_S, HangPolicy
-from fleet import queues
+from fleet import queues, redis_url
 from fleet.fairshare import FairShare
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S
 from fleet.hosts import HEARTBEAT_INTERVAL_S, HostGpus, default_host_id
 from fleet.leases import LEASE_TTL_S, RENEW_INTERVAL_S
+from fleet.redis_url import parse_redis_url
 from planner.catalog import Catalog, default_catalog
 
 log = structlog.get_logger("executor.worker")
@@ -91,8 +92,12 @@ exit status: 0 stopped, 2 the checkpoint store cannot be used, 4 Redis unreachab
 
 
 def _address_towards(redis_url: str) -> str:
-    """The address peers that reach the same Redis reach this host on (loopback for a unix-socket Redis)."""
-    url = urllib.parse.urlsplit(redis_url)
+    """The address peers that reach the same Redis reach this host on (loopback for a unix-socket Redis); behind
+    Sentinel, the route to the first sentinel."""
+    address = parse_redis_url(redis_url)
+    if address.managed:
+        return route_address(*address.sentinels[0])
+    url = urllib.parse.urlsplit(address.url)
     if url.scheme == "unix" or not url.hostname:
         return "127.0.0.1"
     return route_address(url.hostname, url.port or 6379)
@@ -101,8 +106,11 @@ def _address_towards(redis_url: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tunefleet worker", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--redis", default=os.environ.get("TUNEFLEET_REDIS", "redis://127.0.0.1:6379/0"),
-                   help="Redis URL of the fleet (env TUNEFLEET_REDIS; default %(default)s)")
+    p.add_argument("--redis", type=redis_url.argument,
+                   default=os.environ.get("TUNEFLEET_REDIS", "redis://127.0.0.1:6379/0"),
+                   help="Redis URL of the fleet (env TUNEFLEET_REDIS; default %(default)s): redis://host:port/db, or "
+                        "redis+sentinel://host:26379[,host:26379...]/service[/db] behind Sentinel (README, Storage "
+                        "and Redis)")
     p.add_argument("--gpu-class", help="serve this class instead of the one NVML reports (e.g. cpu)")
     p.add_argument("--host-id", default=default_host_id(), help="this host's id in the fleet (default %(default)s)")
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
@@ -188,8 +196,8 @@ def main(argv: list[str] | None = None, detect: Callable[[Catalog], HostGpus] = 
         runtime.health.check()
         runtime.heartbeat()
     except redis.RedisError as e:
-        print(f"tunefleet worker: cannot reach Redis at {args.redis} ({e}); start redis-server or pass --redis URL",
-              file=sys.stderr)
+        print(f"tunefleet worker: cannot reach Redis at {parse_redis_url(args.redis).redacted()} ({e}); start "
+              "redis-server or pass --redis URL", file=sys.stderr)
         return exit_status.UNAVAILABLE
     worker_runtime.install(runtime)
     fair = FairShare(runtime.redis)

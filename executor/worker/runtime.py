@@ -38,7 +38,7 @@ from contract.rendezvous import Rendezvous
 from contract.run_config import DEFAULT_KEEP_CHECKPOINTS, launcher_log_path, stop_path
 from contract.store import run_environment
 from executor.worker import gpu_health, holder
-from executor.worker.control import Held, JobControl
+from executor.worker.control import Held, JobControl, adopt_hand_back
 from executor.worker.gang_lead import GangLead, wait_for_gang
 from executor.worker.gang_member import Member
 from executor.worker.launching import Launch, Launcher, start_training
@@ -60,6 +60,7 @@ from executor.worker.supervision import (
 from executor.worker.watchdog import HangPolicy, hung
 from fleet import queues
 from fleet.connection import HOLDER_RETRY, connect
+from fleet.durability import NotReplicatedError
 from fleet.events import EventLog
 from fleet.gangs import DEFAULT_GANG_TIMEOUT_S, DUMPING, GANG_MARKER, RUNNING, STOPPING, Gang, GangView, ticket_id
 from fleet.hosts import HostGpus, HostRegistry
@@ -67,7 +68,7 @@ from fleet.jobs import JobStore, now_ms
 from fleet.leases import LEASE_TTL_S, FenceGuard, Leases
 from fleet.ledger import charge_ended
 from fleet.record import JobRecord
-from fleet.recovery import Sweeper, release_held, requeue_held
+from fleet.recovery import Sweeper, give_back_unconfirmed, release_held, requeue_held
 
 log = structlog.get_logger("executor.worker.runtime")
 # A drain or preemption lets the ranks finish their step and write a checkpoint for this long before the run
@@ -137,8 +138,12 @@ class WorkerRuntime:
         self.place = Place.of(self.roots, self.work_dir, self.team_roots, record, self.checkpoint_store)
 
     def run(self, job_id: str) -> dict[str, Any]:
-        claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
-                                    progress_pb2.PHASE_LOADING)
+        try:
+            claimed = self.leases.claim(job_id, self.host_id, now_ms(), progress_pb2.PHASE_QUEUED,
+                                        progress_pb2.PHASE_LOADING)
+        except NotReplicatedError as e:  # a fence a failover could erase: no run starts on it
+            give_back_unconfirmed(self.redis, job_id, e.replies[0] if e.replies else None, self.host_id)
+            return {"job_id": job_id, "skipped": "claim not replicated"}
         if isinstance(claimed, str):
             reason = claimed if claimed == "missing" else progress_pb2.Phase.Name(int(claimed))
             log.info("job.skipped", job_id=job_id, reason=reason)
@@ -403,7 +408,7 @@ class WorkerRuntime:
                                       infra_failure=outcome.infra_failure) if isinstance(outcome, RetryLater) else \
                 requeue_held(self.redis, job_id, held.fence, f"{outcome.message}; last event at step {last.step}")
             if given_back:
-                _adopt_hand_back(held)
+                adopt_hand_back(held)
             log.info("job.given_back" if given_back else "job.moved_on_before_given_back", reason=outcome.message,
                      step=last.step, retry_later=isinstance(outcome, RetryLater))
             return self._last_event(job_id)
@@ -415,15 +420,6 @@ class WorkerRuntime:
         self._release(held)
         log.info("job.finished", phase=progress_pb2.Phase.Name(last.phase), step=last.step)
         return last
-
-
-def _adopt_hand_back(held: Held) -> None:
-    """The fleet's event of a job this worker gave back, into the file too, unless another host took the job
-    meanwhile (that host's worker adopts it)."""
-    try:
-        held.events.adopt()
-    except LeaseLostError:
-        log.info("job.taken_before_adopting", job_id=held.job_id)
 
 
 _runtime: WorkerRuntime | None = None

@@ -16,7 +16,7 @@ from contract.rendezvous import Rendezvous, interface_of
 from contract.run_config import run_config_from_plan
 from devtools.tiny import make_plan
 from executor.service.servicer import Executor
-from fleet import queues
+from fleet import connection, queues
 from fleet.events import EventLog
 from fleet.gangs import FORMING, RUNNING, STOPPING, Gang, queued_job_id, ticket_id
 from fleet.jobs import now_ms
@@ -33,7 +33,7 @@ SHORT_TTL_S = 1.0
 
 @pytest.fixture()
 def fleet(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url)
+    return connection.connect(redis_url)
 
 
 def _formed(fleet: redis.Redis, fence: int = 3, nodes: int = 3, ttl_s: float = 30.0) -> Gang:

@@ -20,7 +20,7 @@ from executor.service.outputs import check_shared_output
 from executor.service.servicer import Executor
 from executor.worker.control import JobControl
 from executor.worker.supervision import Requeue
-from fleet import queues
+from fleet import connection, queues
 from fleet.events import EventLog
 from fleet.hosts import HostGpus, HostRegistry
 from fleet.jobs import JobStore, now_ms
@@ -38,7 +38,7 @@ SHARED = Path("/mnt/fleet")  # the work dir the test hosts say they share
 
 @pytest.fixture()
 def fleet(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url)
+    return connection.connect(redis_url)
 
 
 @pytest.fixture()
