@@ -111,8 +111,8 @@ TEST_WORKERS ?= 2
 test: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-fast: $(STAMP) redis ## the inner loop: every test that starts no training process, installs nothing, needs no layered virtualenv and no browser
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not training and not install and not layered and not browser"
+test-fast: $(STAMP) redis ## the inner loop: every test that starts no training process, installs nothing, needs no layered virtualenv and no browser, and drills no failover
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not training and not install and not layered and not browser and not drill"
 
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check launch common contract planner fleet clients executor dashboard devtools tests benchmarks

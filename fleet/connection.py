@@ -19,7 +19,8 @@ import redis
 import structlog
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection
+from redis.utils import SENTINEL
 
 from fleet.redis_url import RedisAddress, parse_redis_url
 
@@ -46,6 +47,17 @@ log = structlog.get_logger("fleet.connection")
 
 # No retries: a probe, or a durable acknowledgement's wait (fleet.durability), answers for one server only.
 NO_RETRY = RetryPolicy(retries=0, cap_s=0.0)
+
+
+class _SentinelConnection(SentinelManagedConnection):
+    """redis-py's Sentinel-managed connection, dropped when a read fails as every other redis-py connection is: its
+    own default keeps a connection whose reply was never read (a signal, a timeout), and the next command on it gets
+    that reply (redis/redis-py#4292, open as of 2026-08-27; rq's worker then hangs at its SIGTERM)."""
+
+    def read_response(self, disable_decoding: bool = False, *, timeout: float | object = SENTINEL,
+                      disconnect_on_error: bool | None = True, push_request: bool | None = False) -> Any:
+        return super().read_response(disable_decoding, timeout=timeout, disconnect_on_error=disconnect_on_error,
+                                     push_request=push_request)
 
 
 class FleetRedis(redis.Redis):
@@ -76,7 +88,8 @@ def connect(url: str | RedisAddress, policy: RetryPolicy = SERVICE_RETRY,
         sentinels = Sentinel(list(address.sentinels), sentinel_kwargs=dict(
             socket_timeout=min(timeout_s, PROBE_TIMEOUT_S), socket_connect_timeout=min(timeout_s, PROBE_TIMEOUT_S),
             password=address.sentinel_password))
-        client = sentinels.master_for(address.service, redis_class=FleetRedis, db=address.db,
+        client = sentinels.master_for(address.service, redis_class=FleetRedis, connection_class=_SentinelConnection,
+                                      db=address.db,
                                       username=address.username, password=address.password, **kwargs)
     else:
         client = cast(FleetRedis, FleetRedis.from_url(address.url, **kwargs))
