@@ -19,7 +19,7 @@ DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
 CHECKOV_VERSION := 3.3.30
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock torchtune-env legacy-env redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-scheduler bench-storage bench-cpu bench-multinode bench-accuracy bench-simulate serve clean
+.PHONY: help install lock torchtune-env legacy-env redis chromium dashboard-assets deploy-tools run plan test test-fast lint protos protos-check buf-lint bench bench-scheduler bench-storage bench-failover bench-cpu bench-multinode bench-accuracy bench-simulate serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -152,6 +152,9 @@ bench-multinode: $(STAMP) redis ## multi-node gangs on this machine: gang start 
 
 bench-storage: $(STAMP) ## checkpoints on object storage: upload and download MB/s of a ~1 GiB checkpoint, the training stall with background uploads against a local save
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.storage
+
+bench-failover: $(STAMP) redis ## the fleet through a Redis failover (Sentinel, down-after 5 s): time to the first Submit and training step, jobs lost or run twice; durable acks' cost
+	$(PY) -m benchmarks.failover
 
 bench-cpu: $(STAMP) ## the planner's CPU host class measured here: matmul peaks, the executor's steps against the planner's
 	DS_ACCELERATOR=cpu $(PY) -m benchmarks.cpu_class

@@ -30,7 +30,8 @@ from planner import serve as planner_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("dev", "prod", "object-store")  # object-store: prod with checkpoints in S3, no shared volume
+OVERLAYS = ("dev", "prod", "object-store", "redis-sentinel")  # object-store: prod with checkpoints in S3, no
+# shared volume; redis-sentinel: prod with Redis as a primary, two replicas and three sentinels
 KUBERNETES_VERSION = "1.32.0"  # the oldest release the manifests promise (native gRPC probes are GA since 1.27)
 TOOLS = ROOT / ".venv-deploy"
 # Secrets the prod overlay expects to exist (created outside git, as the README says), with their keys.
@@ -42,7 +43,8 @@ FOREIGN_ENV = {"DS_ACCELERATOR": "DeepSpeed's accelerator choice", "REDISCLI_AUT
                "AWS_ENDPOINT_URL": "botocore's S3 endpoint", "AWS_ACCESS_KEY_ID": "botocore's credentials",
                "AWS_SECRET_ACCESS_KEY": "botocore's credentials",
                "AWS_SHARED_CREDENTIALS_FILE": "botocore's credentials file",
-               "MINIO_ROOT_USER_FILE": "MinIO's root user", "MINIO_ROOT_PASSWORD_FILE": "MinIO's root password"}
+               "MINIO_ROOT_USER_FILE": "MinIO's root user", "MINIO_ROOT_PASSWORD_FILE": "MinIO's root password",
+               "POD_NAMESPACE": "the Sentinel set's start scripts (deploy/k8s/overlays/redis-sentinel/*.sh)"}
 
 
 def _tool(name: str, path: Path | None = None) -> str:
