@@ -10,7 +10,10 @@ meanwhile fails with READONLY and is retried the same way.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -19,7 +22,7 @@ import redis
 import structlog
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelManagedConnection
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.utils import SENTINEL
 
 from fleet.redis_url import RedisAddress, parse_redis_url
@@ -42,6 +45,8 @@ SOCKET_TIMEOUT_S = 10.0  # a command on a connection that hangs (a Redis paused,
 # A service probes its Redis this often, each probe waiting this long at most, without retries (Reachability).
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 1.0
+# Behind Sentinel, a pool asks the sentinels where the primary is at most this often (_SentinelPool).
+REDISCOVER_S = 1.0
 log = structlog.get_logger("fleet.connection")
 
 
@@ -50,9 +55,16 @@ NO_RETRY = RetryPolicy(retries=0, cap_s=0.0)
 
 
 class _SentinelConnection(SentinelManagedConnection):
-    """redis-py's Sentinel-managed connection, dropped when a read fails as every other redis-py connection is: its
-    own default keeps a connection whose reply was never read (a signal, a timeout), and the next command on it gets
-    that reply (redis/redis-py#4292, open as of 2026-08-27; rq's worker then hangs at its SIGTERM)."""
+    """redis-py's Sentinel-managed connection with two of its faults worked around (both open upstream as of
+    2026-11): a reconnect after a dropped connection goes to the primary the sentinels name now, not the address it
+    had (redis/redis-py#3874: a command in flight when the primary died retried the dead one for its ~20 s of
+    retries); and a connection whose read failed is dropped, as every other redis-py connection is
+    (redis/redis-py#4292: the next command on it got the unread reply, and rq's worker hung at its SIGTERM)."""
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if self._sock is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
 
     def read_response(self, disable_decoding: bool = False, *, timeout: float | object = SENTINEL,
                       disconnect_on_error: bool | None = True, push_request: bool | None = False) -> Any:
@@ -60,11 +72,65 @@ class _SentinelConnection(SentinelManagedConnection):
                                      push_request=push_request)
 
 
+class _MajoritySentinel(Sentinel):
+    """Where the primary is, as most sentinels say (redis-py takes the first that names one). During a failover one
+    sentinel may still name the old primary, which, woken from a pause, answers as a primary until it is demoted:
+    a client that believed that one sentinel read the old primary's data and lost its writes."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        return self.majority(service_name)[0]
+
+    def majority(self, service_name: str) -> tuple[tuple[str, int], str]:
+        """The primary's address and run id, as most sentinels name it; MasterNotFoundError when most do not agree."""
+        votes: Counter[tuple[tuple[str, int], str]] = Counter()
+        errors = []
+        for sentinel in self.sentinels:
+            try:
+                state = sentinel.sentinel_masters().get(service_name)
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                errors.append(f"{sentinel}: {e}")
+                continue
+            if state and self.check_master_state(state, service_name):
+                votes[((state["ip"], int(state["port"])), str(state.get("runid", "")))] += 1
+        if votes:
+            primary, count = votes.most_common(1)[0]
+            if count > len(self.sentinels) // 2:
+                return primary
+        raise MasterNotFoundError(f"no primary for {service_name!r} that most of the {len(self.sentinels)} sentinels "
+                                  f"name (votes {dict(votes)}{'; ' + '; '.join(errors) if errors else ''})")
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """Asks the sentinels where the primary is at most every REDISCOVER_S as it hands out connections, and drops a
+    connection to any other server. A pool whose connections were all blocked on a paused primary made no new
+    connection while the sentinels promoted a replica, so nothing told it; the old primary, woken, answered its
+    reads with what it held, and went on doing so as a replica once demoted."""
+
+    _checked_at = 0.0
+
+    def get_connection(self, command_name: str | None = None, *keys: Any, **options: Any) -> Any:
+        if time.monotonic() - self._checked_at >= REDISCOVER_S:
+            self._checked_at = time.monotonic()
+            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):  # the command finds out itself
+                self.get_master_address()
+        connection = super().get_connection(command_name, *keys, **options)
+        if self.master_address is not None and (connection.host, connection.port) != self.master_address:
+            connection.disconnect()  # its command reconnects, to the primary the sentinels name
+        return connection
+
+
 class FleetRedis(redis.Redis):
     """A client of the fleet's Redis that knows its address (its durability settings, its probe's target)."""
 
     address: RedisAddress = RedisAddress()
     _once: FleetRedis | None = None
+
+    def primary_run_id(self) -> str:
+        """Behind Sentinel, the run id of the server most sentinels name the primary now; "" for a plain server."""
+        if not self.address.managed:
+            return ""
+        pool = cast(SentinelConnectionPool, self.connection_pool)
+        return cast(_MajoritySentinel, pool.sentinel_manager).majority(self.address.service)[1]
 
     def without_retries(self) -> FleetRedis:
         """A client of the same Redis that does not retry (one server answers; fleet.durability's confirmations)."""
@@ -85,11 +151,11 @@ def connect(url: str | RedisAddress, policy: RetryPolicy = SERVICE_RETRY,
                                   health_check_interval=30)
     client: FleetRedis
     if address.managed:
-        sentinels = Sentinel(list(address.sentinels), sentinel_kwargs=dict(
+        sentinels = _MajoritySentinel(list(address.sentinels), sentinel_kwargs=dict(
             socket_timeout=min(timeout_s, PROBE_TIMEOUT_S), socket_connect_timeout=min(timeout_s, PROBE_TIMEOUT_S),
             password=address.sentinel_password))
-        client = sentinels.master_for(address.service, redis_class=FleetRedis, connection_class=_SentinelConnection,
-                                      db=address.db,
+        client = sentinels.master_for(address.service, redis_class=FleetRedis, connection_pool_class=_SentinelPool,
+                                      connection_class=_SentinelConnection, db=address.db,
                                       username=address.username, password=address.password, **kwargs)
     else:
         client = cast(FleetRedis, FleetRedis.from_url(address.url, **kwargs))

@@ -159,9 +159,10 @@ OUTCOME_OF_PHASE = {progress_pb2.PHASE_DONE: DONE, progress_pb2.PHASE_FAILED: FA
                     progress_pb2.PHASE_CANCELLED: CANCELLED}
 
 
-def charge_ended(connection: Any, job_id: str, end_ms: int | None = None) -> Charge | None:
-    """Charge the hold of a job its holder has just ended (released) with a terminal phase, once (charge), and
-    confirm it on a replica (fleet.durability; NotReplicatedError: it may be made again)."""
+def charge_ended(connection: Any, job_id: str, end_ms: int | None = None, fence: int = 0) -> Charge | None:
+    """Charge the hold of a job its holder (of `fence`, when given) has just ended with a terminal phase, once
+    (charge), and confirm it on a replica (fleet.durability; NotReplicatedError: it may be made again). Nothing when
+    the job is not ended, or has moved on from that holder."""
     key = job_key(job_id)
     while True:
         with connection.pipeline(transaction=True) as pipe:
@@ -169,11 +170,12 @@ def charge_ended(connection: Any, job_id: str, end_ms: int | None = None) -> Cha
                 pipe.watch(key)
                 record = JobRecord.parse(job_id, pipe.hgetall(key))
                 outcome = OUTCOME_OF_PHASE.get(record.phase)
-                if outcome is None:
+                if outcome is None or (fence and record.fence != fence):
                     return None
                 pipe.multi()
                 cost = charge(pipe, record, outcome, end_ms)
-                pipe.execute()
+                durability.stamp(connection, pipe)
+                durability.written(connection, pipe.execute())
                 break
             except redis.WatchError:
                 continue

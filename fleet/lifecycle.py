@@ -13,10 +13,10 @@ from common.identity import Identity
 from contract.errors import PlanError
 from contract.progress import TERMINAL_PHASES, new_event
 from fleet import budget as fleet_budget
-from fleet import queues, retention
+from fleet import durability, queues, retention
 from fleet.audit import AuditLog
 from fleet.budget import BudgetRule
-from fleet.errors import QueueFullError, no_such_job
+from fleet.errors import JobNotFoundError, QueueFullError, no_such_job
 from fleet.events import EventLog
 from fleet.jobs import RUNNING_PHASES, JobStore, NewJob, now_ms
 from fleet.keys import JOBS_INDEX, job_key, submitter_key, team_jobs_key
@@ -65,6 +65,7 @@ class Lifecycle:
                 try:
                     pipe.watch(key)
                     if pipe.exists(key):
+                        durability.found_on(self.redis, pipe)  # a retry: confirmed where the job was found
                         pipe.reset()
                         existing = self.store.get(job_id)
                         if existing.team != new.team:  # nothing of another team's job is told, not even its plan
@@ -90,8 +91,14 @@ class Lifecycle:
                     self.events.publish(new_event(job_id, 1, progress_pb2.PHASE_QUEUED,
                                                   message=f"queued on {new.queue.name}"), pipeline=pipe)
                     self.queues.enqueue(job_id, new.queue.name, new.timeout_s, pipeline=pipe)
-                    pipe.execute()
-                    return self.store.get(job_id), True
+                    durability.stamp(self.redis, pipe)
+                    durability.written(self.redis, pipe.execute())
+                    try:
+                        return self.store.get(job_id), True
+                    except JobNotFoundError as e:  # written on an old primary, read back from the new one
+                        raise durability.NotReplicatedError(
+                            f"the fleet's Redis failed over while job {job_id} was written; nothing was promised, "
+                            "retry shortly (it is safe to retry)") from e
                 except redis.WatchError:
                     continue  # created concurrently: answer with that job
 
@@ -118,7 +125,8 @@ class Lifecycle:
                                                   message=message), pipeline=pipe)
                     self.queues.enqueue(job_id, moved.queue.name, moved.timeout_s, pipeline=pipe)
                     audit.record(who, "move", job_id, message, pipeline=pipe)
-                    pipe.execute()
+                    durability.stamp(self.redis, pipe)
+                    durability.written(self.redis, pipe.execute())
                     return self.store.get(job_id)
                 except redis.WatchError:
                     continue
@@ -161,7 +169,8 @@ class Lifecycle:
                         pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
                     if audit is not None and who is not None:
                         audit.record(who, "cancel", job_id, reason, pipeline=pipe)
-                    pipe.execute()
+                    durability.stamp(self.redis, pipe)
+                    durability.written(self.redis, pipe.execute())
                     break
                 except redis.WatchError:
                     continue

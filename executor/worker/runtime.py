@@ -389,9 +389,14 @@ class WorkerRuntime:
             log.warning("job.fail_record_failed", error=str(e))
 
     def _release(self, held: Held) -> None:
-        """End this worker's hold of a job that ended, and charge it (fleet.ledger), unless the job moved on."""
-        if self.leases.release(held.job_id, self.host_id, held.fence):
-            charge_ended(self.redis, held.job_id)
+        """Charge the hold of a job that ended (fleet.ledger: once, confirmed on a replica), then end it, unless the
+        job moved on. A charge no replica confirmed keeps the lease until it expires; the sweep then charges it."""
+        try:
+            charge_ended(self.redis, held.job_id, fence=held.fence)
+        except NotReplicatedError as e:
+            log.warning("job.charge_unconfirmed", error=str(e))
+            return
+        self.leases.release(held.job_id, self.host_id, held.fence)
 
     def _last_event(self, job_id: str) -> progress_pb2.ProgressEvent:
         return self.store.get(job_id, with_plan=False).last_event
