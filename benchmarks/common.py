@@ -8,6 +8,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,3 +91,14 @@ def filled_text(path: Path, records: int, words: int) -> Path:
     lines = (json.dumps({"text": " ".join(f"w{rng.randrange(24)}" for _ in range(words))}) for _ in range(records))
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 60.0) -> None:
+    """SIGTERM every process (workers drain), then wait for each, killing one that outlives `timeout_s`."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 from tunefleet.v1 import plan_pb2, progress_pb2
 
-from benchmarks.common import pct, print_table, write_csv
+from benchmarks.common import pct, print_table, stop_processes, write_csv
 from clients.errors import TunefleetError
 from clients.executor_client import ExecutorClient
 from common.rpc import ServerOptions, shutdown
@@ -84,13 +84,7 @@ def fleet(url: str, work: Path) -> Iterator[str]:
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        for w in workers:
-            w.terminate()
-        for w in workers:
-            try:
-                w.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_processes(workers)
         shutdown(server, health, 1.0)
         executor.close()
 

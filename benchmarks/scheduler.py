@@ -40,7 +40,7 @@ import redis
 from rq.suspension import resume, suspend
 from tunefleet.v1 import executor_pb2, progress_pb2
 
-from benchmarks.common import pct, print_table, time_calls, write_csv
+from benchmarks.common import pct, print_table, stop_processes, time_calls, write_csv
 from common.identity import Directory, Identities, Identity, Role, TeamPolicy
 from common.rpc import ServerOptions, shutdown
 from contract.progress import TERMINAL_PHASES
@@ -306,13 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = sum(ph != progress_pb2.PHASE_DONE for ph in phases)
         report(jobs, arrivals, connection, t0, shown, failed, quota_watch, args.scale)
     finally:
-        for proc in workers:
-            proc.terminate()
-        for proc in workers:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(workers)
         shutdown(server, health, 1.0)
         executor.close()
         stop_redis_server(redis_proc)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from google.protobuf import timestamp_pb2
@@ -35,6 +35,8 @@ from fleet.keys import JOBS_INDEX, job_key
 from fleet.ordering import PREEMPTION
 from fleet.queues import QueueRef
 from fleet.record import JobRecord, field_names, parse_rows
+
+T = TypeVar("T")
 
 JOB_SCHEMA_VERSION = "1"
 # Events kept per job stream (oldest trimmed first; the job record keeps the last event whatever is trimmed).
@@ -308,3 +310,16 @@ def decode_page_token(token: str) -> PageCursor | None:
         raise PlanError("page_token", "is not a token this service issued; pass next_page_token from the last "
                                       "ListResponse, or leave it empty for the first page")
     return PageCursor(cursor[0], cursor[1])
+
+
+def watched(connection: Any, job_id: str, step: Callable[[Any, JobRecord], T]) -> T:
+    """`step` on the job's record, read under WATCH: it returns at once (nothing to write), or puts the pipeline in
+    MULTI, queues its writes and executes them; all again from the start when the record changed meanwhile."""
+    key = job_key(job_id)
+    while True:
+        with connection.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                return step(pipe, JobRecord.parse(job_id, pipe.hgetall(key)))
+            except redis.WatchError:
+                continue

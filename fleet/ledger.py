@@ -21,6 +21,7 @@ from tunefleet.v1 import progress_pb2
 
 from fleet import durability
 from fleet.fairshare import charge_usage
+from fleet.jobs import watched
 from fleet.keys import HOLD_MODEL, LEDGER_STREAM, job_key, spend_key
 from fleet.record import JobRecord
 
@@ -163,23 +164,18 @@ def charge_ended(connection: Any, job_id: str, end_ms: int | None = None, fence:
     """Charge the hold of a job its holder (of `fence`, when given) has just ended with a terminal phase, once
     (charge), and confirm it on a replica (fleet.durability; NotReplicatedError: it may be made again). Nothing when
     the job is not ended, or has moved on from that holder."""
-    key = job_key(job_id)
-    while True:
-        with connection.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(key)
-                record = JobRecord.parse(job_id, pipe.hgetall(key))
-                outcome = OUTCOME_OF_PHASE.get(record.phase)
-                if outcome is None or (fence and record.fence != fence):
-                    return None
-                pipe.multi()
-                cost = charge(pipe, record, outcome, end_ms)
-                durability.stamp(connection, pipe)
-                durability.written(connection, pipe.execute())
-                break
-            except redis.WatchError:
-                continue
-    durability.confirm(connection, "ledger charge")
+    def step(pipe: Any, record: JobRecord) -> tuple[bool, Charge | None]:
+        outcome = OUTCOME_OF_PHASE.get(record.phase)
+        if outcome is None or (fence and record.fence != fence):
+            return False, None
+        pipe.multi()
+        cost = charge(pipe, record, outcome, end_ms)
+        durability.stamp(connection, pipe)
+        durability.written(connection, pipe.execute())
+        return True, cost
+    wrote, cost = watched(connection, job_id, step)
+    if wrote:
+        durability.confirm(connection, "ledger charge")
     return cost
 
 

@@ -24,7 +24,7 @@ from fleet.events import EventLog
 from fleet.fairshare import FairShare
 from fleet.gangs import queued_job_id
 from fleet.hosts import HostRegistry
-from fleet.jobs import RUNNING_PHASES, JobStore, now_ms
+from fleet.jobs import RUNNING_PHASES, JobStore, now_ms, watched
 from fleet.keys import POLICY, RETRYING, RUNNING_SET, job_key, lease_key
 from fleet.ordering import PREEMPTION, RECLAIM, Running, Waiter
 from fleet.record import JobRecord, field_names
@@ -313,21 +313,15 @@ def _wait_in_retrying(pipe: Any, job_id: str, now: int, delay_s: float, reason: 
 def _as_holder(connection: Any, job_id: str, fence: int, write: Callable[[Any, JobRecord], None]) -> bool:
     """Inside one transaction on the job's record, if `fence` still holds it: release its lease and `write` the
     rest (the pipeline is in MULTI). False when the job had already moved on (stale fence)."""
-    key = job_key(job_id)
-    while True:
-        with connection.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(key)
-                record = JobRecord.parse(job_id, pipe.hgetall(key))
-                if record.fence != fence:
-                    return False
-                pipe.multi()
-                pipe.delete(lease_key(job_id))
-                write(pipe, record)
-                pipe.execute()
-                return True
-            except redis.WatchError:
-                continue  # the record changed (a Cancel, a preemption request): look again
+    def step(pipe: Any, record: JobRecord) -> bool:
+        if record.fence != fence:
+            return False
+        pipe.multi()
+        pipe.delete(lease_key(job_id))
+        write(pipe, record)
+        pipe.execute()
+        return True
+    return watched(connection, job_id, step)  # again when the record changed (a Cancel, a preemption request)
 
 
 def release_held(connection: Any, job_id: str, fence: int, why: str, *, infra_failure: bool) -> bool:
