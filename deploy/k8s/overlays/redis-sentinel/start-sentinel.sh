@@ -9,7 +9,7 @@ primary=""
 for i in 0 1 2; do
   peer="redis-sentinel-$i.redis-sentinel.${ns}.svc.cluster.local"
   [ "$peer" = "$me" ] && continue
-  primary="$(redis-cli -h "$peer" -p 26379 --raw sentinel get-master-addr-by-name tunefleet 2>/dev/null \
+  primary="$(env -u REDISCLI_AUTH redis-cli -h "$peer" -p 26379 --raw sentinel get-master-addr-by-name tunefleet 2>/dev/null \
     | head -n 1 || true)"
   [ -n "$primary" ] && break
 done
