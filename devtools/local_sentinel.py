@@ -6,13 +6,14 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import redis
 
 from common.net import free_port
+from common.wait import wait_until
 from devtools.local_redis import RedisServerError, start_redis_server, stop_redis_server
 
 SERVICE = "tunefleet"  # the name the sentinels monitor the primary under
@@ -86,30 +87,23 @@ class SentinelSet:
 
     def wait_for_promotion(self, old: RedisNode, timeout_s: float) -> RedisNode:
         """The replica the sentinels promoted in place of `old`, once it answers as the primary."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def promoted() -> RedisNode | None:
             address = self.primary_address()
-            if address and address[1] != old.port:
-                new = next(n for n in self.nodes if n.port == address[1])
-                if new.role() == "master":
-                    return new
-            time.sleep(_POLL_S)
-        raise TimeoutError(f"no replica was promoted within {timeout_s:.0f} s")
+            new = next((n for n in self.nodes if address and n.port == address[1] != old.port), None)
+            return new if new is not None and new.role() == "master" else None
+        return cast(RedisNode, wait_until(promoted, timeout_s, _POLL_S))  # truthy: a node
 
     def wait_until_replica(self, node: RedisNode, of: RedisNode, timeout_s: float) -> None:
         """`node` follows `of` with its link up (the sentinels reconfigured it)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def following() -> bool:
             try:
                 with node.client() as c:
                     info = c.info("replication")
-                if info.get("role") == "slave" and int(info.get("master_port", 0)) == of.port and \
-                        info.get("master_link_status") == "up":
-                    return
             except redis.RedisError:
-                pass
-            time.sleep(_POLL_S)
-        raise TimeoutError(f"redis-server :{node.port} did not become a replica of :{of.port} within {timeout_s} s")
+                return False
+            return bool(info.get("role") == "slave" and int(info.get("master_port", 0)) == of.port and
+                        info.get("master_link_status") == "up")
+        wait_until(following, timeout_s, _POLL_S)
 
     def kill(self, node: RedisNode) -> None:
         node.proc.kill()
@@ -179,19 +173,15 @@ def start_sentinel_set(directory: Path, replicas: int = 1, down_after_ms: int = 
 
 def _wait_for_sentinels(started: SentinelSet, replicas: int, sentinels: int, timeout_s: float = 30.0) -> None:
     """Every sentinel sees the primary, its replicas and the other sentinels (else a failover could not be agreed)."""
-    deadline = time.monotonic() + timeout_s
-    pending = list(started.sentinel_ports)
-    while pending and time.monotonic() < deadline:
-        port = pending[0]
+    def sees_all(port: int) -> bool:
         try:
             with redis.Redis("127.0.0.1", port, socket_timeout=1.0) as s:
                 state = s.sentinel_master(SERVICE)
-            if int(state["num-slaves"]) >= replicas and int(state["num-other-sentinels"]) >= sentinels - 1:
-                pending.pop(0)
-                continue
         except (redis.RedisError, KeyError):
-            pass
-        time.sleep(_POLL_S)
-    if pending:
-        raise RedisServerError(f"sentinels {pending} did not see {replicas} replica(s) and {sentinels - 1} other "
-                               f"sentinel(s) within {timeout_s:.0f} s")
+            return False
+        return int(state["num-slaves"]) >= replicas and int(state["num-other-sentinels"]) >= sentinels - 1
+    try:
+        wait_until(lambda: all(sees_all(p) for p in started.sentinel_ports), timeout_s, _POLL_S)
+    except TimeoutError:
+        raise RedisServerError(f"the sentinels did not all see {replicas} replica(s) and {sentinels - 1} other "
+                               f"sentinel(s) within {timeout_s:.0f} s") from None

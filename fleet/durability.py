@@ -10,7 +10,7 @@ up to then, within `wait_timeout_ms`.
 Two forms, one rule:
 - `confirm(connection, what)` after a transaction (MULTI/EXEC) has returned: one more write (a counter), WAIT and
   the server's run id on one connection, so the replicas acknowledge the replication stream up to after the
-  transaction. A transaction that `stamp`ed itself (its server's run id read inside it, `written` after EXEC) is
+  transaction. A transaction executed by `execute_stamped` (its server's run id read inside it) is
   confirmed only on that same server: an old primary that woke from a pause still taking writes, before the
   sentinels demote it, would otherwise have its write confirmed by the new primary's replica, and lose it. The
   confirmation runs without retries: after a dropped connection it cannot know which server it reached;
@@ -62,16 +62,15 @@ def _settings(connection: Any) -> tuple[int, int]:
     return (address.wait_replicas, address.wait_timeout_ms) if address is not None else (0, 0)
 
 
-def stamp(connection: Any, pipe: Any) -> None:
-    """Inside a transaction (after MULTI), when its writes are to be confirmed: read which server runs it."""
-    if _settings(connection)[0]:
-        pipe.execute_command("INFO", "server")
-
-
-def written(connection: Any, replies: list[Any]) -> None:
-    """After a stamped transaction's EXEC (its replies): the next confirm in this thread must reach that server."""
-    if _settings(connection)[0]:
-        _stamped.run_id = replies[-1]["run_id"]
+def execute_stamped(connection: Any, pipe: Any) -> list[Any]:
+    """Execute a transaction (its writes queued after MULTI) whose writes are to be confirmed: it reads which server
+    runs it, and the next confirm in this thread must reach that server. The transaction's own replies."""
+    if not _settings(connection)[0]:
+        return list(pipe.execute())
+    pipe.execute_command("INFO", "server")
+    replies = list(pipe.execute())
+    _stamped.run_id = replies[-1]["run_id"]
+    return replies[:-1]
 
 
 def found_on(connection: Any, pipe: Any) -> None:
@@ -99,9 +98,7 @@ def confirm(connection: Any, what: str) -> None:
             _refuse(what, f"the server it reached is no longer the primary ({e})")
     if expected is not None and server["run_id"] != expected:
         _refuse(what, "the server that took it is no longer the primary (a failover happened meanwhile)")
-    if acked < replicas:
-        _refuse(what, f"{acked} of {replicas} replica(s) acknowledged it within {timeout_ms} ms")
-    _check_primary(connection, what, server["run_id"])
+    _verify(connection, what, acked, server["run_id"])
 
 
 def pipelined(connection: Any, what: str, queue: Callable[[Any], None]) -> list[Any]:
@@ -118,14 +115,16 @@ def pipelined(connection: Any, what: str, queue: Callable[[Any], None]) -> list[
     if not replicas:
         return replies
     own, acked, server = replies[:-2], replies[-2], replies[-1]
-    if acked < replicas:
-        _refuse(what, f"{acked} of {replicas} replica(s) acknowledged it within {timeout_ms} ms", own)
-    _check_primary(connection, what, server["run_id"], own)
+    _verify(connection, what, acked, server["run_id"], own)
     return own
 
 
-def _check_primary(connection: Any, what: str, run_id: str, replies: list[Any] | None = None) -> None:
-    """Behind Sentinel: the server `run_id` is the primary most sentinels name now."""
+def _verify(connection: Any, what: str, acked: int, run_id: str, replies: list[Any] | None = None) -> None:
+    """The wait's answer holds: enough replicas acknowledged, and (behind Sentinel) the server `run_id` that took the
+    writes is the primary most sentinels name now."""
+    replicas, timeout_ms = _settings(connection)
+    if acked < replicas:
+        _refuse(what, f"{acked} of {replicas} replica(s) acknowledged it within {timeout_ms} ms", replies)
     try:
         primary = connection.primary_run_id()
     except (redis.ConnectionError, redis.TimeoutError) as e:

@@ -170,8 +170,7 @@ def charge_ended(connection: Any, job_id: str, end_ms: int | None = None, fence:
             return False, None
         pipe.multi()
         cost = charge(pipe, record, outcome, end_ms)
-        durability.stamp(connection, pipe)
-        durability.written(connection, pipe.execute())
+        durability.execute_stamped(connection, pipe)
         return True, cost
     wrote, cost = watched(connection, job_id, step)
     if wrote:

@@ -91,8 +91,7 @@ class Lifecycle:
                     self.events.publish(new_event(job_id, 1, progress_pb2.PHASE_QUEUED,
                                                   message=f"queued on {new.queue.name}"), pipeline=pipe)
                     self.queues.enqueue(job_id, new.queue.name, new.timeout_s, pipeline=pipe)
-                    durability.stamp(self.redis, pipe)
-                    durability.written(self.redis, pipe.execute())
+                    durability.execute_stamped(self.redis, pipe)
                     try:
                         return self.store.get(job_id), True
                     except JobNotFoundError as e:  # written on an old primary, read back from the new one
@@ -125,8 +124,7 @@ class Lifecycle:
                                                   message=message), pipeline=pipe)
                     self.queues.enqueue(job_id, moved.queue.name, moved.timeout_s, pipeline=pipe)
                     audit.record(who, "move", job_id, message, pipeline=pipe)
-                    durability.stamp(self.redis, pipe)
-                    durability.written(self.redis, pipe.execute())
+                    durability.execute_stamped(self.redis, pipe)
                     return self.store.get(job_id)
                 except redis.WatchError:
                     continue
@@ -169,8 +167,7 @@ class Lifecycle:
                         pipe.hset(key, mapping={"cancel_requested": 1, "cancel_reason": reason})
                     if audit is not None and who is not None:
                         audit.record(who, "cancel", job_id, reason, pipeline=pipe)
-                    durability.stamp(self.redis, pipe)
-                    durability.written(self.redis, pipe.execute())
+                    durability.execute_stamped(self.redis, pipe)
                     break
                 except redis.WatchError:
                     continue
