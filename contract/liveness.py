@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HEARTBEAT_FILE = "heartbeat.json"
-# The module each rank runs (torchrun's -m): the launcher starts it, the worker's hang watch finds ranks by it.
+# The module each rank runs: the launcher (or torchrun's agent, on a gang's node) starts it, the worker's hang watch
+# finds ranks by it.
 RANK_MODULE = "executor.training.rank"
 TRAINING = "training"
 CHECKPOINTING = "checkpointing"

@@ -1,6 +1,8 @@
-"""Run a plan on this host: check it, then start one rank per GPU (or CPU rank) under torchrun.
+"""Run a plan on this host: check it, then start one rank per GPU (or CPU rank): itself on one node
+(executor.training.local_ranks), under torchrun against the gang's rendezvous on one node of several.
 
-The ranks are children of this process and share its process group, so killing the group kills the run;
+The ranks are children of this process (or of torchrun's agent) and die with it (common.lifetime), so killing
+the launcher's process group kills the run;
 the launcher owns the progress file between rank runs and records the outcome when ranks die silently.
 """
 
@@ -14,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from google.protobuf import json_format
 from tunefleet.v1 import plan_pb2, progress_pb2
@@ -36,6 +39,7 @@ from contract.rendezvous import Rendezvous
 from contract.run_config import RunConfig, parse_plan, run_config_from_plan
 from contract.store import STORE_ENV
 from executor.training import corpus, data, determinism, inputs, native
+from executor.training.local_ranks import LocalRanks
 from executor.training.model import check_host, check_model, detect_host
 from executor.training.process import WITHOUT_BITSANDBYTES_ENV
 
@@ -140,12 +144,16 @@ def _save_plan(plan_bytes: bytes, cfg: RunConfig) -> Path:
     return path
 
 
-def _rank_command(plan_path: Path, cfg: RunConfig, progress_interval_s: float,
-                  rendezvous: Rendezvous | None) -> list[str]:
-    nodes = rendezvous.torchrun_arguments() if rendezvous else ["--standalone", "--nnodes=1"]
-    return [sys.executable, "-m", "torch.distributed.run", *nodes, f"--nproc-per-node={cfg.ranks_per_node}",
-            "--max-restarts=0", "-m", RANK_MODULE, str(plan_path), "--output", str(cfg.output_dir),
-            "--progress-interval-s", str(progress_interval_s)]
+def _start_ranks(plan_path: Path, cfg: RunConfig, progress_interval_s: float, rendezvous: Rendezvous | None,
+                 env: dict[str, str], log: IO[str]) -> subprocess.Popen[bytes] | LocalRanks:
+    """This node's ranks: started here for a one-node run (executor.training.local_ranks), under torchrun's agent
+    against the gang's rendezvous for one node of several."""
+    arguments = [str(plan_path), "--output", str(cfg.output_dir), "--progress-interval-s", str(progress_interval_s)]
+    if rendezvous is None:
+        return LocalRanks([sys.executable, "-u", "-m", RANK_MODULE, *arguments], cfg.ranks_per_node, env, log)
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *rendezvous.torchrun_arguments(),
+                             f"--nproc-per-node={cfg.ranks_per_node}", "--max-restarts=0", "-m", RANK_MODULE,
+                             *arguments], stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _check_nodes(cfg: RunConfig, rendezvous: Rendezvous | None) -> None:
@@ -212,8 +220,7 @@ def train(plan_path: Path, output_dir: str | None = None, progress_interval_s: f
         # one node of a multi-node run records none.
         sink = None if rendezvous else closing.enter_context(contextlib.closing(
             JsonlProgressSink(cfg.progress_path, cfg.plan_id, holder=holder_from_environment())))
-        proc = subprocess.Popen(_rank_command(saved, cfg, progress_interval_s, rendezvous), stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
+        proc = _start_ranks(saved, cfg, progress_interval_s, rendezvous, env, log)
 
         def _stop(signum: int, _frame: object) -> None:
             nonlocal stop
@@ -253,8 +260,7 @@ def _record_end(sink: ProgressSink, stop: signal.Signals | None, exit_code: int,
                                                     total_steps=last.total_steps,
                                                     message="cancelled; rerun the plan to resume"))
     tail = log_tail(cfg.log_path, LOG_TAIL_LINES)
-    killed = native.killing_signal(tail) or (f"the launcher was killed by {native.describe_signal(-exit_code)}"
-                                             if exit_code < 0 else "")
+    killed = native.killing_signal(exit_code)
     failure = TrainingFailedError(f"training ranks exited with status {exit_code}"
                                   f"{'; ' + killed if killed else ''}; the last log lines ({cfg.log_path}):\n{tail}")
     return sink.emit(progress_pb2.ProgressEvent(phase=progress_pb2.PHASE_FAILED, step=last.step,

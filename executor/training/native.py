@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -107,11 +106,6 @@ def describe_signal(number: int) -> str:
     return f"{sig.name} ({_MEANINGS.get(sig, signal.strsignal(sig) or sig.name)})"
 
 
-# torchrun's failure summary: "exitcode  : -4 (pid: 1234)" for a rank a signal killed.
-_KILLED = re.compile(r"exitcode\s*:\s*-(\d+)")
-
-
-def killing_signal(log_text: str) -> str:
-    """'' or, when torchrun's summary in `log_text` shows a rank killed by a signal, which and what it means."""
-    found = _KILLED.search(log_text)
-    return f"a rank was killed by {describe_signal(int(found.group(1)))}" if found else ""
+def killing_signal(exit_status: int) -> str:
+    """'' or, for a rank's negative exit status (a signal killed it), which signal and what it means."""
+    return f"a rank was killed by {describe_signal(-exit_status)}" if exit_status < 0 else ""

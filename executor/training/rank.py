@@ -1,4 +1,4 @@
-"""One rank of a run (torchrun starts `python -m executor.training.rank` once per GPU, or per CPU rank): the process
+"""One rank of a run (the launcher starts `python -m executor.training.rank` once per GPU, or per CPU rank): the process
 is prepared to train before the recipe, and with it the training stack, is imported."""
 
 from executor.training.process import prepare

@@ -372,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     # A rank that native code kills (SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE) writes every thread's Python stack
     # to its log first, so the failure message's log tail says where it died.
     faulthandler.enable(all_threads=True)
-    # torchrun starts each rank in a session of its own, out of reach of a signal to the launcher's process group:
-    # the kernel kills the rank when its torchrun agent dies, so no rank outlives its node's run
+    # Each rank runs in a session of its own (as torchrun starts them), out of reach of a signal to the launcher's
+    # process group: the kernel kills the rank when its parent (the launcher, or torchrun's agent) dies, so no rank
+    # outlives its node's run
     die_with_parent(RANK_EXIT_ORPHANED)
     args = _parse_args(argv)
     transformers.utils.logging.disable_progress_bar()  # rank output goes to logs/train.log, not a terminal

@@ -54,7 +54,7 @@ def _ranks(launcher_pid: int) -> list[_Rank]:
         return []
     for p in children:
         try:
-            # torchrun's agent names the module too, but only the ranks it starts carry a RANK
+            # torchrun's agent (one node of a gang) names the module too, but only ranks carry a RANK
             rank = p.environ().get("RANK") if liveness.RANK_MODULE in p.cmdline() else None
             if rank is not None:
                 found.append(_Rank(int(rank), p, p.status() == psutil.STATUS_STOPPED))
