@@ -104,8 +104,8 @@ deploy-tools: $(DEPLOY_STAMP) ## checkov, the compose schema and kubectl (kustom
 
 # The suite runs on two pytest-xdist workers, a test file each at a time (--dist loadfile: a file's fixtures stay
 # in one process), one OpenMP thread a process (tests/conftest.py). It is CPU-bound on a 2-core machine: three
-# workers were no faster (1288 s against 1328 s on 2026-11-27, every test slower by the same share). TEST_WORKERS=0
-# runs it in one process.
+# workers were hardly faster (1288 s against 1328 s on 2026-11-27, every test slower by the same share; 1314 s against
+# 1370 s on 2026-11-29, with 2,324 s of CPU in the 1,316 s: 88 % of both cores). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) $(TORCHTUNE_STAMP) $(LEGACY_STAMP) $(DEPLOY_STAMP) redis chromium protos-check ## install, check generated code is current, run the whole test suite
