@@ -66,9 +66,7 @@ class LocalRanks:
             if code and self.failed is None:
                 self.failed = code
                 self._stop_others()
-        if self.failed is not None:
-            return self.failed if all(p.poll() is not None for p in self.processes) else None
-        return 0 if all(p.poll() is not None for p in self.processes) else None
+        return (self.failed or 0) if all(p.poll() is not None for p in self.processes) else None
 
     def wait(self, timeout: float) -> int:
         """The run's exit status once every rank ended; subprocess.TimeoutExpired after `timeout` s otherwise."""

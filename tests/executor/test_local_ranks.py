@@ -8,19 +8,19 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from common.wait import wait_until
 from executor.training.local_ranks import STOP_GRACE_S, LocalRanks
 
 ENV_OF_RANK = ("import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in ('RANK', 'LOCAL_RANK', "
                "'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RUN_ID', "
                "'OMP_NUM_THREADS')}), flush=True)")
-# rank 1 fails with `status` at once; rank 0 would wait forever in a collective for it
-ONE_FAILS = "import os, sys, time; r = int(os.environ['RANK']); (sys.exit({status}) if r == 1 else time.sleep(600))"
-SLEEPS = "import time; time.sleep(600)"
+# rank 1 fails with `status` at once; rank 0 would block in a collective for it (here: until a signal comes)
+ONE_FAILS = "import os, signal, sys; (sys.exit({status}) if os.environ['RANK'] == '1' else signal.pause())"
+BLOCKED = "import signal; signal.pause()"  # a rank blocked until a signal ends it
 
 
 def _ranks(tmp_path: Path, code: str, ranks: int, env: dict[str, str] | None = None) -> tuple[LocalRanks, Path]:
@@ -30,12 +30,11 @@ def _ranks(tmp_path: Path, code: str, ranks: int, env: dict[str, str] | None = N
 
 
 def _wait(ranks: LocalRanks, within_s: float) -> int:
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            return ranks.wait(0.2)
-        except subprocess.TimeoutExpired:
-            assert time.monotonic() < deadline, "the ranks did not end in time"
+    """The run's exit status, once every rank ended (within `within_s`)."""
+    wait_until(lambda: ranks.poll() is not None, within_s)
+    status = ranks.poll()
+    assert status is not None
+    return status
 
 
 def test_each_rank_gets_torchrun_s_environment_for_one_node(tmp_path: Path) -> None:
@@ -62,13 +61,13 @@ def test_a_failed_rank_stops_the_others_and_its_status_is_the_run_s(tmp_path: Pa
 
 
 def test_a_rank_killed_by_a_signal_ends_the_run_with_that_signal(tmp_path: Path) -> None:
-    ranks, _ = _ranks(tmp_path, SLEEPS, 2)
+    ranks, _ = _ranks(tmp_path, BLOCKED, 2)
     ranks.processes[1].send_signal(signal.SIGILL)
     assert _wait(ranks, 30 + STOP_GRACE_S) == -signal.SIGILL
 
 
 def test_a_signal_to_the_ranks_reaches_every_rank(tmp_path: Path) -> None:
-    ranks, _ = _ranks(tmp_path, SLEEPS, 3)
+    ranks, _ = _ranks(tmp_path, BLOCKED, 3)
     with pytest.raises(subprocess.TimeoutExpired):
         ranks.wait(0.2)
     ranks.send_signal(signal.SIGTERM)
